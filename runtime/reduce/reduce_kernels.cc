@@ -1,0 +1,202 @@
+// Elementwise reduction kernels. Simple loops over contiguous arrays so the compiler vectorises
+// them; they run on L2-resident chunks and are never the bottleneck (memory traffic and
+// synchronisation are).
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "runtime/reduce/reduce_op.h"
+
+namespace korovod {
+namespace {
+
+// How an element is loaded into the accumulation type and stored back.
+template <typename T>
+struct Plain {
+  using Elem = T;
+  using Acc = T;
+  static Acc Load(T v) { return v; }
+  static T Store(Acc v) { return v; }
+};
+struct Half {
+  using Elem = uint16_t;
+  using Acc = float;
+  static float Load(uint16_t v) { return HalfToFloat(v); }
+  static uint16_t Store(float v) { return FloatToHalf(v); }
+};
+struct BFloat {
+  using Elem = uint16_t;
+  using Acc = float;
+  static float Load(uint16_t v) { return BFloat16ToFloat(v); }
+  static uint16_t Store(float v) { return FloatToBFloat16(v); }
+};
+
+// Integer sums and products wrap (two's complement) instead of being undefined behaviour.
+struct Sum {
+  template <typename A>
+  static A Apply(A a, A b) {
+    if constexpr (std::is_integral_v<A>) {
+      using U = std::make_unsigned_t<A>;
+      return static_cast<A>(static_cast<U>(a) + static_cast<U>(b));
+    } else {
+      return a + b;
+    }
+  }
+};
+struct Product {
+  template <typename A>
+  static A Apply(A a, A b) {
+    if constexpr (std::is_integral_v<A>) {
+      using U = std::make_unsigned_t<A>;
+      using W = std::conditional_t<(sizeof(A) < sizeof(unsigned)), unsigned, U>;
+      return static_cast<A>(static_cast<W>(static_cast<U>(a)) * static_cast<W>(static_cast<U>(b)));
+    } else {
+      return a * b;
+    }
+  }
+};
+struct Min {
+  template <typename A>
+  static A Apply(A a, A b) { return b < a ? b : a; }
+};
+struct Max {
+  template <typename A>
+  static A Apply(A a, A b) { return a < b ? b : a; }
+};
+
+template <typename Conv, typename F>
+void Kernel(void* dst, const void* a, const void* b, size_t n) {
+  using E = typename Conv::Elem;
+  auto* d = static_cast<E*>(dst);
+  const auto* pa = static_cast<const E*>(a);
+  const auto* pb = static_cast<const E*>(b);
+  if (d == pa) {  // accumulate: the common case, written without aliasing for the vectoriser
+    E* __restrict acc = d;
+    for (size_t i = 0; i < n; ++i) acc[i] = Conv::Store(F::Apply(Conv::Load(acc[i]), Conv::Load(pb[i])));
+  } else if (d == pb) {
+    for (size_t i = 0; i < n; ++i) d[i] = Conv::Store(F::Apply(Conv::Load(pa[i]), Conv::Load(d[i])));
+  } else {
+    E* __restrict out = d;
+    for (size_t i = 0; i < n; ++i) out[i] = Conv::Store(F::Apply(Conv::Load(pa[i]), Conv::Load(pb[i])));
+  }
+}
+
+template <typename Conv>
+void ByOp(void* dst, const void* a, const void* b, size_t n, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage: return Kernel<Conv, Sum>(dst, a, b, n);
+    case ReduceOp::kMin: return Kernel<Conv, Min>(dst, a, b, n);
+    case ReduceOp::kMax: return Kernel<Conv, Max>(dst, a, b, n);
+    case ReduceOp::kProduct: return Kernel<Conv, Product>(dst, a, b, n);
+  }
+}
+
+template <typename T>
+void ScaleTyped(T* p, size_t n, double factor) {
+  if constexpr (std::is_integral_v<T>) {
+    for (size_t i = 0; i < n; ++i) p[i] = static_cast<T>(std::trunc(static_cast<double>(p[i]) * factor));
+  } else if constexpr (std::is_same_v<T, double>) {
+    for (size_t i = 0; i < n; ++i) p[i] *= factor;
+  } else {
+    const float f = static_cast<float>(factor);
+    for (size_t i = 0; i < n; ++i) p[i] *= f;
+  }
+}
+
+template <typename Conv>
+void ScaleConv(void* buf, size_t n, double factor) {
+  auto* p = static_cast<typename Conv::Elem*>(buf);
+  const float f = static_cast<float>(factor);
+  for (size_t i = 0; i < n; ++i) p[i] = Conv::Store(Conv::Load(p[i]) * f);
+}
+
+template <typename T>
+T IdentityOf(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage: return T(0);
+    case ReduceOp::kProduct: return T(1);
+    case ReduceOp::kMin:
+      return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
+                                                  : std::numeric_limits<T>::max();
+    case ReduceOp::kMax:
+      return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                  : std::numeric_limits<T>::lowest();
+  }
+  return T(0);
+}
+
+template <typename T>
+void FillTyped(void* buf, size_t n, T v) {
+  auto* p = static_cast<T*>(buf);
+  for (size_t i = 0; i < n; ++i) p[i] = v;
+}
+
+}  // namespace
+
+const char* ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAverage: return "average";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kProduct: return "product";
+  }
+  return "unknown";
+}
+
+std::optional<ReduceOp> ParseReduceOp(std::string_view name) {
+  for (ReduceOp op : kAllReduceOps) {
+    if (name == ReduceOpName(op)) return op;
+  }
+  return std::nullopt;
+}
+
+void ReduceTo(void* dst, const void* a, const void* b, size_t n, DataType type, ReduceOp op) {
+  switch (type) {
+    case DataType::kUint8: return ByOp<Plain<uint8_t>>(dst, a, b, n, op);
+    case DataType::kInt8: return ByOp<Plain<int8_t>>(dst, a, b, n, op);
+    case DataType::kInt32: return ByOp<Plain<int32_t>>(dst, a, b, n, op);
+    case DataType::kInt64: return ByOp<Plain<int64_t>>(dst, a, b, n, op);
+    case DataType::kFloat16: return ByOp<Half>(dst, a, b, n, op);
+    case DataType::kBFloat16: return ByOp<BFloat>(dst, a, b, n, op);
+    case DataType::kFloat32: return ByOp<Plain<float>>(dst, a, b, n, op);
+    case DataType::kFloat64: return ByOp<Plain<double>>(dst, a, b, n, op);
+  }
+}
+
+void ReduceInto(void* dst, const void* src, size_t n, DataType type, ReduceOp op) {
+  ReduceTo(dst, dst, src, n, type, op);
+}
+
+void ScaleInPlace(void* buf, size_t n, DataType type, double factor) {
+  if (factor == 1.0) return;
+  switch (type) {
+    case DataType::kUint8: return ScaleTyped(static_cast<uint8_t*>(buf), n, factor);
+    case DataType::kInt8: return ScaleTyped(static_cast<int8_t*>(buf), n, factor);
+    case DataType::kInt32: return ScaleTyped(static_cast<int32_t*>(buf), n, factor);
+    case DataType::kInt64: return ScaleTyped(static_cast<int64_t*>(buf), n, factor);
+    case DataType::kFloat16: return ScaleConv<Half>(buf, n, factor);
+    case DataType::kBFloat16: return ScaleConv<BFloat>(buf, n, factor);
+    case DataType::kFloat32: return ScaleTyped(static_cast<float*>(buf), n, factor);
+    case DataType::kFloat64: return ScaleTyped(static_cast<double*>(buf), n, factor);
+  }
+}
+
+void FillIdentity(void* buf, size_t n, DataType type, ReduceOp op) {
+  switch (type) {
+    case DataType::kUint8: return FillTyped(buf, n, IdentityOf<uint8_t>(op));
+    case DataType::kInt8: return FillTyped(buf, n, IdentityOf<int8_t>(op));
+    case DataType::kInt32: return FillTyped(buf, n, IdentityOf<int32_t>(op));
+    case DataType::kInt64: return FillTyped(buf, n, IdentityOf<int64_t>(op));
+    case DataType::kFloat16: return FillTyped(buf, n, FloatToHalf(IdentityOf<float>(op)));
+    case DataType::kBFloat16: return FillTyped(buf, n, FloatToBFloat16(IdentityOf<float>(op)));
+    case DataType::kFloat32: return FillTyped(buf, n, IdentityOf<float>(op));
+    case DataType::kFloat64: return FillTyped(buf, n, IdentityOf<double>(op));
+  }
+}
+
+}  // namespace korovod

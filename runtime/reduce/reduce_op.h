@@ -1,0 +1,36 @@
+// Reduction operators and the kernels that apply them elementwise.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string_view>
+
+#include "runtime/common/data_type.h"
+
+namespace korovod {
+
+enum class ReduceOp : uint8_t { kSum, kAverage, kMin, kMax, kProduct };
+
+inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
+                                             ReduceOp::kMax, ReduceOp::kProduct};
+
+const char* ReduceOpName(ReduceOp op);
+std::optional<ReduceOp> ParseReduceOp(std::string_view name);
+
+// dst[i] = op(dst[i], src[i]) for count elements. Average combines as Sum; the division by the
+// group size is a post-scale. Operand order is fixed (dst first) so every rank that combines the
+// same two partials gets the same bits.
+void ReduceInto(void* dst, const void* src, size_t count, DataType type, ReduceOp op);
+
+// dst[i] = op(a[i], b[i]); dst may alias a or b.
+void ReduceTo(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op);
+
+// buf[i] *= factor, computed in double for 64-bit types and float otherwise (16-bit floats in
+// float32); integers are truncated toward zero, like Horovod's integer averaging.
+void ScaleInPlace(void* buf, size_t count, DataType type, double factor);
+
+// Fills count elements with the identity of op (0 for sum, 1 for product, +max for min...), used
+// by ranks that contribute nothing (join) and by tests.
+void FillIdentity(void* buf, size_t count, DataType type, ReduceOp op);
+
+}  // namespace korovod

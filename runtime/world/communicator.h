@@ -1,0 +1,65 @@
+// Communicator: this rank's membership in a world, with the transport that reaches its peers.
+// Created once per epoch; collectives (runtime/collectives) run over it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/common/deadline.h"
+#include "runtime/common/status.h"
+#include "runtime/transport/transport.h"
+#include "runtime/world/process_set.h"
+#include "runtime/world/world.h"
+
+namespace korovod {
+
+class Communicator {
+ public:
+  // Connects to every peer within options.connect_timeout: listens on peers[rank], dials the
+  // others, authenticates each connection and sets up the transport. The error names the rank
+  // and host:port that could not be reached.
+  static StatusOr<std::unique_ptr<Communicator>> Create(const WorldOptions& options);
+
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return options_.rank; }
+  int size() const { return static_cast<int>(options_.peers.size()); }
+  const WorldOptions& options() const { return options_; }
+  const PeerAddress& peer(int rank) const { return options_.peers[rank]; }
+  std::string DescribePeer(int rank) const;  // "rank 3 (10.0.0.3:5000)"
+  const ProcessSet& world() const { return world_; }
+  Transport& transport() { return *transport_; }
+  const char* transport_name() const { return transport_->Name(); }
+
+  Deadline OpDeadline() const { return Deadline::After(options_.op_timeout); }
+
+  // Grow-only scratch owned by the communicator, reused across collectives (no per-op
+  // allocation once warm). Two independent buffers.
+  std::byte* Scratch(int which, size_t bytes);
+
+  // Allreduce crossover (bytes) between the latency and the bandwidth algorithm.
+  size_t small_allreduce_max_bytes() const;
+
+  // Once a collective fails the communicator stays broken: later collectives return this error
+  // at once instead of waiting on peers in an unknown state. Shutdown still works.
+  const Status& broken() const { return broken_; }
+  Status MarkBroken(Status s) {
+    if (broken_.ok() && !s.ok()) broken_ = s;
+    return s;
+  }
+
+ private:
+  Communicator(WorldOptions options, std::unique_ptr<Transport> transport);
+
+  WorldOptions options_;
+  ProcessSet world_;
+  std::unique_ptr<Transport> transport_;
+  std::vector<std::unique_ptr<std::byte[]>> scratch_{2};
+  std::vector<size_t> scratch_size_ = {0, 0};
+  Status broken_;
+};
+
+}  // namespace korovod
