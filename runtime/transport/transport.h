@@ -14,10 +14,11 @@
 
 namespace korovod {
 
-// Called as received bytes become available, in order, as (offset within message, bytes, length).
-// The bytes are only valid during the call: the consumer copies or reduces them into place. This
-// lets the receiver reduce chunk k while chunk k+1 is still in flight, and lets shared memory hand
-// out its slots without an intermediate copy.
+// Called as received bytes become available, as (offset within message, bytes, length). Pieces
+// cover the message exactly once, may come in any order (TCP stripes), and each is a multiple of
+// RecvSpec::align bytes. The bytes are only valid during the call: the consumer copies or reduces
+// them into place. This lets the receiver reduce chunk k while chunk k+1 is still in flight, and
+// lets shared memory hand out its slots without an intermediate copy.
 using RecvConsumer = FunctionRef<void(size_t offset, const std::byte* data, size_t len)>;
 
 struct SendSpec {
@@ -33,6 +34,7 @@ struct RecvSpec {
   // place them directly (TCP) skip the consumer. When null, `consume` must be set.
   std::byte* dest = nullptr;
   const RecvConsumer* consume = nullptr;
+  size_t align = 1;  // element size: consumer pieces are whole elements
 };
 
 class Transport {

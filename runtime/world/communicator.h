@@ -21,6 +21,8 @@ class Communicator {
   // and host:port that could not be reached.
   static StatusOr<std::unique_ptr<Communicator>> Create(const WorldOptions& options);
 
+  // Wraps an already connected transport (Create does this; tests may inject their own).
+  Communicator(WorldOptions options, std::unique_ptr<Transport> transport);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -52,8 +54,6 @@ class Communicator {
   }
 
  private:
-  Communicator(WorldOptions options, std::unique_ptr<Transport> transport);
-
   WorldOptions options_;
   ProcessSet world_;
   std::unique_ptr<Transport> transport_;

@@ -1,0 +1,37 @@
+// The algorithms behind the collectives, one per file (see docs/algorithms.md for the cost of
+// each in steps and bytes on the wire). Buffers are in bytes; elements only matter to reductions.
+#pragma once
+
+#include "runtime/algorithms/algorithm_context.h"
+
+namespace korovod {
+
+// Ring reduce-scatter in place: on return, this rank's block (blocks[rank]) holds the reduction
+// of that block over the set. N-1 steps, each sending one block and reducing the received one
+// as it arrives.
+Status RingReduceScatter(AlgorithmContext& ctx, std::byte* buf, const BlockLayout& blocks,
+                         DataType type, ReduceOp op);
+
+// Ring allgather in place: this rank's block is valid on entry, every block on return.
+Status RingAllgather(AlgorithmContext& ctx, std::byte* buf, const BlockLayout& blocks);
+
+// Bandwidth-optimal allreduce: ring reduce-scatter, post-scale of the owned block, ring
+// allgather. 2(N-1) steps, 2(N-1)/N of the message per rank on the wire.
+Status RingAllreduce(AlgorithmContext& ctx, std::byte* buf, size_t count, DataType type,
+                     ReduceOp op, double postscale);
+
+// Latency-optimal allreduce: ceil(log2 N) full-message exchanges (+2 for non-powers of two).
+Status RecursiveDoublingAllreduce(AlgorithmContext& ctx, std::byte* buf, size_t count,
+                                  DataType type, ReduceOp op, double postscale);
+
+// Broadcast from set rank `root`: binomial tree for small messages, pipelined chain for large.
+Status Broadcast(AlgorithmContext& ctx, std::byte* buf, size_t len, int root);
+
+// Pairwise alltoall: N-1 steps, step k sends to rank+k and receives from rank-k.
+Status PairwiseAlltoall(AlgorithmContext& ctx, const std::byte* in, const BlockLayout& send_blocks,
+                        std::byte* out, const BlockLayout& recv_blocks);
+
+// Dissemination barrier: ceil(log2 N) rounds of one-byte messages.
+Status DisseminationBarrier(AlgorithmContext& ctx);
+
+}  // namespace korovod

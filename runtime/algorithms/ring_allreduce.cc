@@ -1,0 +1,17 @@
+#include "runtime/algorithms/algorithms.h"
+
+namespace korovod {
+
+Status RingAllreduce(AlgorithmContext& ctx, std::byte* buf, size_t count, DataType type,
+                     ReduceOp op, double postscale) {
+  const size_t esize = DataTypeSize(type);
+  const BlockLayout blocks = EvenBlocks(count, ctx.size(), esize);
+  KV_RETURN_IF_ERROR(RingReduceScatter(ctx, buf, blocks, type, op));
+  // Scale only the block this rank owns: 1/N of the work, and every rank then copies the same
+  // bits, so results stay identical everywhere.
+  const int r = ctx.rank();
+  ScaleInPlace(buf + blocks[r], (blocks[r + 1] - blocks[r]) / esize, type, postscale);
+  return RingAllgather(ctx, buf, blocks);
+}
+
+}  // namespace korovod

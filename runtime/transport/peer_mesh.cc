@@ -1,0 +1,277 @@
+#include "runtime/transport/peer_mesh.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+namespace korovod {
+namespace {
+
+constexpr char kHelloMagic[4] = {'K', 'V', 'R', 'D'};
+constexpr uint32_t kProtocolVersion = 1;
+constexpr char kGoodbye[8] = {'K', 'V', 'B', 'Y', 'E', '!', '!', '\n'};
+constexpr auto kHandshakeTimeout = std::chrono::milliseconds(5000);
+
+using Digest = std::array<unsigned char, 32>;
+
+struct Hello {
+  char magic[4];
+  uint32_t version;
+  int32_t from;
+  int32_t to;
+  int32_t stream;
+  int32_t world;
+  unsigned char nonce[32];
+};
+
+struct Challenge {
+  unsigned char nonce[32];
+  Digest proof;
+};
+
+Digest Proof(const std::string& key, const char* role, const Hello& hello,
+             const unsigned char* nonce) {
+  unsigned char msg[16 + sizeof(Hello) + 32] = {};
+  std::strncpy(reinterpret_cast<char*>(msg), role, 16);
+  std::memcpy(msg + 16, &hello, sizeof hello);
+  std::memcpy(msg + 16 + sizeof hello, nonce, 32);
+  Digest out{};
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), msg, sizeof msg, out.data(), &len);
+  return out;
+}
+
+bool SameDigest(const Digest& a, const Digest& b) {
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+Status RandomNonce(unsigned char* out) {
+  if (RAND_bytes(out, 32) != 1) return Internal("RAND_bytes failed");
+  return OkStatus();
+}
+
+}  // namespace
+
+PeerMesh::PeerMesh(int rank, std::vector<PeerAddress> peers, int streams)
+    : rank_(rank), peers_(std::move(peers)), streams_(streams) {
+  conns_.resize(peers_.size());
+  for (auto& c : conns_) c.resize(streams_);
+  watched_.assign(peers_.size(), false);
+}
+
+std::string PeerMesh::Describe(int peer) const {
+  return "rank " + std::to_string(peer) + " (" + peers_[peer].ToString() + ")";
+}
+
+StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const WorldOptions& options, int streams) {
+  const int size = static_cast<int>(options.peers.size());
+  const int rank = options.rank;
+  if (size <= 0) return InvalidArgument("world has no ranks");
+  if (rank < 0 || rank >= size) {
+    return InvalidArgument("rank " + std::to_string(rank) + " is outside the world of size " +
+                           std::to_string(size));
+  }
+  if (streams < 1 || streams > 64) {
+    return InvalidArgument("tcp_streams must be in [1, 64], got " + std::to_string(streams));
+  }
+  auto mesh = std::make_unique<PeerMesh>(rank, options.peers, streams);
+  const Deadline deadline = Deadline::After(options.connect_timeout);
+  const std::string me = mesh->Describe(rank);
+  if (size == 1) return mesh;
+
+  Fd owned_listener;
+  int listen_fd = options.listen_fd;
+  if (listen_fd < 0 && rank < size - 1) {
+    // Listen on every interface: peers[rank].host is how others reach us, which behind NAT or in
+    // a pod need not be an address bound here.
+    KV_ASSIGN_OR_RETURN(owned_listener, ListenTcp("0.0.0.0", options.peers[rank].port, 128));
+    listen_fd = owned_listener.get();
+  }
+
+  // Accept connections from higher ranks on a thread while this one dials the lower ranks.
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  Status accept_status;
+  std::string rejections;
+  const int expected = (size - 1 - rank) * streams;
+  std::thread acceptor([&] {
+    int have = 0;
+    while (have < expected && !stop.load()) {
+      const Deadline slice = Deadline::After(std::chrono::milliseconds(
+          std::min(100, std::max(0, deadline.RemainingMs()))));
+      auto accepted = AcceptTcp(listen_fd, slice);
+      if (!accepted.ok()) {
+        if (deadline.Expired()) break;
+        continue;
+      }
+      Fd fd = std::move(accepted).value();
+      const Deadline hs = Deadline(std::min(deadline.at(), Clock::now() + kHandshakeTimeout));
+      Hello hello{};
+      if (!ReadFull(fd.get(), &hello, sizeof hello, hs, "a connecting peer").ok()) continue;
+      std::string reject;
+      if (std::memcmp(hello.magic, kHelloMagic, 4) != 0) {
+        reject = "a connection that is not a korovod peer";
+      } else if (hello.version != kProtocolVersion) {
+        reject = "rank " + std::to_string(hello.from) + " speaks protocol version " +
+                 std::to_string(hello.version) + ", this rank " + std::to_string(kProtocolVersion);
+      } else if (hello.to != rank || hello.world != size || hello.from <= rank ||
+                 hello.from >= size || hello.stream < 0 || hello.stream >= streams) {
+        reject = "rank " + std::to_string(hello.from) + " with an unexpected world (to rank " +
+                 std::to_string(hello.to) + ", size " + std::to_string(hello.world) + ")";
+      } else if (mesh->conns_[hello.from][hello.stream].valid()) {
+        reject = "a duplicate connection claiming to be rank " + std::to_string(hello.from);
+      }
+      if (!reject.empty()) {
+        std::lock_guard<std::mutex> lock(mu);
+        rejections += "; rejected " + reject;
+        continue;
+      }
+      Challenge ch{};
+      if (!RandomNonce(ch.nonce).ok()) continue;
+      ch.proof = Proof(options.job_key, "acceptor", hello, ch.nonce);
+      const std::string who = mesh->Describe(hello.from);
+      Digest their{};
+      if (!WriteFull(fd.get(), &ch, sizeof ch, hs, who).ok() ||
+          !ReadFull(fd.get(), their.data(), their.size(), hs, who).ok()) {
+        continue;
+      }
+      const bool ok = SameDigest(their, Proof(options.job_key, "connector", hello, ch.nonce));
+      const char verdict = ok ? 1 : 0;
+      (void)WriteFull(fd.get(), &verdict, 1, hs, who);
+      if (!ok) {
+        std::lock_guard<std::mutex> lock(mu);
+        rejections += "; rejected a connection from " + who + ": wrong job key";
+        continue;
+      }
+      mesh->conns_[hello.from][hello.stream] = std::move(fd);
+      ++have;
+    }
+    if (have < expected) {
+      std::string missing;
+      for (int p = rank + 1; p < size; ++p) {
+        for (int s = 0; s < streams; ++s) {
+          if (!mesh->conns_[p][s].valid()) {
+            missing += (missing.empty() ? "" : ", ") + mesh->Describe(p);
+            break;
+          }
+        }
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      accept_status = stop.load()
+                          ? Aborted("stopped accepting")
+                          : DeadlineExceeded(me + " timed out after " +
+                                             std::to_string(options.connect_timeout.count()) +
+                                             " ms waiting for " + missing + " to connect" +
+                                             rejections);
+    }
+  });
+
+  Status dial_status;
+  for (int p = 0; p < rank && dial_status.ok(); ++p) {
+    const std::string who = mesh->Describe(p);
+    for (int s = 0; s < streams && dial_status.ok(); ++s) {
+      auto conn = ConnectTcp(options.peers[p], deadline);
+      if (!conn.ok()) {
+        dial_status = Status(conn.status().code(),
+                             me + " could not reach " + who + ": " + conn.status().message());
+        break;
+      }
+      Fd fd = std::move(conn).value();
+      Hello hello{};
+      std::memcpy(hello.magic, kHelloMagic, 4);
+      hello.version = kProtocolVersion;
+      hello.from = rank;
+      hello.to = p;
+      hello.stream = s;
+      hello.world = size;
+      dial_status = RandomNonce(hello.nonce);
+      if (!dial_status.ok()) break;
+      Challenge ch{};
+      const Deadline hs = Deadline(std::min(deadline.at(), Clock::now() + kHandshakeTimeout));
+      dial_status = WriteFull(fd.get(), &hello, sizeof hello, hs, who);
+      if (dial_status.ok()) dial_status = ReadFull(fd.get(), &ch, sizeof ch, hs, who);
+      if (!dial_status.ok()) {
+        dial_status = dial_status.WithContext(me + " handshake with " + who);
+        break;
+      }
+      if (!SameDigest(ch.proof, Proof(options.job_key, "acceptor", hello, ch.nonce))) {
+        dial_status = PermissionDenied(me + ": " + who +
+                                       " failed to prove the job key (wrong job key)");
+        break;
+      }
+      const Digest mine = Proof(options.job_key, "connector", hello, ch.nonce);
+      char verdict = 0;
+      dial_status = WriteFull(fd.get(), mine.data(), mine.size(), hs, who);
+      if (dial_status.ok()) dial_status = ReadFull(fd.get(), &verdict, 1, hs, who);
+      if (!dial_status.ok() || verdict != 1) {
+        dial_status = PermissionDenied(me + ": " + who +
+                                       " rejected this rank's job key (wrong job key)");
+        break;
+      }
+      mesh->conns_[p][s] = std::move(fd);
+    }
+  }
+  if (!dial_status.ok()) stop.store(true);
+  acceptor.join();
+  KV_RETURN_IF_ERROR(dial_status);
+  KV_RETURN_IF_ERROR(accept_status);
+
+  for (int p = 0; p < size; ++p) {
+    if (p == rank) continue;
+    for (int s = 0; s < streams; ++s) KV_RETURN_IF_ERROR(SetNonBlocking(mesh->fd(p, s), true));
+    mesh->watched_[p] = true;
+  }
+  return mesh;
+}
+
+PeerMesh::~PeerMesh() {
+  for (int p = 0; p < size(); ++p) {
+    if (p == rank_ || !conns_[p][0].valid()) continue;
+    (void)::send(conns_[p][0].get(), kGoodbye, sizeof kGoodbye, MSG_NOSIGNAL | MSG_DONTWAIT);
+    for (auto& c : conns_[p]) ::shutdown(c.get(), SHUT_RDWR);
+  }
+}
+
+Status PeerMesh::OnWatchedHangup(int peer) {
+  char buf[16];
+  const ssize_t n = ::recv(conns_[peer][0].get(), buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+  if (n == static_cast<ssize_t>(sizeof kGoodbye) && std::memcmp(buf, kGoodbye, n) == 0) {
+    watched_[peer] = false;  // left on purpose after its last collective
+    return OkStatus();
+  }
+  if (n > 0) {
+    // Data is still queued for a later collective; the read that needs it will see the close.
+    watched_[peer] = false;
+    return OkStatus();
+  }
+  return Unavailable(Describe(peer) + " died: its connection closed without a goodbye");
+}
+
+Status PeerMesh::CheckPeersAlive() {
+  std::vector<pollfd> fds;
+  std::vector<int> who;
+  for (int p = 0; p < size(); ++p) {
+    if (watch_fd(p) < 0) continue;
+    fds.push_back({watch_fd(p), POLLRDHUP, 0});
+    who.push_back(p);
+  }
+  if (fds.empty() || ::poll(fds.data(), fds.size(), 0) <= 0) return OkStatus();
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+      KV_RETURN_IF_ERROR(OnWatchedHangup(who[i]));
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace korovod

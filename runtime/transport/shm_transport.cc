@@ -1,0 +1,277 @@
+#include "runtime/transport/shm_transport.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <openssl/rand.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+namespace korovod {
+namespace {
+
+constexpr uint64_t kSegmentMagic = 0x4b56534d31ull;  // "KVSM1"
+constexpr int kSleepSliceMs = 50;  // re-check the deadline and peer liveness this often
+constexpr size_t kNameBytes = 64;
+
+// Counters live on their own cache lines so the two sides do not false-share.
+struct alignas(64) PaddedCounter {
+  std::atomic<uint32_t> value{0};
+};
+
+struct SegmentHeader {
+  uint64_t magic;
+  uint64_t ring_bytes;
+  PaddedCounter doorbell;  // bumped by any peer that made progress this rank may wait for
+  PaddedCounter sleeping;  // 1 while this rank is (about to be) blocked on the doorbell
+};
+
+// One inbound ring per sender: head = slots written by the sender, tail = slots consumed.
+struct RingHeader {
+  PaddedCounter head;
+  PaddedCounter tail;
+};
+
+long Futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const timespec* ts) {
+  return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, val, ts, nullptr, 0);
+}
+
+}  // namespace
+
+// A mapped segment: header, then one ring per possible sender (indexed by global rank).
+class SharedMapping {
+ public:
+  SharedMapping(void* base, size_t bytes) : base_(static_cast<std::byte*>(base)), bytes_(bytes) {}
+  ~SharedMapping() { ::munmap(base_, bytes_); }
+  SharedMapping(const SharedMapping&) = delete;
+  SharedMapping& operator=(const SharedMapping&) = delete;
+
+  SegmentHeader* header() { return reinterpret_cast<SegmentHeader*>(base_); }
+  RingHeader* ring(int sender) { return reinterpret_cast<RingHeader*>(RingBase(sender)); }
+  std::byte* slot(int sender, uint32_t index, size_t slot_bytes) {
+    return RingBase(sender) + sizeof(RingHeader) + static_cast<size_t>(index) * slot_bytes;
+  }
+
+  // Rings the doorbell; wakes the owner only if it is blocked (no syscall otherwise).
+  void Ring() {
+    header()->doorbell.value.fetch_add(1, std::memory_order_seq_cst);
+    if (header()->sleeping.value.load(std::memory_order_seq_cst) != 0) {
+      Futex(&header()->doorbell.value, FUTEX_WAKE, 1, nullptr);
+    }
+  }
+
+  static size_t Bytes(int ranks, size_t ring_bytes) {
+    return sizeof(SegmentHeader) + static_cast<size_t>(ranks) * ring_bytes;
+  }
+
+ private:
+  std::byte* RingBase(int sender) {
+    return base_ + sizeof(SegmentHeader) + static_cast<size_t>(sender) * header()->ring_bytes;
+  }
+  std::byte* base_;
+  size_t bytes_;
+};
+
+namespace {
+
+StatusOr<std::unique_ptr<SharedMapping>> MapSegment(const std::string& name, size_t bytes,
+                                                    bool create) {
+  const int flags = create ? (O_RDWR | O_CREAT | O_EXCL) : O_RDWR;
+  Fd fd(::shm_open(name.c_str(), flags | O_CLOEXEC, 0600));  // owner only: all ranks are one user
+  if (!fd.valid()) return ErrnoStatus(StatusCode::kUnavailable, "shm_open " + name, errno);
+  if (create && ::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
+    const int err = errno;
+    ::shm_unlink(name.c_str());
+    return ErrnoStatus(StatusCode::kUnavailable, "ftruncate " + name, err);
+  }
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (base == MAP_FAILED) {
+    const int err = errno;
+    if (create) ::shm_unlink(name.c_str());
+    return ErrnoStatus(StatusCode::kUnavailable, "mmap " + name, err);
+  }
+  return std::make_unique<SharedMapping>(base, bytes);
+}
+
+}  // namespace
+
+ShmTransport::ShmTransport(std::shared_ptr<PeerMesh> mesh, size_t slot_bytes, int slots,
+                           WaitPolicy wait)
+    : mesh_(std::move(mesh)),
+      slot_bytes_(slot_bytes),
+      slots_(static_cast<uint32_t>(slots)),
+      wait_(wait) {
+  segments_.resize(mesh_->size());
+}
+
+ShmTransport::~ShmTransport() = default;
+
+StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(std::shared_ptr<PeerMesh> mesh,
+                                                             size_t slot_bytes, int slots,
+                                                             WaitPolicy wait, Deadline deadline) {
+  if (slot_bytes < 4096 || slot_bytes % 64 != 0) {
+    return InvalidArgument("shm_slot_bytes must be a multiple of 64 and at least 4096, got " +
+                           std::to_string(slot_bytes));
+  }
+  if (slots < 2 || slots > 1024) {
+    return InvalidArgument("shm_slots must be in [2, 1024], got " + std::to_string(slots));
+  }
+  auto t = std::make_unique<ShmTransport>(mesh, slot_bytes, slots, wait);
+  const int me = mesh->rank();
+  const int n = mesh->size();
+  const size_t ring_bytes = sizeof(RingHeader) + slot_bytes * static_cast<size_t>(slots);
+  const size_t seg_bytes = SharedMapping::Bytes(n, ring_bytes);
+
+  unsigned char nonce[8];
+  if (RAND_bytes(nonce, sizeof nonce) != 1) return Internal("RAND_bytes failed");
+  char name[kNameBytes] = {};
+  std::snprintf(name, sizeof name, "/korovod-%d-r%d-%02x%02x%02x%02x%02x%02x%02x%02x",
+                static_cast<int>(::getpid()), me, nonce[0], nonce[1], nonce[2], nonce[3],
+                nonce[4], nonce[5], nonce[6], nonce[7]);
+  KV_ASSIGN_OR_RETURN(t->segments_[me], MapSegment(name, seg_bytes, true));
+  t->segments_[me]->header()->magic = kSegmentMagic;
+  t->segments_[me]->header()->ring_bytes = ring_bytes;
+
+  // Trade names, map, then confirm; the creator unlinks once everyone holds a mapping.
+  Status s;
+  for (int p = 0; p < n && s.ok(); ++p) {
+    if (p != me) s = WriteFull(mesh->fd(p, 0), name, kNameBytes, deadline, mesh->Describe(p));
+  }
+  for (int p = 0; p < n && s.ok(); ++p) {
+    if (p == me) continue;
+    char peer_name[kNameBytes];
+    s = ReadFull(mesh->fd(p, 0), peer_name, kNameBytes, deadline, mesh->Describe(p));
+    if (!s.ok()) break;
+    peer_name[kNameBytes - 1] = '\0';
+    auto mapped = MapSegment(peer_name, seg_bytes, false);
+    if (!mapped.ok()) {
+      s = mapped.status().WithContext("mapping the shared memory of " + mesh->Describe(p) +
+                                      " (are all ranks on one host?)");
+      break;
+    }
+    t->segments_[p] = std::move(mapped).value();
+    if (t->segments_[p]->header()->magic != kSegmentMagic ||
+        t->segments_[p]->header()->ring_bytes != ring_bytes) {
+      s = FailedPrecondition("shared memory of " + mesh->Describe(p) +
+                             " has a different layout (mismatched shm_slot_bytes/shm_slots?)");
+    }
+  }
+  const char ack = s.ok() ? 1 : 0;
+  for (int p = 0; p < n && s.ok(); ++p) {
+    if (p != me) s = WriteFull(mesh->fd(p, 0), &ack, 1, deadline, mesh->Describe(p));
+  }
+  for (int p = 0; p < n && s.ok(); ++p) {
+    if (p == me) continue;
+    char their = 0;
+    s = ReadFull(mesh->fd(p, 0), &their, 1, deadline, mesh->Describe(p));
+    if (s.ok() && their != 1) s = Unavailable(mesh->Describe(p) + " failed to map shared memory");
+  }
+  ::shm_unlink(name);
+  KV_RETURN_IF_ERROR(s);
+  return t;
+}
+
+Status ShmTransport::Fail(Status s) {
+  if (broken_.ok()) broken_ = s;
+  return s;
+}
+
+Status ShmTransport::Exchange(const SendSpec& send, const RecvSpec& recv, Deadline deadline) {
+  if (!broken_.ok()) return broken_;
+  const int me = mesh_->rank();
+  if (send.peer == me || recv.peer == me) {
+    return InvalidArgument("a rank cannot exchange with itself");
+  }
+  const size_t slot = slot_bytes_;
+  const uint32_t send_slots =
+      send.peer >= 0 ? static_cast<uint32_t>((send.len + slot - 1) / slot) : 0;
+  const uint32_t recv_slots =
+      recv.peer >= 0 ? static_cast<uint32_t>((recv.len + slot - 1) / slot) : 0;
+  SharedMapping* own = segments_[me].get();
+  SharedMapping* out_seg = send_slots ? segments_[send.peer].get() : nullptr;
+  RingHeader* out = send_slots ? out_seg->ring(me) : nullptr;
+  RingHeader* in = recv_slots ? own->ring(recv.peer) : nullptr;
+  SharedMapping* in_seg = recv_slots ? segments_[recv.peer].get() : nullptr;
+
+  uint32_t sent = 0, received = 0;
+  IdleWaiter idle(wait_);
+  while (sent < send_slots || received < recv_slots) {
+    bool progressed = false;
+    if (sent < send_slots) {
+      const uint32_t head = out->head.value.load(std::memory_order_relaxed);
+      if (head - out->tail.value.load(std::memory_order_acquire) < slots_) {
+        const size_t off = static_cast<size_t>(sent) * slot;
+        const size_t n = std::min(slot, send.len - off);
+        std::memcpy(out_seg->slot(me, head % slots_, slot), send.data + off, n);
+        out->head.value.store(head + 1, std::memory_order_release);
+        out_seg->Ring();
+        ++sent;
+        progressed = true;
+      }
+    }
+    if (received < recv_slots) {
+      const uint32_t tail = in->tail.value.load(std::memory_order_relaxed);
+      if (in->head.value.load(std::memory_order_acquire) != tail) {
+        const size_t off = static_cast<size_t>(received) * slot;
+        const size_t n = std::min(slot, recv.len - off);
+        const std::byte* data = own->slot(recv.peer, tail % slots_, slot);
+        if (recv.dest != nullptr) {
+          std::memcpy(recv.dest + off, data, n);
+        } else {
+          (*recv.consume)(off, data, n);
+        }
+        in->tail.value.store(tail + 1, std::memory_order_release);
+        in_seg->Ring();  // the sender may be waiting for a free slot
+        ++received;
+        progressed = true;
+      }
+    }
+    if (progressed) {
+      idle.Reset();
+      continue;
+    }
+    if (!idle.Pause()) continue;
+
+    // Block on our doorbell. Announce the sleep first, then re-check, so a peer that makes
+    // progress after the check sees `sleeping` and wakes us (no lost wake-up).
+    SegmentHeader* h = own->header();
+    h->sleeping.value.store(1, std::memory_order_seq_cst);
+    const uint32_t bell = h->doorbell.value.load(std::memory_order_seq_cst);
+    const bool can_send =
+        sent < send_slots && out->head.value.load(std::memory_order_relaxed) -
+                                     out->tail.value.load(std::memory_order_acquire) <
+                                 slots_;
+    const bool can_recv = received < recv_slots && in->head.value.load(std::memory_order_acquire) !=
+                                                       in->tail.value.load(std::memory_order_relaxed);
+    if (!can_send && !can_recv) {
+      const int ms = std::min(kSleepSliceMs, deadline.RemainingMs());
+      const timespec ts{ms / 1000, (ms % 1000) * 1000000L};
+      Futex(&h->doorbell.value, FUTEX_WAIT, bell, &ts);
+    }
+    h->sleeping.value.store(0, std::memory_order_relaxed);
+    idle.Reset();
+    if (Status alive = mesh_->CheckPeersAlive(); !alive.ok()) return Fail(alive);
+    if (deadline.Expired()) {
+      std::string what;
+      if (received < recv_slots) {
+        what = "waiting to receive " + std::to_string(recv.len - received * slot) + " of " +
+               std::to_string(recv.len) + " bytes from " + mesh_->Describe(recv.peer);
+      }
+      if (sent < send_slots) {
+        what += (what.empty() ? "" : " and ") + std::string("waiting for ") +
+                mesh_->Describe(send.peer) + " to take " +
+                std::to_string(send.len - sent * slot) + " more bytes";
+      }
+      return Fail(DeadlineExceeded("timed out " + what + " (shared memory)"));
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace korovod

@@ -1,0 +1,44 @@
+// ShmTransport: ranks on one host exchange bytes through memory-mapped rings, one per directed
+// pair. The sender copies a slot into the receiver's ring; the receiver reduces or copies straight
+// out of the slot. No syscall per slot on the fast path: counters are atomics in the mapping, and
+// a waiting rank sleeps on a futex only after spinning and yielding (see WaitPolicy).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/transport/peer_mesh.h"
+#include "runtime/transport/transport.h"
+#include "runtime/transport/wait_policy.h"
+
+namespace korovod {
+
+class SharedMapping;  // one rank's segment, mapped here
+
+class ShmTransport : public Transport {
+ public:
+  // Creates this rank's segment, trades segment names with every peer over the mesh, maps
+  // theirs, and unlinks its own once all peers have it mapped (nothing is left in /dev/shm, even
+  // if a rank is killed later).
+  static StatusOr<std::unique_ptr<ShmTransport>> Create(std::shared_ptr<PeerMesh> mesh,
+                                                        size_t slot_bytes, int slots,
+                                                        WaitPolicy wait, Deadline deadline);
+  ShmTransport(std::shared_ptr<PeerMesh> mesh, size_t slot_bytes, int slots, WaitPolicy wait);
+  ~ShmTransport() override;
+
+  Status Exchange(const SendSpec& send, const RecvSpec& recv, Deadline deadline) override;
+  const char* Name() const override { return "shm"; }
+
+ private:
+  Status Fail(Status s);
+
+  std::shared_ptr<PeerMesh> mesh_;
+  size_t slot_bytes_;
+  uint32_t slots_;
+  WaitPolicy wait_;
+  std::vector<std::unique_ptr<SharedMapping>> segments_;  // [rank]; own at mesh_->rank()
+  Status broken_;
+};
+
+}  // namespace korovod

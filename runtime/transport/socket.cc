@@ -1,0 +1,179 @@
+#include "runtime/transport/socket.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+namespace korovod {
+
+void Fd::Reset() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+namespace {
+
+StatusOr<sockaddr_storage> Resolve(const std::string& host, uint16_t port, socklen_t* len) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res);
+  if (rc != 0) {
+    return Unavailable("cannot resolve host '" + host + "': " + gai_strerror(rc));
+  }
+  sockaddr_storage ss{};
+  std::memcpy(&ss, res->ai_addr, res->ai_addrlen);
+  *len = res->ai_addrlen;
+  ::freeaddrinfo(res);
+  return ss;
+}
+
+}  // namespace
+
+StatusOr<Fd> ListenTcp(const std::string& host, uint16_t port, int backlog) {
+  socklen_t len = 0;
+  KV_ASSIGN_OR_RETURN(sockaddr_storage ss, Resolve(host, port, &len));
+  Fd fd(::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return ErrnoStatus(StatusCode::kInternal, "socket", errno);
+  int one = 1;
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+    return ErrnoStatus(StatusCode::kUnavailable,
+                       "bind " + host + ":" + std::to_string(port), errno);
+  }
+  if (::listen(fd.get(), backlog) != 0) return ErrnoStatus(StatusCode::kInternal, "listen", errno);
+  return fd;
+}
+
+StatusOr<Fd> ConnectTcp(const PeerAddress& addr, Deadline deadline) {
+  socklen_t len = 0;
+  KV_ASSIGN_OR_RETURN(sockaddr_storage ss, Resolve(addr.host, addr.port, &len));
+  int backoff_ms = 5;
+  int last_err = 0;
+  while (true) {
+    Fd fd(::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!fd.valid()) return ErrnoStatus(StatusCode::kInternal, "socket", errno);
+    int rc = ::connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{fd.get(), POLLOUT, 0};
+      const int prc = ::poll(&p, 1, deadline.RemainingMs());
+      if (prc == 1) {
+        int err = 0;
+        socklen_t el = sizeof err;
+        ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &el);
+        rc = err == 0 ? 0 : -1;
+        errno = err;
+      } else {
+        errno = prc == 0 ? ETIMEDOUT : errno;
+        rc = -1;
+      }
+    }
+    if (rc == 0) {
+      KV_RETURN_IF_ERROR(SetNoDelay(fd.get()));
+      return fd;
+    }
+    last_err = errno;
+    if (deadline.Expired()) break;
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::min(backoff_ms, std::max(1, deadline.RemainingMs()))));
+    backoff_ms = std::min(backoff_ms * 2, 200);
+  }
+  return DeadlineExceeded("could not connect to " + addr.ToString() + " before the deadline (" +
+                          std::strerror(last_err ? last_err : ETIMEDOUT) + ")");
+}
+
+StatusOr<Fd> AcceptTcp(int listen_fd, Deadline deadline) {
+  pollfd p{listen_fd, POLLIN, 0};
+  int rc = ::poll(&p, 1, deadline.RemainingMs());
+  if (rc == 0) return DeadlineExceeded("no connection arrived before the deadline");
+  if (rc < 0) return ErrnoStatus(StatusCode::kInternal, "poll(listen)", errno);
+  Fd fd(::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus(StatusCode::kUnavailable, "accept", errno);
+  KV_RETURN_IF_ERROR(SetNoDelay(fd.get()));
+  return fd;
+}
+
+Status SetNonBlocking(int fd, bool on) {
+  int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0) return ErrnoStatus(StatusCode::kInternal, "fcntl(F_GETFL)", errno);
+  flags = on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK);
+  if (::fcntl(fd, F_SETFL, flags) != 0) {
+    return ErrnoStatus(StatusCode::kInternal, "fcntl(F_SETFL)", errno);
+  }
+  return OkStatus();
+}
+
+Status SetNoDelay(int fd) {
+  int one = 1;
+  if (::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) {
+    return ErrnoStatus(StatusCode::kInternal, "setsockopt(TCP_NODELAY)", errno);
+  }
+  return OkStatus();
+}
+
+Status WriteFull(int fd, const void* data, size_t len, Deadline deadline, const std::string& who) {
+  const auto* p = static_cast<const char*>(data);
+  while (len > 0) {
+    ssize_t n = ::send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      len -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      return ErrnoStatus(StatusCode::kUnavailable, "send to " + who, errno);
+    }
+    pollfd pfd{fd, POLLOUT, 0};
+    if (::poll(&pfd, 1, deadline.RemainingMs()) == 0) {
+      return DeadlineExceeded("timed out sending to " + who);
+    }
+  }
+  return OkStatus();
+}
+
+Status ReadFull(int fd, void* data, size_t len, Deadline deadline, const std::string& who) {
+  auto* p = static_cast<char*>(data);
+  while (len > 0) {
+    ssize_t n = ::recv(fd, p, len, MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      len -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0) return Unavailable(who + " closed the connection");
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      return ErrnoStatus(StatusCode::kUnavailable, "recv from " + who, errno);
+    }
+    pollfd pfd{fd, POLLIN, 0};
+    if (::poll(&pfd, 1, deadline.RemainingMs()) == 0) {
+      return DeadlineExceeded("timed out waiting for " + who);
+    }
+  }
+  return OkStatus();
+}
+
+StatusOr<uint16_t> LocalPort(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
+    return ErrnoStatus(StatusCode::kInternal, "getsockname", errno);
+  }
+  if (ss.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+}
+
+}  // namespace korovod

@@ -1,0 +1,59 @@
+// TCP socket primitives with deadlines: an owning fd, listen, connect with retry, full reads and
+// writes for handshakes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "runtime/common/deadline.h"
+#include "runtime/common/status.h"
+#include "runtime/world/world.h"
+
+namespace korovod {
+
+// Owns a file descriptor; closes it on destruction.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() { Reset(); }
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() { return std::exchange(fd_, -1); }
+  void Reset();
+
+ private:
+  int fd_ = -1;
+};
+
+StatusOr<Fd> ListenTcp(const std::string& host, uint16_t port, int backlog);
+// Dials `addr`, retrying refused/unreachable attempts with backoff until the deadline.
+StatusOr<Fd> ConnectTcp(const PeerAddress& addr, Deadline deadline);
+// Accepts one connection or times out.
+StatusOr<Fd> AcceptTcp(int listen_fd, Deadline deadline);
+
+Status SetNonBlocking(int fd, bool on);
+Status SetNoDelay(int fd);
+
+// Blocking-style helpers over a (possibly non-blocking) socket, bounded by the deadline.
+// `who` names the peer in errors.
+Status WriteFull(int fd, const void* data, size_t len, Deadline deadline, const std::string& who);
+Status ReadFull(int fd, void* data, size_t len, Deadline deadline, const std::string& who);
+
+// Local port of a bound socket (for tests that listen on port 0).
+StatusOr<uint16_t> LocalPort(int fd);
+
+}  // namespace korovod

@@ -1,0 +1,159 @@
+#include "runtime/transport/tcp_transport.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace korovod {
+namespace {
+
+constexpr size_t kMaxIo = 1 << 20;             // bytes per send/recv call
+constexpr size_t kConsumeGranule = 256 << 10;  // hand received bytes on at this size
+constexpr size_t kStripeAlign = 4096;          // part boundaries: whole elements of any type
+constexpr int kPollSliceMs = 100;              // re-check the deadline this often
+
+}  // namespace
+
+TcpTransport::TcpTransport(std::shared_ptr<PeerMesh> mesh, size_t stripe_min, WaitPolicy wait)
+    : mesh_(std::move(mesh)), stripe_min_(stripe_min), wait_(wait) {}
+
+void TcpTransport::PlanParts(int peer, size_t len, std::vector<Part>* parts) const {
+  parts->clear();
+  if (peer < 0 || len == 0) return;
+  const int streams = len >= stripe_min_ ? mesh_->streams() : 1;
+  size_t part = (len + streams - 1) / streams;
+  part = (part + kStripeAlign - 1) / kStripeAlign * kStripeAlign;
+  for (int s = 0; s < streams; ++s) {
+    const size_t b = std::min(len, s * part);
+    const size_t e = std::min(len, b + part);
+    if (b < e) parts->push_back(Part{mesh_->fd(peer, s), b, e});
+  }
+}
+
+Status TcpTransport::Fail(Status s) {
+  if (broken_.ok()) broken_ = s;
+  return s;
+}
+
+Status TcpTransport::Exchange(const SendSpec& send, const RecvSpec& recv, Deadline deadline) {
+  if (!broken_.ok()) return broken_;
+  if (send.peer == mesh_->rank() || recv.peer == mesh_->rank()) {
+    return InvalidArgument("a rank cannot exchange with itself");
+  }
+  PlanParts(send.peer, send.len, &send_parts_);
+  PlanParts(recv.peer, recv.len, &recv_parts_);
+  std::byte* target = recv.dest;
+  if (!recv_parts_.empty() && target == nullptr) {
+    if (staging_.size() < recv.len) staging_.resize(recv.len);
+    target = staging_.data();
+  }
+  const size_t align = std::max<size_t>(1, recv.align);
+  size_t send_left = send.peer >= 0 ? send.len : 0;
+  size_t recv_left = recv.peer >= 0 ? recv.len : 0;
+
+  IdleWaiter idle(wait_);
+  std::vector<pollfd> pfds;
+  std::vector<int> pfd_peer;  // peer owning each watch entry, -1 for data entries
+  while (send_left > 0 || recv_left > 0) {
+    bool progressed = false;
+    for (Part& p : send_parts_) {
+      if (p.done == p.end - p.begin) continue;
+      const size_t n = std::min(kMaxIo, p.end - p.begin - p.done);
+      const ssize_t w = ::send(p.fd, send.data + p.begin + p.done, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w > 0) {
+        p.done += static_cast<size_t>(w);
+        send_left -= static_cast<size_t>(w);
+        progressed = true;
+      } else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        return Fail(ErrnoStatus(StatusCode::kUnavailable,
+                                "sending " + std::to_string(send.len) + " bytes to " +
+                                    mesh_->Describe(send.peer) + " failed",
+                                errno));
+      }
+    }
+    for (Part& p : recv_parts_) {
+      const size_t part_len = p.end - p.begin;
+      if (p.done < part_len) {
+        const size_t n = std::min(kMaxIo, part_len - p.done);
+        const ssize_t r = ::recv(p.fd, target + p.begin + p.done, n, MSG_DONTWAIT);
+        if (r > 0) {
+          p.done += static_cast<size_t>(r);
+          recv_left -= static_cast<size_t>(r);
+          progressed = true;
+        } else if (r == 0) {
+          return Fail(Unavailable(mesh_->Describe(recv.peer) + " closed the connection with " +
+                                  std::to_string(recv_left) + " bytes of a " +
+                                  std::to_string(recv.len) + "-byte message still to come"));
+        } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+          return Fail(ErrnoStatus(StatusCode::kUnavailable,
+                                  "receiving from " + mesh_->Describe(recv.peer) + " failed",
+                                  errno));
+        }
+      }
+      if (recv.dest == nullptr) {
+        size_t ready = p.done - p.consumed;
+        if (ready >= kConsumeGranule || (p.done == part_len && ready > 0)) {
+          if (p.done != part_len) ready -= ready % align;
+          (*recv.consume)(p.begin + p.consumed, target + p.begin + p.consumed, ready);
+          p.consumed += ready;
+        }
+      }
+    }
+    if (send_left == 0 && recv_left == 0) break;
+    if (progressed) {
+      idle.Reset();
+      continue;
+    }
+    if (!idle.Pause()) continue;
+
+    // Block until a socket is ready, a watched peer hangs up, or the slice ends.
+    pfds.clear();
+    pfd_peer.clear();
+    for (const Part& p : send_parts_) {
+      if (p.done < p.end - p.begin) {
+        pfds.push_back({p.fd, POLLOUT, 0});
+        pfd_peer.push_back(-1);
+      }
+    }
+    for (const Part& p : recv_parts_) {
+      if (p.done < p.end - p.begin) {
+        pfds.push_back({p.fd, POLLIN, 0});
+        pfd_peer.push_back(-1);
+      }
+    }
+    for (int peer = 0; peer < mesh_->size(); ++peer) {
+      if (peer == recv.peer || mesh_->watch_fd(peer) < 0) continue;  // recv sees its own EOF
+      pfds.push_back({mesh_->watch_fd(peer), POLLRDHUP, 0});
+      pfd_peer.push_back(peer);
+    }
+    const int rc = ::poll(pfds.data(), pfds.size(), std::min(kPollSliceMs, deadline.RemainingMs()));
+    if (rc > 0) {
+      for (size_t i = 0; i < pfds.size(); ++i) {
+        if (pfd_peer[i] >= 0 && (pfds[i].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+          Status s = mesh_->OnWatchedHangup(pfd_peer[i]);
+          if (!s.ok()) return Fail(s);
+        }
+      }
+    }
+    idle.Reset();
+    if (deadline.Expired()) {
+      std::string what;
+      if (recv_left > 0) {
+        what = "waiting to receive " + std::to_string(recv_left) + " of " +
+               std::to_string(recv.len) + " bytes from " + mesh_->Describe(recv.peer);
+      }
+      if (send_left > 0) {
+        what += (what.empty() ? "" : " and ") + std::string("waiting to send ") +
+                std::to_string(send_left) + " of " + std::to_string(send.len) + " bytes to " +
+                mesh_->Describe(send.peer);
+      }
+      return Fail(DeadlineExceeded("timed out " + what));
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace korovod

@@ -1,0 +1,41 @@
+// TcpTransport: several connections per peer pair; messages of at least stripe_min bytes are
+// split into equal, page-aligned parts, one per connection, so both cores and several socket
+// buffers work on one large message. Non-blocking sockets, no per-message allocation once warm.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "runtime/transport/peer_mesh.h"
+#include "runtime/transport/transport.h"
+#include "runtime/transport/wait_policy.h"
+
+namespace korovod {
+
+class TcpTransport : public Transport {
+ public:
+  TcpTransport(std::shared_ptr<PeerMesh> mesh, size_t stripe_min, WaitPolicy wait);
+
+  Status Exchange(const SendSpec& send, const RecvSpec& recv, Deadline deadline) override;
+  const char* Name() const override { return "tcp"; }
+
+ private:
+  struct Part {
+    int fd;
+    size_t begin;
+    size_t end;
+    size_t done = 0;      // bytes moved
+    size_t consumed = 0;  // bytes handed to the consumer (receive side)
+  };
+  void PlanParts(int peer, size_t len, std::vector<Part>* parts) const;
+  Status Fail(Status s);
+
+  std::shared_ptr<PeerMesh> mesh_;
+  size_t stripe_min_;
+  WaitPolicy wait_;
+  std::vector<std::byte> staging_;  // grow-only receive buffer for consumed messages
+  std::vector<Part> send_parts_, recv_parts_;
+  Status broken_;
+};
+
+}  // namespace korovod

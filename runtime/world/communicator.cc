@@ -1,0 +1,95 @@
+#include "runtime/world/communicator.h"
+
+#include <unistd.h>
+
+#include <thread>
+
+#include "runtime/transport/peer_mesh.h"
+#include "runtime/transport/shm_transport.h"
+#include "runtime/transport/tcp_transport.h"
+
+namespace korovod {
+namespace {
+
+// Measured crossovers between recursive doubling and the ring (docs/benchmarks.md).
+constexpr size_t kSmallAllreduceShm = 64 << 10;
+constexpr size_t kSmallAllreduceTcp = 64 << 10;
+
+bool AllOnOneHost(const std::vector<PeerAddress>& peers) {
+  for (const PeerAddress& p : peers) {
+    if (p.host != peers.front().host) return false;
+  }
+  return true;
+}
+
+int CoreCount() {
+  const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+}  // namespace
+
+Communicator::Communicator(WorldOptions options, std::unique_ptr<Transport> transport)
+    : options_(std::move(options)),
+      world_(ProcessSet::World(static_cast<int>(options_.peers.size()), options_.rank)),
+      transport_(std::move(transport)) {}
+
+Communicator::~Communicator() = default;
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::Create(const WorldOptions& options) {
+  if (options.peers.empty()) return InvalidArgument("WorldOptions.peers is empty");
+  if (options.rank < 0 || options.rank >= static_cast<int>(options.peers.size())) {
+    return InvalidArgument("rank " + std::to_string(options.rank) + " is outside the world of size " +
+                           std::to_string(options.peers.size()));
+  }
+  if (options.connect_timeout.count() <= 0 || options.op_timeout.count() <= 0) {
+    return InvalidArgument("connect_timeout and op_timeout must be positive");
+  }
+  TransportKind kind = options.transport;
+  if (kind == TransportKind::kAuto) {
+    kind = AllOnOneHost(options.peers) ? TransportKind::kShm : TransportKind::kTcp;
+  }
+  if (kind == TransportKind::kShm && !AllOnOneHost(options.peers)) {
+    return InvalidArgument("the shm transport needs every rank on one host, but peers name "
+                           "several hosts");
+  }
+  int local_ranks = 0;  // ranks competing for this host's cores
+  for (const PeerAddress& p : options.peers) {
+    if (p.host == options.peers[options.rank].host) ++local_ranks;
+  }
+  WaitPolicy wait = WaitPolicy::For(local_ranks, CoreCount());
+  if (options.spin_iterations >= 0) wait.spin_iterations = options.spin_iterations;
+  const int streams = kind == TransportKind::kTcp ? options.tcp_streams : 1;
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<PeerMesh> mesh_owned, PeerMesh::Connect(options, streams));
+  std::shared_ptr<PeerMesh> mesh = std::move(mesh_owned);
+
+  std::unique_ptr<Transport> transport;
+  if (kind == TransportKind::kShm) {
+    KV_ASSIGN_OR_RETURN(auto shm, ShmTransport::Create(mesh, options.shm_slot_bytes,
+                                                       options.shm_slots, wait,
+                                                       Deadline::After(options.connect_timeout)));
+    transport = std::move(shm);
+  } else {
+    transport = std::make_unique<TcpTransport>(mesh, options.tcp_stripe_min, wait);
+  }
+  return std::make_unique<Communicator>(options, std::move(transport));
+}
+
+std::string Communicator::DescribePeer(int r) const {
+  return "rank " + std::to_string(r) + " (" + options_.peers[r].ToString() + ")";
+}
+
+std::byte* Communicator::Scratch(int which, size_t bytes) {
+  if (scratch_size_[which] < bytes) {
+    scratch_[which] = std::make_unique_for_overwrite<std::byte[]>(bytes);
+    scratch_size_[which] = bytes;
+  }
+  return scratch_[which].get();
+}
+
+size_t Communicator::small_allreduce_max_bytes() const {
+  if (options_.small_allreduce_max_bytes != 0) return options_.small_allreduce_max_bytes;
+  return std::string_view(transport_->Name()) == "shm" ? kSmallAllreduceShm : kSmallAllreduceTcp;
+}
+
+}  // namespace korovod
