@@ -32,11 +32,21 @@ struct SegmentHeader {
   PaddedCounter sleeping;  // 1 while this rank is (about to be) blocked on the doorbell
 };
 
-// One inbound ring per sender: head = slots written by the sender, tail = slots consumed.
+// One inbound ring per sender. Each slot starts with a sequence word on the same cache line as
+// the first payload bytes, so a small message costs the receiver one cache-line transfer (seq and
+// data together); `tail` (slots consumed) flows back to the sender, which caches it and re-reads
+// it only when the ring looks full.
 struct RingHeader {
-  PaddedCounter head;
   PaddedCounter tail;
 };
+
+struct alignas(64) SlotHeader {
+  std::atomic<uint32_t> seq;  // k-th slot written to this ring carries k+1
+};
+constexpr size_t kSlotHeaderBytes = 16;  // payload starts 16 bytes in, on the seq's cache line
+
+// Slot pitch: header + payload, rounded to cache lines.
+size_t Stride(size_t slot_bytes) { return (kSlotHeaderBytes + slot_bytes + 63) / 64 * 64; }
 
 long Futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const timespec* ts) {
   return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, val, ts, nullptr, 0);
@@ -54,8 +64,12 @@ class SharedMapping {
 
   SegmentHeader* header() { return reinterpret_cast<SegmentHeader*>(base_); }
   RingHeader* ring(int sender) { return reinterpret_cast<RingHeader*>(RingBase(sender)); }
-  std::byte* slot(int sender, uint32_t index, size_t slot_bytes) {
-    return RingBase(sender) + sizeof(RingHeader) + static_cast<size_t>(index) * slot_bytes;
+  // Slot `index` of the ring from `sender`; its payload is at +kSlotHeaderBytes.
+  std::byte* slot(int sender, uint32_t index, size_t stride) {
+    return RingBase(sender) + sizeof(RingHeader) + static_cast<size_t>(index) * stride;
+  }
+  static std::atomic<uint32_t>* seq(std::byte* slot) {
+    return &reinterpret_cast<SlotHeader*>(slot)->seq;
   }
 
   // Rings the doorbell; wakes the owner only if it is blocked (no syscall otherwise).
@@ -108,6 +122,7 @@ ShmTransport::ShmTransport(std::shared_ptr<PeerMesh> mesh, size_t slot_bytes, in
       slots_(static_cast<uint32_t>(slots)),
       wait_(wait) {
   segments_.resize(mesh_->size());
+  peers_.resize(mesh_->size());
 }
 
 ShmTransport::~ShmTransport() = default;
@@ -125,7 +140,7 @@ StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(std::shared_ptr<Pee
   auto t = std::make_unique<ShmTransport>(mesh, slot_bytes, slots, wait);
   const int me = mesh->rank();
   const int n = mesh->size();
-  const size_t ring_bytes = sizeof(RingHeader) + slot_bytes * static_cast<size_t>(slots);
+  const size_t ring_bytes = sizeof(RingHeader) + Stride(slot_bytes) * static_cast<size_t>(slots);
   const size_t seg_bytes = SharedMapping::Bytes(n, ring_bytes);
 
   unsigned char nonce[8];
@@ -189,6 +204,7 @@ Status ShmTransport::Exchange(const SendSpec& send, const RecvSpec& recv, Deadli
     return InvalidArgument("a rank cannot exchange with itself");
   }
   const size_t slot = slot_bytes_;
+  const size_t stride = Stride(slot);
   const uint32_t send_slots =
       send.peer >= 0 ? static_cast<uint32_t>((send.len + slot - 1) / slot) : 0;
   const uint32_t recv_slots =
@@ -198,39 +214,52 @@ Status ShmTransport::Exchange(const SendSpec& send, const RecvSpec& recv, Deadli
   RingHeader* out = send_slots ? out_seg->ring(me) : nullptr;
   RingHeader* in = recv_slots ? own->ring(recv.peer) : nullptr;
   SharedMapping* in_seg = recv_slots ? segments_[recv.peer].get() : nullptr;
+  PeerState* tx = send_slots ? &peers_[send.peer] : nullptr;
+  PeerState* rx = recv_slots ? &peers_[recv.peer] : nullptr;
+
+  // Non-blocking attempts; each moves at most one slot so sending and receiving interleave.
+  auto try_send = [&](uint32_t done) {
+    if (tx->sent - tx->tail_seen >= slots_) {
+      tx->tail_seen = out->tail.value.load(std::memory_order_acquire);
+      if (tx->sent - tx->tail_seen >= slots_) return false;
+    }
+    std::byte* s = out_seg->slot(me, tx->sent % slots_, stride);
+    const size_t off = static_cast<size_t>(done) * slot;
+    std::memcpy(s + kSlotHeaderBytes, send.data + off, std::min(slot, send.len - off));
+    SharedMapping::seq(s)->store(++tx->sent, std::memory_order_release);
+    out_seg->Ring();
+    return true;
+  };
+  auto recv_ready = [&] {
+    std::byte* s = own->slot(recv.peer, rx->received % slots_, stride);
+    return SharedMapping::seq(s)->load(std::memory_order_acquire) == rx->received + 1;
+  };
+  auto try_recv = [&](uint32_t done) {
+    if (!recv_ready()) return false;
+    const std::byte* data = own->slot(recv.peer, rx->received % slots_, stride) + kSlotHeaderBytes;
+    const size_t off = static_cast<size_t>(done) * slot;
+    const size_t n = std::min(slot, recv.len - off);
+    if (recv.dest != nullptr) {
+      std::memcpy(recv.dest + off, data, n);
+    } else {
+      (*recv.consume)(off, data, n);
+    }
+    in->tail.value.store(++rx->received, std::memory_order_release);
+    in_seg->Ring();  // the sender may be waiting for a free slot
+    return true;
+  };
 
   uint32_t sent = 0, received = 0;
   IdleWaiter idle(wait_);
   while (sent < send_slots || received < recv_slots) {
     bool progressed = false;
-    if (sent < send_slots) {
-      const uint32_t head = out->head.value.load(std::memory_order_relaxed);
-      if (head - out->tail.value.load(std::memory_order_acquire) < slots_) {
-        const size_t off = static_cast<size_t>(sent) * slot;
-        const size_t n = std::min(slot, send.len - off);
-        std::memcpy(out_seg->slot(me, head % slots_, slot), send.data + off, n);
-        out->head.value.store(head + 1, std::memory_order_release);
-        out_seg->Ring();
-        ++sent;
-        progressed = true;
-      }
+    if (sent < send_slots && try_send(sent)) {
+      ++sent;
+      progressed = true;
     }
-    if (received < recv_slots) {
-      const uint32_t tail = in->tail.value.load(std::memory_order_relaxed);
-      if (in->head.value.load(std::memory_order_acquire) != tail) {
-        const size_t off = static_cast<size_t>(received) * slot;
-        const size_t n = std::min(slot, recv.len - off);
-        const std::byte* data = own->slot(recv.peer, tail % slots_, slot);
-        if (recv.dest != nullptr) {
-          std::memcpy(recv.dest + off, data, n);
-        } else {
-          (*recv.consume)(off, data, n);
-        }
-        in->tail.value.store(tail + 1, std::memory_order_release);
-        in_seg->Ring();  // the sender may be waiting for a free slot
-        ++received;
-        progressed = true;
-      }
+    if (received < recv_slots && try_recv(received)) {
+      ++received;
+      progressed = true;
     }
     if (progressed) {
       idle.Reset();
@@ -244,11 +273,9 @@ Status ShmTransport::Exchange(const SendSpec& send, const RecvSpec& recv, Deadli
     h->sleeping.value.store(1, std::memory_order_seq_cst);
     const uint32_t bell = h->doorbell.value.load(std::memory_order_seq_cst);
     const bool can_send =
-        sent < send_slots && out->head.value.load(std::memory_order_relaxed) -
-                                     out->tail.value.load(std::memory_order_acquire) <
-                                 slots_;
-    const bool can_recv = received < recv_slots && in->head.value.load(std::memory_order_acquire) !=
-                                                       in->tail.value.load(std::memory_order_relaxed);
+        sent < send_slots &&
+        tx->sent - out->tail.value.load(std::memory_order_seq_cst) < slots_;
+    const bool can_recv = received < recv_slots && recv_ready();
     if (!can_send && !can_recv) {
       const int ms = std::min(kSleepSliceMs, deadline.RemainingMs());
       const timespec ts{ms / 1000, (ms % 1000) * 1000000L};

@@ -37,7 +37,14 @@ class ShmTransport : public Transport {
   size_t slot_bytes_;
   uint32_t slots_;
   WaitPolicy wait_;
+  // Counters this rank keeps for each peer's rings; only tails and slot sequence words are shared.
+  struct PeerState {
+    uint32_t sent = 0;       // slots written to the peer's ring from us
+    uint32_t tail_seen = 0;  // the peer's consumed count, last read
+    uint32_t received = 0;   // slots consumed from the peer's ring to us
+  };
   std::vector<std::unique_ptr<SharedMapping>> segments_;  // [rank]; own at mesh_->rank()
+  std::vector<PeerState> peers_;
   Status broken_;
 };
 

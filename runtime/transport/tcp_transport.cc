@@ -45,12 +45,12 @@ Status TcpTransport::Exchange(const SendSpec& send, const RecvSpec& recv, Deadli
   }
   PlanParts(send.peer, send.len, &send_parts_);
   PlanParts(recv.peer, recv.len, &recv_parts_);
-  std::byte* target = recv.dest;
-  if (!recv_parts_.empty() && target == nullptr) {
-    if (staging_.size() < recv.len) staging_.resize(recv.len);
-    target = staging_.data();
+  // Consumed messages land in one granule-sized window per stream, reused as soon as the consumer
+  // has taken it, so the bytes are still in cache when they are reduced.
+  const size_t window_bytes = recv.dest == nullptr ? kConsumeGranule : 0;
+  if (staging_.size() < recv_parts_.size() * window_bytes) {
+    staging_.resize(recv_parts_.size() * window_bytes);
   }
-  const size_t align = std::max<size_t>(1, recv.align);
   size_t send_left = send.peer >= 0 ? send.len : 0;
   size_t recv_left = recv.peer >= 0 ? recv.len : 0;
 
@@ -74,32 +74,40 @@ Status TcpTransport::Exchange(const SendSpec& send, const RecvSpec& recv, Deadli
                                 errno));
       }
     }
-    for (Part& p : recv_parts_) {
+    for (size_t i = 0; i < recv_parts_.size(); ++i) {
+      Part& p = recv_parts_[i];
       const size_t part_len = p.end - p.begin;
-      if (p.done < part_len) {
-        const size_t n = std::min(kMaxIo, part_len - p.done);
-        const ssize_t r = ::recv(p.fd, target + p.begin + p.done, n, MSG_DONTWAIT);
-        if (r > 0) {
-          p.done += static_cast<size_t>(r);
-          recv_left -= static_cast<size_t>(r);
-          progressed = true;
-        } else if (r == 0) {
-          return Fail(Unavailable(mesh_->Describe(recv.peer) + " closed the connection with " +
-                                  std::to_string(recv_left) + " bytes of a " +
-                                  std::to_string(recv.len) + "-byte message still to come"));
-        } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-          return Fail(ErrnoStatus(StatusCode::kUnavailable,
-                                  "receiving from " + mesh_->Describe(recv.peer) + " failed",
-                                  errno));
-        }
+      if (p.done == part_len) continue;
+      std::byte* window = staging_.data() + i * window_bytes;
+      std::byte* to;
+      size_t n;
+      if (recv.dest != nullptr) {
+        to = recv.dest + p.begin + p.done;
+        n = std::min(kMaxIo, part_len - p.done);
+      } else {
+        const size_t filled = p.done - p.consumed;
+        to = window + filled;
+        n = std::min(kConsumeGranule - filled, part_len - p.done);
       }
-      if (recv.dest == nullptr) {
-        size_t ready = p.done - p.consumed;
-        if (ready >= kConsumeGranule || (p.done == part_len && ready > 0)) {
-          if (p.done != part_len) ready -= ready % align;
-          (*recv.consume)(p.begin + p.consumed, target + p.begin + p.consumed, ready);
-          p.consumed += ready;
-        }
+      const ssize_t r = ::recv(p.fd, to, n, MSG_DONTWAIT);
+      if (r > 0) {
+        p.done += static_cast<size_t>(r);
+        recv_left -= static_cast<size_t>(r);
+        progressed = true;
+      } else if (r == 0) {
+        return Fail(Unavailable(mesh_->Describe(recv.peer) + " closed the connection with " +
+                                std::to_string(recv_left) + " bytes of a " +
+                                std::to_string(recv.len) + "-byte message still to come"));
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        return Fail(ErrnoStatus(StatusCode::kUnavailable,
+                                "receiving from " + mesh_->Describe(recv.peer) + " failed", errno));
+      }
+      // Window boundaries are multiples of the granule and parts end on element boundaries, so
+      // every piece handed on is whole elements.
+      const size_t filled = p.done - p.consumed;
+      if (recv.dest == nullptr && filled > 0 && (filled == kConsumeGranule || p.done == part_len)) {
+        (*recv.consume)(p.begin + p.consumed, window, filled);
+        p.consumed = p.done;
       }
     }
     if (send_left == 0 && recv_left == 0) break;

@@ -33,7 +33,7 @@ class TcpTransport : public Transport {
   std::shared_ptr<PeerMesh> mesh_;
   size_t stripe_min_;
   WaitPolicy wait_;
-  std::vector<std::byte> staging_;  // grow-only receive buffer for consumed messages
+  std::vector<std::byte> staging_;  // one receive window per stream, grow-only
   std::vector<Part> send_parts_, recv_parts_;
   Status broken_;
 };
