@@ -2,13 +2,28 @@
 # Installs everything korovod needs to build and test on Debian bookworm (run as root or with sudo).
 #   scripts/install-deps.sh            build + test dependencies
 #   scripts/install-deps.sh --bench    also the peer baselines (Open MPI, Gloo, torch) for bench/
-# Idempotent: packages already present are skipped by apt.
+#   scripts/install-deps.sh --cuda     also CUDA runtime + NCCL, for the optional GPU backend
+# Idempotent: packages already present are skipped by apt, CUDA wheels by a stamp file.
+#
+# --cuda is opt-in, not part of the default run: the NCCL wheel alone is ~300 MB to download and
+# ~350 MB on disk, and a CPU-only build needs none of it (cmake's KOROVOD_WITH_NCCL=AUTO then just
+# leaves the GPU backend out). CI passes --cuda so the backend is compiled and linked there even
+# without a GPU.
+#
+# With --cuda, a system-wide toolkit (nvcc on PATH, /usr/local/cuda or $CUDA_HOME) and NCCL are used
+# as they are. Whatever is missing comes from PyPI wheels, installed with Debian's pip into
+# $KOROVOD_DEPS_DIR/cuda (default: <repo>/.deps/cuda, git-ignored), where cmake/Nccl.cmake looks.
+# Only headers and shared libraries are fetched, no nvcc: the backend is plain C++ against the CUDA
+# runtime API and NCCL. CUDA 13 wheels are used unless the driver (nvidia-smi) only supports 12,
+# or KOROVOD_CUDA_FLAVOR=cu12 says so; if the CUDA 13 set cannot be installed, cu12 is tried.
 set -euo pipefail
 
 WITH_BENCH=0
+WITH_CUDA=0
 for a in "$@"; do
   case "$a" in
     --bench) WITH_BENCH=1 ;;
+    --cuda) WITH_CUDA=1 ;;
     *) echo "install-deps.sh: unknown flag $a" >&2; exit 2 ;;
   esac
 done
@@ -35,3 +50,104 @@ if [ "${#missing[@]}" -gt 0 ]; then
   done
   $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+[ "$WITH_CUDA" = 1 ] || exit 0
+
+# ---- CUDA runtime + NCCL ------------------------------------------------------------------------
+# Pinned so every machine builds against the same headers; bump together. The cu12 set needs the
+# nvcc wheel only for its crt/ headers (cuda_runtime.h includes them); cu13 ships those separately.
+CU13_CUDA=(nvidia-cuda-runtime==13.5.37 nvidia-cuda-crt==13.5.37 nvidia-cuda-cccl==13.3.5.0.6)
+CU13_NCCL=(nvidia-nccl-cu13==2.32.3)
+CU12_CUDA=(nvidia-cuda-runtime-cu12==12.9.79 nvidia-cuda-nvcc-cu12==12.9.86
+           nvidia-cuda-cccl-cu12==12.9.27)
+CU12_NCCL=(nvidia-nccl-cu12==2.32.3)
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PREFIX="${KOROVOD_DEPS_DIR:-$REPO/.deps}/cuda"
+PY=/usr/bin/python3
+
+# Root of a system-wide toolkit, or empty.
+system_cuda_root() {
+  local nvcc
+  if nvcc="$(command -v nvcc 2>/dev/null)"; then
+    local root; root="$(cd "$(dirname "$nvcc")/.." && pwd)"
+    # Debian's nvidia-cuda-toolkit puts nvcc in /usr/bin and headers in /usr/include.
+    [ -f "$root/include/cuda_runtime_api.h" ] && { echo "$root"; return; }
+  fi
+  for r in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
+    [ -n "$r" ] && [ -f "$r/include/cuda_runtime_api.h" ] && { echo "$r"; return; }
+  done
+  true
+}
+
+system_nccl_found() {
+  local root="$1"
+  for d in "$root/include" /usr/include /usr/local/include; do
+    [ -n "$d" ] && [ -f "$d/nccl.h" ] || continue
+    for l in "$root/lib64" "$root/lib" /usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu \
+             /usr/local/lib /usr/lib64; do
+      compgen -G "$l/libnccl.so*" >/dev/null && return 0
+    done
+  done
+  return 1
+}
+
+# pip install --target into a fresh directory, then swap it in, so an interrupted install never
+# leaves a half-populated prefix that cmake would pick up. Skipped when the stamp matches.
+install_wheels() {
+  local want="$*"
+  if [ -f "$PREFIX/.korovod-stamp" ] && [ "$(cat "$PREFIX/.korovod-stamp")" = "$want" ]; then
+    echo "install-deps.sh: CUDA wheels already in $PREFIX ($want)"
+    return 0
+  fi
+  local tmp="$PREFIX.tmp.$$"
+  rm -rf "$tmp"
+  mkdir -p "$(dirname "$PREFIX")"
+  echo "install-deps.sh: installing $want into $PREFIX"
+  if ! "$PY" -m pip install --quiet --no-deps --no-compile --disable-pip-version-check \
+       --root-user-action=ignore --target "$tmp" "$@"; then
+    rm -rf "$tmp"
+    return 1
+  fi
+  rm -rf "$PREFIX"
+  mv "$tmp" "$PREFIX"
+  echo "$want" >"$PREFIX/.korovod-stamp"
+}
+
+cuda_root="$(system_cuda_root)"
+if [ -n "$cuda_root" ]; then
+  ver="$(sed -n 's/^#define CUDART_VERSION \([0-9]*\).*/\1/p' \
+        "$cuda_root/include/cuda_runtime_api.h")"
+  major=$(( ${ver:-0} / 1000 ))
+  if system_nccl_found "$cuda_root"; then
+    echo "install-deps.sh: using system CUDA $major at $cuda_root and system NCCL"
+    exit 0
+  fi
+  # Toolkit present, NCCL not: only the NCCL wheel that matches the toolkit's major version.
+  case "$major" in
+    13) install_wheels "${CU13_NCCL[@]}" ;;
+    12) install_wheels "${CU12_NCCL[@]}" ;;
+    *) echo "install-deps.sh: no NCCL wheel for system CUDA $major at $cuda_root (need 12/13)" >&2
+       exit 1 ;;
+  esac
+  exit 0
+fi
+
+flavor="${KOROVOD_CUDA_FLAVOR:-}"
+if [ -z "$flavor" ]; then
+  flavor=cu13
+  # A CUDA 13 runtime needs a CUDA 13 driver; on a GPU host with an older driver take cu12.
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    drv="$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: \([0-9]*\).*/\1/p' | head -1)"
+    [ -n "$drv" ] && [ "$drv" -lt 13 ] && flavor=cu12
+  fi
+fi
+case "$flavor" in
+  cu13)
+    install_wheels "${CU13_CUDA[@]}" "${CU13_NCCL[@]}" || {
+      echo "install-deps.sh: CUDA 13 wheels failed, trying CUDA 12" >&2
+      install_wheels "${CU12_CUDA[@]}" "${CU12_NCCL[@]}"
+    } ;;
+  cu12) install_wheels "${CU12_CUDA[@]}" "${CU12_NCCL[@]}" ;;
+  *) echo "install-deps.sh: KOROVOD_CUDA_FLAVOR must be cu12 or cu13, not $flavor" >&2; exit 2 ;;
+esac

@@ -54,7 +54,9 @@ class NcclCommunicator {
   // into one factor applied to each input before the sum (ncclRedOpCreatePreMulSum). Equal to
   // scaling before and after up to rounding, and needs no CUDA kernel of our own (the backend is
   // plain C++, built without nvcc). Any other op or integer type with a factor other than 1 returns
-  // Unimplemented. Integer Average is NCCL's: the sum divided by size, truncated.
+  // Unimplemented. Integer Average is NCCL's: the sum divided by size, truncated toward zero (as
+  // on the CPU). Invalid arguments are refused before anything is enqueued and leave the
+  // communicator usable; every failure after that breaks it.
   Status Allreduce(const AllreduceOptions& opts, cudaStream_t stream);
   // Equal counts use ncclAllGather; uneven ones a group of one ncclBroadcast per rank.
   Status Allgather(const AllgatherOptions& opts, cudaStream_t stream);
