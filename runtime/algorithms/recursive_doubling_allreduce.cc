@@ -55,7 +55,8 @@ Status RecursiveDoublingAllreduce(AlgorithmContext& ctx, std::byte* buf, size_t 
       };
       RecvConsumer consume(fn);
       RecvSpec recv{ctx.peer(peer), bytes, nullptr, &consume, esize};
-      KV_RETURN_IF_ERROR(ctx.transport().Exchange({ctx.peer(peer), cur, bytes}, recv, ctx.deadline));
+      KV_RETURN_IF_ERROR(
+          ctx.transport().Exchange({ctx.peer(peer), cur, bytes}, recv, ctx.deadline));
       std::swap(cur, next);
     }
     if (cur != buf) std::memcpy(buf, cur, bytes);

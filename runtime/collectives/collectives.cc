@@ -12,8 +12,12 @@
 namespace korovod {
 namespace {
 
-bool ValidType(DataType t) { return static_cast<uint8_t>(t) <= static_cast<uint8_t>(DataType::kFloat64); }
-bool ValidOp(ReduceOp op) { return static_cast<uint8_t>(op) <= static_cast<uint8_t>(ReduceOp::kProduct); }
+bool ValidType(DataType t) {
+  return static_cast<uint8_t>(t) <= static_cast<uint8_t>(DataType::kFloat64);
+}
+bool ValidOp(ReduceOp op) {
+  return static_cast<uint8_t>(op) <= static_cast<uint8_t>(ReduceOp::kProduct);
+}
 
 // Resolves the set and checks what every collective needs.
 StatusOr<const ProcessSet*> Prepare(Communicator& comm, const ProcessSet* set, const char* what) {
@@ -37,7 +41,8 @@ StatusOr<const ProcessSet*> Prepare(Communicator& comm, const ProcessSet* set, c
 
 Status Run(Communicator& comm, const char* what, Status s) {
   if (s.ok()) return s;
-  return comm.MarkBroken(s.WithContext(std::string(what) + " on rank " + std::to_string(comm.rank())));
+  return comm.MarkBroken(
+      s.WithContext(std::string(what) + " on rank " + std::to_string(comm.rank())));
 }
 
 Status CheckCounts(std::span<const size_t> counts, int n, const char* what, const char* name) {
@@ -59,9 +64,12 @@ size_t Total(std::span<const size_t> counts) {
 
 const char* AllreduceAlgorithmName(AllreduceAlgorithm a) {
   switch (a) {
-    case AllreduceAlgorithm::kAuto: return "auto";
-    case AllreduceAlgorithm::kRing: return "ring";
-    case AllreduceAlgorithm::kRecursiveDoubling: return "recursive_doubling";
+    case AllreduceAlgorithm::kAuto:
+      return "auto";
+    case AllreduceAlgorithm::kRing:
+      return "ring";
+    case AllreduceAlgorithm::kRecursiveDoubling:
+      return "recursive_doubling";
   }
   return "unknown";
 }
@@ -69,7 +77,8 @@ const char* AllreduceAlgorithmName(AllreduceAlgorithm a) {
 Status Allreduce(Communicator& comm, const AllreduceOptions& o) {
   constexpr const char* kWhat = "allreduce";
   KV_ASSIGN_OR_RETURN(const ProcessSet* set, Prepare(comm, o.set, kWhat));
-  if (!ValidType(o.type) || !ValidOp(o.op)) return InvalidArgument("allreduce: invalid dtype or op");
+  if (!ValidType(o.type) || !ValidOp(o.op))
+    return InvalidArgument("allreduce: invalid dtype or op");
   if (o.count > 0 && (o.input == nullptr || o.output == nullptr)) {
     return InvalidArgument("allreduce: null buffer for " + std::to_string(o.count) + " elements");
   }
@@ -93,8 +102,9 @@ Status Allreduce(Communicator& comm, const AllreduceOptions& o) {
   Status s = algo == AllreduceAlgorithm::kRing
                  ? RingAllreduce(ctx, out, o.count, o.type, o.op, postscale)
                  : RecursiveDoublingAllreduce(ctx, out, o.count, o.type, o.op, postscale);
-  return Run(comm, kWhat, s.WithContext(std::to_string(bytes) + " bytes, " + DataTypeName(o.type) +
-                                            " " + ReduceOpName(o.op)));
+  return Run(comm, kWhat,
+             s.WithContext(std::to_string(bytes) + " bytes, " + DataTypeName(o.type) + " " +
+                           ReduceOpName(o.op)));
 }
 
 Status Allgather(Communicator& comm, const AllgatherOptions& o) {
@@ -125,9 +135,9 @@ Status Broadcast(Communicator& comm, const BroadcastOptions& o) {
   }
   if (o.count > 0 && o.buffer == nullptr) return InvalidArgument("broadcast: null buffer");
   AlgorithmContext ctx{comm, *set, comm.OpDeadline()};
-  return Run(comm, kWhat,
-             Broadcast(ctx, static_cast<std::byte*>(o.buffer), o.count * DataTypeSize(o.type),
-                       o.root));
+  return Run(
+      comm, kWhat,
+      Broadcast(ctx, static_cast<std::byte*>(o.buffer), o.count * DataTypeSize(o.type), o.root));
 }
 
 Status Alltoall(Communicator& comm, const AlltoallOptions& o) {
@@ -138,8 +148,7 @@ Status Alltoall(Communicator& comm, const AlltoallOptions& o) {
   if (!ValidType(o.type)) return InvalidArgument("alltoall: invalid dtype");
   const size_t esize = DataTypeSize(o.type);
   const size_t send_total = Total(o.send_counts) * esize;
-  if ((send_total > 0 && o.input == nullptr) ||
-      (Total(o.recv_counts) > 0 && o.output == nullptr)) {
+  if ((send_total > 0 && o.input == nullptr) || (Total(o.recv_counts) > 0 && o.output == nullptr)) {
     return InvalidArgument("alltoall: null buffer");
   }
   if (o.send_counts[set->rank()] != o.recv_counts[set->rank()]) {

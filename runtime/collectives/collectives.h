@@ -26,8 +26,8 @@ struct AllreduceOptions {
   size_t count = 0;  // elements
   DataType type = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
-  double prescale = 1.0;   // applied to every rank's input before reduction
-  double postscale = 1.0;  // applied to the result (Average adds 1/size)
+  double prescale = 1.0;            // applied to every rank's input before reduction
+  double postscale = 1.0;           // applied to the result (Average adds 1/size)
   const ProcessSet* set = nullptr;  // null: the world
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;
 };

@@ -45,10 +45,16 @@ class [[nodiscard]] Status {
 };
 
 inline Status OkStatus() { return Status(); }
-inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
-inline Status DeadlineExceeded(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
+inline Status InvalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
+inline Status DeadlineExceeded(std::string m) {
+  return {StatusCode::kDeadlineExceeded, std::move(m)};
+}
 inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
-inline Status PermissionDenied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
+inline Status PermissionDenied(std::string m) {
+  return {StatusCode::kPermissionDenied, std::move(m)};
+}
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 inline Status FailedPrecondition(std::string m) {
   return {StatusCode::kFailedPrecondition, std::move(m)};
@@ -62,7 +68,7 @@ template <typename T>
 class [[nodiscard]] StatusOr {
  public:
   StatusOr(Status status) : status_(std::move(status)) {}  // NOLINT: implicit like absl
-  StatusOr(T value) : value_(std::move(value)) {}           // NOLINT
+  StatusOr(T value) : value_(std::move(value)) {}          // NOLINT
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
   T& value() & { return *value_; }
@@ -82,10 +88,10 @@ class [[nodiscard]] StatusOr {
 #define KV_CONCAT(a, b) KV_CONCAT_INNER(a, b)
 
 // Propagates a non-OK Status to the caller.
-#define KV_RETURN_IF_ERROR(expr)                 \
-  do {                                           \
-    ::korovod::Status _kv_status = (expr);       \
-    if (!_kv_status.ok()) return _kv_status;     \
+#define KV_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::korovod::Status _kv_status = (expr);   \
+    if (!_kv_status.ok()) return _kv_status; \
   } while (0)
 
 #define KV_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \

@@ -59,11 +59,15 @@ struct Product {
 };
 struct Min {
   template <typename A>
-  static A Apply(A a, A b) { return b < a ? b : a; }
+  static A Apply(A a, A b) {
+    return b < a ? b : a;
+  }
 };
 struct Max {
   template <typename A>
-  static A Apply(A a, A b) { return a < b ? b : a; }
+  static A Apply(A a, A b) {
+    return a < b ? b : a;
+  }
 };
 
 template <typename Conv, typename F>
@@ -74,12 +78,15 @@ void Kernel(void* dst, const void* a, const void* b, size_t n) {
   const auto* pb = static_cast<const E*>(b);
   if (d == pa) {  // accumulate: the common case, written without aliasing for the vectoriser
     E* __restrict acc = d;
-    for (size_t i = 0; i < n; ++i) acc[i] = Conv::Store(F::Apply(Conv::Load(acc[i]), Conv::Load(pb[i])));
+    for (size_t i = 0; i < n; ++i)
+      acc[i] = Conv::Store(F::Apply(Conv::Load(acc[i]), Conv::Load(pb[i])));
   } else if (d == pb) {
-    for (size_t i = 0; i < n; ++i) d[i] = Conv::Store(F::Apply(Conv::Load(pa[i]), Conv::Load(d[i])));
+    for (size_t i = 0; i < n; ++i)
+      d[i] = Conv::Store(F::Apply(Conv::Load(pa[i]), Conv::Load(d[i])));
   } else {
     E* __restrict out = d;
-    for (size_t i = 0; i < n; ++i) out[i] = Conv::Store(F::Apply(Conv::Load(pa[i]), Conv::Load(pb[i])));
+    for (size_t i = 0; i < n; ++i)
+      out[i] = Conv::Store(F::Apply(Conv::Load(pa[i]), Conv::Load(pb[i])));
   }
 }
 
@@ -87,17 +94,22 @@ template <typename Conv>
 void ByOp(void* dst, const void* a, const void* b, size_t n, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAverage: return Kernel<Conv, Sum>(dst, a, b, n);
-    case ReduceOp::kMin: return Kernel<Conv, Min>(dst, a, b, n);
-    case ReduceOp::kMax: return Kernel<Conv, Max>(dst, a, b, n);
-    case ReduceOp::kProduct: return Kernel<Conv, Product>(dst, a, b, n);
+    case ReduceOp::kAverage:
+      return Kernel<Conv, Sum>(dst, a, b, n);
+    case ReduceOp::kMin:
+      return Kernel<Conv, Min>(dst, a, b, n);
+    case ReduceOp::kMax:
+      return Kernel<Conv, Max>(dst, a, b, n);
+    case ReduceOp::kProduct:
+      return Kernel<Conv, Product>(dst, a, b, n);
   }
 }
 
 template <typename T>
 void ScaleTyped(T* p, size_t n, double factor) {
   if constexpr (std::is_integral_v<T>) {
-    for (size_t i = 0; i < n; ++i) p[i] = static_cast<T>(std::trunc(static_cast<double>(p[i]) * factor));
+    for (size_t i = 0; i < n; ++i)
+      p[i] = static_cast<T>(std::trunc(static_cast<double>(p[i]) * factor));
   } else if constexpr (std::is_same_v<T, double>) {
     for (size_t i = 0; i < n; ++i) p[i] *= factor;
   } else {
@@ -117,8 +129,10 @@ template <typename T>
 T IdentityOf(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAverage: return T(0);
-    case ReduceOp::kProduct: return T(1);
+    case ReduceOp::kAverage:
+      return T(0);
+    case ReduceOp::kProduct:
+      return T(1);
     case ReduceOp::kMin:
       return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
                                                   : std::numeric_limits<T>::max();
@@ -139,11 +153,16 @@ void FillTyped(void* buf, size_t n, T v) {
 
 const char* ReduceOpName(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAverage: return "average";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kProduct: return "product";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kAverage:
+      return "average";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kProduct:
+      return "product";
   }
   return "unknown";
 }
@@ -157,14 +176,22 @@ std::optional<ReduceOp> ParseReduceOp(std::string_view name) {
 
 void ReduceTo(void* dst, const void* a, const void* b, size_t n, DataType type, ReduceOp op) {
   switch (type) {
-    case DataType::kUint8: return ByOp<Plain<uint8_t>>(dst, a, b, n, op);
-    case DataType::kInt8: return ByOp<Plain<int8_t>>(dst, a, b, n, op);
-    case DataType::kInt32: return ByOp<Plain<int32_t>>(dst, a, b, n, op);
-    case DataType::kInt64: return ByOp<Plain<int64_t>>(dst, a, b, n, op);
-    case DataType::kFloat16: return ByOp<Half>(dst, a, b, n, op);
-    case DataType::kBFloat16: return ByOp<BFloat>(dst, a, b, n, op);
-    case DataType::kFloat32: return ByOp<Plain<float>>(dst, a, b, n, op);
-    case DataType::kFloat64: return ByOp<Plain<double>>(dst, a, b, n, op);
+    case DataType::kUint8:
+      return ByOp<Plain<uint8_t>>(dst, a, b, n, op);
+    case DataType::kInt8:
+      return ByOp<Plain<int8_t>>(dst, a, b, n, op);
+    case DataType::kInt32:
+      return ByOp<Plain<int32_t>>(dst, a, b, n, op);
+    case DataType::kInt64:
+      return ByOp<Plain<int64_t>>(dst, a, b, n, op);
+    case DataType::kFloat16:
+      return ByOp<Half>(dst, a, b, n, op);
+    case DataType::kBFloat16:
+      return ByOp<BFloat>(dst, a, b, n, op);
+    case DataType::kFloat32:
+      return ByOp<Plain<float>>(dst, a, b, n, op);
+    case DataType::kFloat64:
+      return ByOp<Plain<double>>(dst, a, b, n, op);
   }
 }
 
@@ -175,27 +202,43 @@ void ReduceInto(void* dst, const void* src, size_t n, DataType type, ReduceOp op
 void ScaleInPlace(void* buf, size_t n, DataType type, double factor) {
   if (factor == 1.0) return;
   switch (type) {
-    case DataType::kUint8: return ScaleTyped(static_cast<uint8_t*>(buf), n, factor);
-    case DataType::kInt8: return ScaleTyped(static_cast<int8_t*>(buf), n, factor);
-    case DataType::kInt32: return ScaleTyped(static_cast<int32_t*>(buf), n, factor);
-    case DataType::kInt64: return ScaleTyped(static_cast<int64_t*>(buf), n, factor);
-    case DataType::kFloat16: return ScaleConv<Half>(buf, n, factor);
-    case DataType::kBFloat16: return ScaleConv<BFloat>(buf, n, factor);
-    case DataType::kFloat32: return ScaleTyped(static_cast<float*>(buf), n, factor);
-    case DataType::kFloat64: return ScaleTyped(static_cast<double*>(buf), n, factor);
+    case DataType::kUint8:
+      return ScaleTyped(static_cast<uint8_t*>(buf), n, factor);
+    case DataType::kInt8:
+      return ScaleTyped(static_cast<int8_t*>(buf), n, factor);
+    case DataType::kInt32:
+      return ScaleTyped(static_cast<int32_t*>(buf), n, factor);
+    case DataType::kInt64:
+      return ScaleTyped(static_cast<int64_t*>(buf), n, factor);
+    case DataType::kFloat16:
+      return ScaleConv<Half>(buf, n, factor);
+    case DataType::kBFloat16:
+      return ScaleConv<BFloat>(buf, n, factor);
+    case DataType::kFloat32:
+      return ScaleTyped(static_cast<float*>(buf), n, factor);
+    case DataType::kFloat64:
+      return ScaleTyped(static_cast<double*>(buf), n, factor);
   }
 }
 
 void FillIdentity(void* buf, size_t n, DataType type, ReduceOp op) {
   switch (type) {
-    case DataType::kUint8: return FillTyped(buf, n, IdentityOf<uint8_t>(op));
-    case DataType::kInt8: return FillTyped(buf, n, IdentityOf<int8_t>(op));
-    case DataType::kInt32: return FillTyped(buf, n, IdentityOf<int32_t>(op));
-    case DataType::kInt64: return FillTyped(buf, n, IdentityOf<int64_t>(op));
-    case DataType::kFloat16: return FillTyped(buf, n, FloatToHalf(IdentityOf<float>(op)));
-    case DataType::kBFloat16: return FillTyped(buf, n, FloatToBFloat16(IdentityOf<float>(op)));
-    case DataType::kFloat32: return FillTyped(buf, n, IdentityOf<float>(op));
-    case DataType::kFloat64: return FillTyped(buf, n, IdentityOf<double>(op));
+    case DataType::kUint8:
+      return FillTyped(buf, n, IdentityOf<uint8_t>(op));
+    case DataType::kInt8:
+      return FillTyped(buf, n, IdentityOf<int8_t>(op));
+    case DataType::kInt32:
+      return FillTyped(buf, n, IdentityOf<int32_t>(op));
+    case DataType::kInt64:
+      return FillTyped(buf, n, IdentityOf<int64_t>(op));
+    case DataType::kFloat16:
+      return FillTyped(buf, n, FloatToHalf(IdentityOf<float>(op)));
+    case DataType::kBFloat16:
+      return FillTyped(buf, n, FloatToBFloat16(IdentityOf<float>(op)));
+    case DataType::kFloat32:
+      return FillTyped(buf, n, IdentityOf<float>(op));
+    case DataType::kFloat64:
+      return FillTyped(buf, n, IdentityOf<double>(op));
   }
 }
 

@@ -107,8 +107,8 @@ StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const WorldOptions& option
   std::thread acceptor([&] {
     int have = 0;
     while (have < expected && !stop.load()) {
-      const Deadline slice = Deadline::After(std::chrono::milliseconds(
-          std::min(100, std::max(0, deadline.RemainingMs()))));
+      const Deadline slice = Deadline::After(
+          std::chrono::milliseconds(std::min(100, std::max(0, deadline.RemainingMs()))));
       auto accepted = AcceptTcp(listen_fd, slice);
       if (!accepted.ok()) {
         if (deadline.Expired()) break;
@@ -167,12 +167,11 @@ StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const WorldOptions& option
         }
       }
       std::lock_guard<std::mutex> lock(mu);
-      accept_status = stop.load()
-                          ? Aborted("stopped accepting")
-                          : DeadlineExceeded(me + " timed out after " +
-                                             std::to_string(options.connect_timeout.count()) +
-                                             " ms waiting for " + missing + " to connect" +
-                                             rejections);
+      accept_status =
+          stop.load() ? Aborted("stopped accepting")
+                      : DeadlineExceeded(me + " timed out after " +
+                                         std::to_string(options.connect_timeout.count()) +
+                                         " ms waiting for " + missing + " to connect" + rejections);
     }
   });
 
@@ -205,8 +204,8 @@ StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const WorldOptions& option
         break;
       }
       if (!SameDigest(ch.proof, Proof(options.job_key, "acceptor", hello, ch.nonce))) {
-        dial_status = PermissionDenied(me + ": " + who +
-                                       " failed to prove the job key (wrong job key)");
+        dial_status =
+            PermissionDenied(me + ": " + who + " failed to prove the job key (wrong job key)");
         break;
       }
       const Digest mine = Proof(options.job_key, "connector", hello, ch.nonce);
@@ -214,8 +213,8 @@ StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const WorldOptions& option
       dial_status = WriteFull(fd.get(), mine.data(), mine.size(), hs, who);
       if (dial_status.ok()) dial_status = ReadFull(fd.get(), &verdict, 1, hs, who);
       if (!dial_status.ok() || verdict != 1) {
-        dial_status = PermissionDenied(me + ": " + who +
-                                       " rejected this rank's job key (wrong job key)");
+        dial_status =
+            PermissionDenied(me + ": " + who + " rejected this rank's job key (wrong job key)");
         break;
       }
       mesh->conns_[p][s] = std::move(fd);

@@ -147,8 +147,8 @@ StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(std::shared_ptr<Pee
   if (RAND_bytes(nonce, sizeof nonce) != 1) return Internal("RAND_bytes failed");
   char name[kNameBytes] = {};
   std::snprintf(name, sizeof name, "/korovod-%d-r%d-%02x%02x%02x%02x%02x%02x%02x%02x",
-                static_cast<int>(::getpid()), me, nonce[0], nonce[1], nonce[2], nonce[3],
-                nonce[4], nonce[5], nonce[6], nonce[7]);
+                static_cast<int>(::getpid()), me, nonce[0], nonce[1], nonce[2], nonce[3], nonce[4],
+                nonce[5], nonce[6], nonce[7]);
   KV_ASSIGN_OR_RETURN(t->segments_[me], MapSegment(name, seg_bytes, true));
   t->segments_[me]->header()->magic = kSegmentMagic;
   t->segments_[me]->header()->ring_bytes = ring_bytes;
@@ -274,8 +274,7 @@ Status ShmTransport::Exchange(const SendSpec& send, const RecvSpec& recv, Deadli
     h->sleeping.value.store(1, std::memory_order_seq_cst);
     const uint32_t bell = h->doorbell.value.load(std::memory_order_seq_cst);
     const bool can_send =
-        sent < send_slots &&
-        tx->sent - out->tail.value.load(std::memory_order_seq_cst) < slots_;
+        sent < send_slots && tx->sent - out->tail.value.load(std::memory_order_seq_cst) < slots_;
     const bool can_recv = received < recv_slots && recv_ready();
     if (!can_send && !can_recv) {
       const int ms = std::min(kSleepSliceMs, deadline.RemainingMs());
@@ -298,8 +297,8 @@ Status ShmTransport::Exchange(const SendSpec& send, const RecvSpec& recv, Deadli
       }
       if (sent < send_slots) {
         what += (what.empty() ? "" : " and ") + std::string("waiting for ") +
-                mesh_->Describe(send.peer) + " to take " +
-                std::to_string(send.len - sent * slot) + " more bytes";
+                mesh_->Describe(send.peer) + " to take " + std::to_string(send.len - sent * slot) +
+                " more bytes";
       }
       return Fail(DeadlineExceeded("timed out " + what + " (shared memory)"));
     }

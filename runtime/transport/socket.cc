@@ -52,8 +52,8 @@ StatusOr<Fd> ListenTcp(const std::string& host, uint16_t port, int backlog) {
   int one = 1;
   ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0) {
-    return ErrnoStatus(StatusCode::kUnavailable,
-                       "bind " + host + ":" + std::to_string(port), errno);
+    return ErrnoStatus(StatusCode::kUnavailable, "bind " + host + ":" + std::to_string(port),
+                       errno);
   }
   if (::listen(fd.get(), backlog) != 0) return ErrnoStatus(StatusCode::kInternal, "listen", errno);
   return fd;

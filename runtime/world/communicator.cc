@@ -39,8 +39,8 @@ Communicator::~Communicator() = default;
 StatusOr<std::unique_ptr<Communicator>> Communicator::Create(const WorldOptions& options) {
   if (options.peers.empty()) return InvalidArgument("WorldOptions.peers is empty");
   if (options.rank < 0 || options.rank >= static_cast<int>(options.peers.size())) {
-    return InvalidArgument("rank " + std::to_string(options.rank) + " is outside the world of size " +
-                           std::to_string(options.peers.size()));
+    return InvalidArgument("rank " + std::to_string(options.rank) +
+                           " is outside the world of size " + std::to_string(options.peers.size()));
   }
   if (options.connect_timeout.count() <= 0 || options.op_timeout.count() <= 0) {
     return InvalidArgument("connect_timeout and op_timeout must be positive");
@@ -50,8 +50,9 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(const WorldOptions&
     kind = AllOnOneHost(options.peers) ? TransportKind::kShm : TransportKind::kTcp;
   }
   if (kind == TransportKind::kShm && !AllOnOneHost(options.peers)) {
-    return InvalidArgument("the shm transport needs every rank on one host, but peers name "
-                           "several hosts");
+    return InvalidArgument(
+        "the shm transport needs every rank on one host, but peers name "
+        "several hosts");
   }
   int local_ranks = 0;  // ranks competing for this host's cores
   for (const PeerAddress& p : options.peers) {
@@ -65,9 +66,9 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(const WorldOptions&
 
   std::unique_ptr<Transport> transport;
   if (kind == TransportKind::kShm) {
-    KV_ASSIGN_OR_RETURN(auto shm, ShmTransport::Create(mesh, options.shm_slot_bytes,
-                                                       options.shm_slots, wait,
-                                                       Deadline::After(options.connect_timeout)));
+    KV_ASSIGN_OR_RETURN(auto shm,
+                        ShmTransport::Create(mesh, options.shm_slot_bytes, options.shm_slots, wait,
+                                             Deadline::After(options.connect_timeout)));
     transport = std::move(shm);
   } else {
     transport = std::make_unique<TcpTransport>(mesh, options.tcp_stripe_min, wait);
