@@ -1,0 +1,360 @@
+#include "bench/bench_options.h"
+
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "bench/bench_ops.h"
+
+namespace korovod::bench {
+namespace {
+
+// The peers' default grid (bench_common.h default_sizes()), so a bare run is comparable.
+constexpr const char* kDefaultSizes = "4,64,1K,16K,256K,4M,64M";
+// Crossover grid: every power of two from 4 B to 4 MiB, fine enough to place the switch within
+// a factor of two; beyond 4 MiB the ring always wins (it moves 2(N-1)/N of the data, recursive
+// doubling log2(N) times the data).
+constexpr size_t kCrossoverMinBytes = 4;
+constexpr size_t kCrossoverMaxBytes = 4 << 20;
+// Crossover runs 2 algorithms x 21 sizes x 6 worlds; a shorter timed loop keeps it ~2 minutes.
+constexpr double kCrossoverTargetS = 0.2;
+// A world size above this is almost certainly a typo and would exhaust ports/processes.
+constexpr int kMaxRanks = 256;
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::vector<std::string_view> SplitCsv(std::string_view csv) {
+  std::vector<std::string_view> out;
+  size_t pos = 0;
+  while (pos <= csv.size()) {
+    size_t comma = csv.find(',', pos);
+    std::string_view tok =
+        csv.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    if (!tok.empty()) out.push_back(tok);
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+std::optional<double> ParseSeconds(std::string_view text) {
+  std::string s(text);
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || errno != 0 || !std::isfinite(v) || v <= 0) {
+    return std::nullopt;
+  }
+  return v;
+}
+
+std::optional<int> ParseInt(std::string_view text) {
+  int v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || ptr != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
+std::optional<BenchOpKind> ParseOp(std::string_view name) {
+  for (BenchOpKind op : {BenchOpKind::kAllreduce, BenchOpKind::kAllgather, BenchOpKind::kBroadcast,
+                         BenchOpKind::kAlltoall, BenchOpKind::kReduceScatter}) {
+    if (name == BenchOpName(op)) return op;
+  }
+  return std::nullopt;
+}
+
+// Largest integer up to which every integer is exactly representable in t, so that the
+// verification patterns (small integer sums) cannot fail on a correct engine because of rounding.
+double MaxExactInteger(DataType t) {
+  switch (t) {
+    case DataType::kInt8:
+      return 127;
+    case DataType::kUint8:
+      return 255;
+    case DataType::kBFloat16:
+      return 256;
+    case DataType::kFloat16:
+      return 2048;
+    case DataType::kFloat32:
+      return 16777216.0;
+    case DataType::kInt32:
+      return 2147483647.0;
+    case DataType::kInt64:
+    case DataType::kFloat64:
+      return 9007199254740992.0;
+  }
+  return 0;
+}
+
+}  // namespace
+
+const char* BenchOpName(BenchOpKind op) {
+  switch (op) {
+    case BenchOpKind::kAllreduce:
+      return "allreduce";
+    case BenchOpKind::kAllgather:
+      return "allgather";
+    case BenchOpKind::kBroadcast:
+      return "broadcast";
+    case BenchOpKind::kAlltoall:
+      return "alltoall";
+    case BenchOpKind::kReduceScatter:
+      return "reducescatter";
+  }
+  return "unknown";
+}
+
+const char* TransportFlagName(TransportKind t) {
+  switch (t) {
+    case TransportKind::kShm:
+      return "shm";
+    case TransportKind::kTcp:
+      return "tcp";
+    case TransportKind::kAuto:
+      return "auto";
+  }
+  return "unknown";
+}
+
+const char* AlgoFlagName(AllreduceAlgorithm a) {
+  switch (a) {
+    case AllreduceAlgorithm::kAuto:
+      return "auto";
+    case AllreduceAlgorithm::kRing:
+      return "ring";
+    case AllreduceAlgorithm::kRecursiveDoubling:
+      return "rd";
+  }
+  return "unknown";
+}
+
+std::optional<size_t> ParseSize(std::string_view text) {
+  std::string s(text);
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || errno != 0 || !std::isfinite(v) || v < 0) return std::nullopt;
+  std::string suffix = Lower(std::string_view(end));
+  double mul = 0;
+  if (suffix.empty() || suffix == "b") {
+    mul = 1;
+  } else if (suffix == "k" || suffix == "kb" || suffix == "kib") {
+    mul = 1024.0;
+  } else if (suffix == "m" || suffix == "mb" || suffix == "mib") {
+    mul = 1024.0 * 1024;
+  } else if (suffix == "g" || suffix == "gb" || suffix == "gib") {
+    mul = 1024.0 * 1024 * 1024;
+  } else {
+    return std::nullopt;
+  }
+  double bytes = v * mul;
+  // A fractional byte count ("1.3") is a typo, not something to truncate silently.
+  if (bytes != std::floor(bytes) || bytes > 1e15) return std::nullopt;
+  return static_cast<size_t>(bytes);
+}
+
+std::optional<std::vector<size_t>> ParseSizeList(std::string_view csv, std::string* bad_token) {
+  std::vector<size_t> out;
+  for (std::string_view tok : SplitCsv(csv)) {
+    std::optional<size_t> b = ParseSize(tok);
+    if (!b) {
+      *bad_token = std::string(tok);
+      return std::nullopt;
+    }
+    out.push_back(*b);
+  }
+  if (out.empty()) {
+    *bad_token = std::string(csv);
+    return std::nullopt;
+  }
+  return out;
+}
+
+std::string UsageText() {
+  return R"(usage: korovod-bench OP [flags]
+       korovod-bench crossover [flags]
+
+Starts the ranks itself on 127.0.0.1 (one forked process per rank) and prints one JSON row per
+(transport, world size, message size) on stdout, following the peers' protocol
+(verify, estimate, warm-up, timed median, back-to-back loop, verify again).
+
+OP: allreduce | allgather | broadcast | alltoall | reducescatter
+crossover: allreduce with recursive doubling and ring side by side, 4 B .. 4 MiB, N=2,3,4 on
+           shm and tcp; prints where the ring becomes faster (summary on stderr).
+
+flags:
+  --ranks LIST        world sizes, e.g. 2,4 (default 2,4; crossover 2,3,4)
+  --sizes LIST        message sizes in bytes, suffixes K/M/G (binary), e.g. 4,4M,64M
+                      (default $SIZES, else 4,64,1K,16K,256K,4M,64M; crossover 4..4M by x2)
+  --transport LIST    shm | tcp, or a comma list (default shm; crossover shm,tcp)
+  --target-time S     seconds of timed loop per size (default $TARGET_TIME, else 0.7;
+                      crossover 0.2)
+  --algo A            allreduce algorithm: auto | ring | rd (recursive doubling); default auto
+  --dtype T           float32 (default), float64, float16, bfloat16, int32, int64, int8, uint8
+  --min-iters K       minimum timed iterations (default 5)
+  --max-iters K       maximum timed / loop iterations (default 200000)
+  --no-loop           skip the back-to-back loop
+  --timeout S         kill every rank when one world size takes longer (default: from sizes)
+  --help
+
+exit status: 0 ok, 1 a rank failed or hung (the message names it), 2 bad usage,
+             3 a verification failed (the row carries "error").
+)";
+}
+
+std::optional<BenchOptions> ParseArgs(int argc, char** argv, UsageError* error, bool* help) {
+  *help = false;
+  auto fail = [&](std::string msg) -> std::optional<BenchOptions> {
+    error->message = std::move(msg);
+    return std::nullopt;
+  };
+  if (argc < 2) return fail("missing OP");
+  std::string_view first = argv[1];
+  if (first == "--help" || first == "-h") {
+    *help = true;
+    return std::nullopt;
+  }
+
+  BenchOptions o;
+  if (first == "crossover") {
+    o.crossover = true;
+  } else if (auto op = ParseOp(first)) {
+    o.op = *op;
+  } else {
+    return fail("unknown OP '" + std::string(first) +
+                "' (expected allreduce, allgather, broadcast, alltoall, reducescatter or "
+                "crossover)");
+  }
+
+  // Defaults, then the harness's environment (bench_common.h reads the same variables), then
+  // flags: the --extra hook of run_peers.sh exports SIZES/TARGET_TIME for every engine.
+  std::string bad;
+  if (o.crossover) {
+    o.ranks = {2, 3, 4};
+    o.transports = {TransportKind::kShm, TransportKind::kTcp};
+    o.target_s = kCrossoverTargetS;
+    for (size_t b = kCrossoverMinBytes; b <= kCrossoverMaxBytes; b *= 2) o.sizes.push_back(b);
+  } else {
+    o.ranks = {2, 4};
+    o.transports = {TransportKind::kShm};
+    const char* env_sizes = std::getenv("SIZES");
+    std::string_view sizes = env_sizes && *env_sizes ? env_sizes : kDefaultSizes;
+    auto parsed = ParseSizeList(sizes, &bad);
+    if (!parsed) return fail("bad size '" + bad + "' in $SIZES");
+    o.sizes = *parsed;
+    if (const char* t = std::getenv("TARGET_TIME"); t && *t) {
+      auto s = ParseSeconds(t);
+      if (!s) return fail("bad $TARGET_TIME '" + std::string(t) + "' (positive seconds)");
+      o.target_s = *s;
+    }
+  }
+
+  for (int i = 2; i < argc; ++i) {
+    std::string_view a = argv[i];
+    std::string_view value;
+    auto need_value = [&]() -> bool {
+      if (i + 1 >= argc) return false;
+      value = argv[++i];
+      return true;
+    };
+    if (a == "--help" || a == "-h") {
+      *help = true;
+      return std::nullopt;
+    } else if (a == "--no-loop") {
+      o.loop = false;
+      continue;
+    }
+    if (a != "--ranks" && a != "--sizes" && a != "--transport" && a != "--target-time" &&
+        a != "--algo" && a != "--dtype" && a != "--min-iters" && a != "--max-iters" &&
+        a != "--timeout") {
+      return fail("unknown flag '" + std::string(a) + "'");
+    }
+    if (!need_value()) return fail("missing value for " + std::string(a));
+
+    if (a == "--ranks") {
+      o.ranks.clear();
+      for (std::string_view tok : SplitCsv(value)) {
+        auto n = ParseInt(tok);
+        if (!n || *n < 1 || *n > kMaxRanks) {
+          return fail("bad world size '" + std::string(tok) + "' in --ranks (1.." +
+                      std::to_string(kMaxRanks) + ")");
+        }
+        o.ranks.push_back(*n);
+      }
+      if (o.ranks.empty()) return fail("--ranks is empty");
+    } else if (a == "--sizes") {
+      auto parsed = ParseSizeList(value, &bad);
+      if (!parsed) return fail("bad size '" + bad + "' in --sizes (e.g. 4,64,1K,4M,64M)");
+      o.sizes = *parsed;
+    } else if (a == "--transport") {
+      o.transports.clear();
+      for (std::string_view tok : SplitCsv(value)) {
+        if (tok == "shm") {
+          o.transports.push_back(TransportKind::kShm);
+        } else if (tok == "tcp") {
+          o.transports.push_back(TransportKind::kTcp);
+        } else {
+          return fail("bad transport '" + std::string(tok) + "' (shm or tcp)");
+        }
+      }
+      if (o.transports.empty()) return fail("--transport is empty");
+    } else if (a == "--target-time" || a == "--timeout") {
+      auto s = ParseSeconds(value);
+      if (!s) return fail("bad " + std::string(a) + " '" + std::string(value) + "' (seconds > 0)");
+      (a == "--target-time" ? o.target_s : o.timeout_s) = *s;
+    } else if (a == "--algo") {
+      if (value == "auto") {
+        o.algo = AllreduceAlgorithm::kAuto;
+      } else if (value == "ring") {
+        o.algo = AllreduceAlgorithm::kRing;
+      } else if (value == "rd" || value == "recursive_doubling") {
+        o.algo = AllreduceAlgorithm::kRecursiveDoubling;
+      } else {
+        return fail("bad --algo '" + std::string(value) + "' (auto, ring or rd)");
+      }
+      o.algo_given = true;
+    } else if (a == "--dtype") {
+      auto t = ParseDataType(value);
+      if (!t) {
+        return fail("bad --dtype '" + std::string(value) +
+                    "' (float32, float64, float16, bfloat16, int32, int64, int8, uint8)");
+      }
+      o.dtype = *t;
+    } else if (a == "--min-iters" || a == "--max-iters") {
+      auto k = ParseInt(value);
+      if (!k || *k < 1) return fail("bad " + std::string(a) + " '" + std::string(value) + "'");
+      (a == "--min-iters" ? o.min_iters : o.max_iters) = *k;
+    }
+  }
+
+  if (o.min_iters > o.max_iters) return fail("--min-iters is larger than --max-iters");
+  if (o.algo_given && (o.crossover || o.op != BenchOpKind::kAllreduce)) {
+    return fail("--algo applies to allreduce only");
+  }
+  if (o.crossover && o.dtype != DataType::kFloat32) {
+    return fail("crossover measures float32 only (the default the runtime threshold is for)");
+  }
+  const size_t elem = DataTypeSize(o.dtype);
+  for (size_t s : o.sizes) {
+    if (s == 0 || s % elem != 0) {
+      return fail("size " + std::to_string(s) + " is not a positive multiple of " +
+                  std::to_string(elem) + " bytes (" + DataTypeName(o.dtype) + ")");
+    }
+  }
+  for (int n : o.ranks) {
+    if (MaxVerifyValue(o.op, n) > MaxExactInteger(o.dtype)) {
+      return fail("N=" + std::to_string(n) + " is too large for " + BenchOpName(o.op) + " in " +
+                  DataTypeName(o.dtype) + ": its verification values are not exact integers");
+    }
+  }
+  return o;
+}
+
+}  // namespace korovod::bench

@@ -1,0 +1,56 @@
+// Command line of korovod-bench. Parsing happens in the parent before any rank is forked, so a
+// bad flag costs no sockets or processes and is reported once (exit code 2).
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/collectives/collectives.h"
+#include "runtime/common/data_type.h"
+#include "runtime/world/world.h"
+
+namespace korovod::bench {
+
+enum class BenchOpKind { kAllreduce, kAllgather, kBroadcast, kAlltoall, kReduceScatter };
+
+const char* BenchOpName(BenchOpKind op);
+
+struct BenchOptions {
+  // Crossover mode: allreduce with recursive doubling and ring measured side by side per size.
+  bool crossover = false;
+  BenchOpKind op = BenchOpKind::kAllreduce;
+  std::vector<int> ranks;
+  std::vector<size_t> sizes;  // bytes as requested; ops may round (see RoundBytes)
+  std::vector<TransportKind> transports;
+  double target_s = 0.7;  // same default as the peers (bench_common.h)
+  int min_iters = 5;
+  int max_iters = 200000;
+  bool loop = true;
+  AllreduceAlgorithm algo = AllreduceAlgorithm::kAuto;
+  bool algo_given = false;
+  DataType dtype = DataType::kFloat32;
+  // Backstop for the whole launch of one world size; 0 derives it from sizes and target time.
+  double timeout_s = 0;
+};
+
+// Why parsing failed, phrased for the user; main prints it with the usage and exits 2.
+struct UsageError {
+  std::string message;
+};
+
+// Parses argv; std::nullopt with *error set on bad usage, and `*help` set for --help.
+std::optional<BenchOptions> ParseArgs(int argc, char** argv, UsageError* error, bool* help);
+
+std::string UsageText();
+
+// "4", "64", "1K", "16KiB", "4M", "64MiB", "1G" -> bytes (binary units, like bench_common.h).
+std::optional<size_t> ParseSize(std::string_view text);
+std::optional<std::vector<size_t>> ParseSizeList(std::string_view csv, std::string* bad_token);
+
+const char* TransportFlagName(TransportKind t);  // "shm", "tcp"
+const char* AlgoFlagName(AllreduceAlgorithm a);  // "auto", "ring", "rd"
+
+}  // namespace korovod::bench

@@ -1,0 +1,249 @@
+// korovod-bench: measures korovod's collectives with the peers' protocol and JSON schema, on
+// ranks it forks itself on this host (see bench/README.md).
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bench/bench_ops.h"
+#include "bench/bench_options.h"
+#include "bench/launcher.h"
+#include "bench/protocol.h"
+#include "runtime/world/communicator.h"
+#include "runtime/world/world.h"
+
+namespace korovod::bench {
+namespace {
+
+// Rank 0 prints everything on stdout; every rank may print errors on stderr.
+void RankError(int rank, const Status& s) {
+  std::fprintf(stderr, "[korovod-bench rank %d] %s\n", rank, s.ToString().c_str());
+}
+
+RowLabels LabelsFor(const Communicator& comm, const BenchOp& op, const BenchOptions& o,
+                    AllreduceAlgorithm algo) {
+  RowLabels l;
+  l.transport = comm.transport_name();
+  l.ranks = comm.size();
+  // Only allreduce has a choice of algorithm; the other ops have one each in the runtime.
+  l.algo = o.crossover || o.op == BenchOpKind::kAllreduce ? AlgoFlagName(algo) : "default";
+  l.op = op.name();
+  l.dtype = DataTypeName(o.dtype);
+  l.bus_factor = op.BusFactor(comm.size());
+  l.inplace = op.inplace();
+  l.loop = o.loop;
+  return l;
+}
+
+void PrintRow(const std::string& row) {
+  std::printf("%s\n", row.c_str());
+  // The harness timestamps each row as it arrives (per-row noise accounting).
+  std::fflush(stdout);
+}
+
+std::string HumanBytes(size_t b) {
+  if (b >= (1u << 20) && b % (1u << 20) == 0) return std::to_string(b >> 20) + " MiB";
+  if (b >= (1u << 10) && b % (1u << 10) == 0) return std::to_string(b >> 10) + " KiB";
+  return std::to_string(b) + " B";
+}
+
+struct CrossoverPoint {
+  size_t bytes = 0;
+  Measurement rd, ring;
+};
+
+// Prints the side-by-side table on stderr and one summary JSON line (no "peer" key, so the
+// peers' harness ignores it) on stdout.
+void ReportCrossover(const std::string& transport, int n,
+                     const std::vector<CrossoverPoint>& points) {
+  std::fprintf(stderr, "\ncrossover %s N=%d (median us per float32 allreduce)\n", transport.c_str(),
+               n);
+  std::fprintf(stderr,
+               "| bytes | rd us | ring us | ring/rd | faster |\n|---:|---:|---:|---:|---|\n");
+  // ring_from: the smallest size from which the ring wins at every larger measured size; a
+  // single noisy win below it does not move the switch.
+  size_t ring_from_index = points.size();
+  size_t first_ring_win = 0;
+  bool all_verified = true;
+  for (size_t i = points.size(); i-- > 0;) {
+    const auto& p = points[i];
+    if (p.ring.verified && p.rd.verified && p.ring.median_s < p.rd.median_s) {
+      if (ring_from_index == i + 1) ring_from_index = i;
+    }
+  }
+  for (const auto& p : points) {
+    all_verified = all_verified && p.rd.verified && p.ring.verified;
+    const bool ring_wins = p.ring.median_s < p.rd.median_s;
+    if (ring_wins && first_ring_win == 0) first_ring_win = p.bytes;
+    std::fprintf(stderr, "| %s | %.1f | %.1f | %.2f | %s |\n", HumanBytes(p.bytes).c_str(),
+                 p.rd.median_s * 1e6, p.ring.median_s * 1e6, p.ring.median_s / p.rd.median_s,
+                 !(p.rd.verified && p.ring.verified) ? "verify failed"
+                 : ring_wins                         ? "ring"
+                                                     : "rd");
+  }
+  std::string js = "{\"crossover\": true, \"transport\": \"" + transport +
+                   "\", \"ranks\": " + std::to_string(n) +
+                   ", \"verified\": " + (all_verified ? "true" : "false");
+  if (ring_from_index == points.size()) {
+    std::fprintf(stderr, "%s N=%d: recursive doubling is faster up to the largest size (%s)\n",
+                 transport.c_str(), n,
+                 points.empty() ? "-" : HumanBytes(points.back().bytes).c_str());
+    js += ", \"ring_faster_from_bytes\": null, \"rd_max_bytes\": " +
+          std::to_string(points.empty() ? 0 : points.back().bytes);
+  } else {
+    const size_t ring_from = points[ring_from_index].bytes;
+    const size_t rd_max = ring_from_index == 0 ? 0 : points[ring_from_index - 1].bytes;
+    std::fprintf(stderr,
+                 "%s N=%d: ring faster from %s on (first ring win at %s); recursive doubling "
+                 "up to %s -> small_allreduce_max_bytes = %zu\n",
+                 transport.c_str(), n, HumanBytes(ring_from).c_str(),
+                 HumanBytes(first_ring_win).c_str(), HumanBytes(rd_max).c_str(), rd_max);
+    js += ", \"ring_faster_from_bytes\": " + std::to_string(ring_from) +
+          ", \"first_ring_win_bytes\": " + std::to_string(first_ring_win) +
+          ", \"rd_max_bytes\": " + std::to_string(rd_max);
+  }
+  js += "}";
+  PrintRow(js);
+}
+
+// One rank's whole run for one world (all sizes). Returns the rank's exit status.
+int RunRank(const BenchOptions& o, TransportKind transport, const std::string& job_key, int rank,
+            int listen_fd, const std::vector<PeerAddress>& peers) {
+  WorldOptions w;
+  w.rank = rank;
+  w.peers = peers;
+  w.listen_fd = listen_fd;
+  w.job_key = job_key;
+  w.transport = transport;
+  auto comm_or = Communicator::Create(w);
+  if (!comm_or.ok()) {
+    RankError(rank, comm_or.status().WithContext("creating the communicator"));
+    return kExitRankFailed;
+  }
+  Communicator& comm = *comm_or.value();
+
+  ProtocolOptions p;
+  p.target_s = o.target_s;
+  p.min_iters = o.min_iters;
+  p.max_iters = o.max_iters;
+  p.loop = o.loop;
+  // Same switch as bench_common.h: set at all means inject.
+  p.inject_fault = std::getenv("PEERBENCH_INJECT_FAULT") != nullptr;
+
+  int failures = 0;
+  const bool root = rank == 0;
+  if (o.crossover) {
+    auto rd =
+        MakeBenchOp(BenchOpKind::kAllreduce, comm, o.dtype, AllreduceAlgorithm::kRecursiveDoubling);
+    auto ring = MakeBenchOp(BenchOpKind::kAllreduce, comm, o.dtype, AllreduceAlgorithm::kRing);
+    std::vector<CrossoverPoint> points;
+    for (size_t bytes : o.sizes) {
+      // Interleaved per size, so slow drift of the machine hits both algorithms alike.
+      CrossoverPoint pt;
+      pt.bytes = bytes;
+      for (auto [op, m, algo] :
+           {std::tuple{rd.get(), &pt.rd, AllreduceAlgorithm::kRecursiveDoubling},
+            std::tuple{ring.get(), &pt.ring, AllreduceAlgorithm::kRing}}) {
+        if (Status s = MeasureSize(comm, *op, bytes, p, m); !s.ok()) {
+          RankError(rank, s);
+          return kExitRankFailed;
+        }
+        if (!m->verified) ++failures;
+        if (root) PrintRow(FormatRow(LabelsFor(comm, *op, o, algo), *m));
+      }
+      points.push_back(pt);
+    }
+    if (root) ReportCrossover(comm.transport_name(), comm.size(), points);
+  } else {
+    auto op = MakeBenchOp(o.op, comm, o.dtype, o.algo);
+    const RowLabels labels = LabelsFor(comm, *op, o, o.algo);
+    for (size_t requested : o.sizes) {
+      Measurement m;
+      if (Status s = MeasureSize(comm, *op, op->RoundBytes(requested), p, &m); !s.ok()) {
+        RankError(rank, s);
+        return kExitRankFailed;
+      }
+      if (!m.verified) ++failures;
+      if (root) PrintRow(FormatRow(labels, m));
+    }
+  }
+  // Nobody tears down its connections while a peer may still be finishing the last collective.
+  if (Status s = Barrier(comm); !s.ok()) {
+    RankError(rank, s.WithContext("final barrier"));
+    return kExitRankFailed;
+  }
+  return failures != 0 ? kExitVerifyFailed : kExitOk;
+}
+
+// Per-launch job key: every connection authenticates, so a stray process dialling our
+// loopback ports cannot join a benchmark world.
+std::string RandomJobKey() {
+  std::random_device rd;
+  std::string key;
+  for (int i = 0; i < 4; ++i) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%08x", rd());
+    key += buf;
+  }
+  return key;
+}
+
+double DefaultTimeout(const BenchOptions& o) {
+  // Generous backstop (the runtime's own op timeout fires first on a dead peer): connection
+  // setup, then per size and algorithm the protocol's ~1.5 T plus a fixed slack for the
+  // verification and loop ops of large messages on a slow transport.
+  const double per_size = 1.5 * o.target_s + 30.0;
+  return 60.0 + per_size * static_cast<double>(o.sizes.size()) * (o.crossover ? 2 : 1);
+}
+
+int Main(int argc, char** argv) {
+  // An inherited SIG_IGN would make the kernel reap our ranks itself and hide their status.
+  signal(SIGCHLD, SIG_DFL);
+  UsageError error;
+  bool help = false;
+  std::optional<BenchOptions> parsed = ParseArgs(argc, argv, &error, &help);
+  if (help) {
+    std::fputs(UsageText().c_str(), stdout);
+    return kExitOk;
+  }
+  if (!parsed) {
+    std::fprintf(stderr, "korovod-bench: %s\n(korovod-bench --help for usage)\n",
+                 error.message.c_str());
+    return kExitUsage;
+  }
+  const BenchOptions& o = *parsed;
+  const double timeout = o.timeout_s > 0 ? o.timeout_s : DefaultTimeout(o);
+  const char* what = o.crossover ? "crossover" : BenchOpName(o.op);
+  bool verify_failed = false;
+  for (TransportKind transport : o.transports) {
+    for (int n : o.ranks) {
+      const std::string key = RandomJobKey();
+      LaunchOutcome out = LaunchRanks(
+          n, timeout, [&](int rank, int listen_fd, const std::vector<PeerAddress>& peers) {
+            return RunRank(o, transport, key, rank, listen_fd, peers);
+          });
+      if (out.exit_code == kExitRankFailed) {
+        std::fprintf(stderr, "korovod-bench: %s N=%d transport=%s failed: %s\n", what, n,
+                     TransportFlagName(transport), out.message.c_str());
+        return kExitRankFailed;
+      }
+      if (out.exit_code == kExitVerifyFailed) verify_failed = true;
+    }
+  }
+  if (verify_failed) {
+    std::fprintf(stderr, "korovod-bench: verification failed (see the rows with \"error\")\n");
+    return kExitVerifyFailed;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+}  // namespace korovod::bench
+
+int main(int argc, char** argv) { return korovod::bench::Main(argc, argv); }
