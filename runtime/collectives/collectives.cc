@@ -102,6 +102,7 @@ Status Allreduce(Communicator& comm, const AllreduceOptions& o) {
   Status s = algo == AllreduceAlgorithm::kRing
                  ? RingAllreduce(ctx, out, o.count, o.type, o.op, postscale)
                  : RecursiveDoublingAllreduce(ctx, out, o.count, o.type, o.op, postscale);
+  if (s.ok()) return s;  // the context string is built only on failure: this is the hot path
   return Run(comm, kWhat,
              s.WithContext(std::to_string(bytes) + " bytes, " + DataTypeName(o.type) + " " +
                            ReduceOpName(o.op)));

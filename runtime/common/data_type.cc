@@ -84,8 +84,9 @@ uint16_t FloatToHalf(float f) {
   std::memcpy(&x, &f, sizeof x);
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
   const uint32_t abs = x & 0x7fffffff;
-  if (abs >= 0x7f800000) {  // inf or nan
-    return sign | 0x7c00 | (abs > 0x7f800000 ? 0x200 : 0);
+  if (abs >= 0x7f800000) {  // inf, or nan quieted with its payload's top bits (as F16C does)
+    return abs == 0x7f800000 ? (sign | 0x7c00)
+                             : static_cast<uint16_t>(sign | 0x7e00 | ((abs >> 13) & 0x3ff));
   }
   if (abs >= 0x477ff000) return sign | 0x7c00;  // rounds to >= 65520: overflow to inf
   if (abs < 0x38800000) {                       // result is subnormal or zero
@@ -97,14 +98,6 @@ uint16_t FloatToHalf(float f) {
   }
   const uint32_t mant_round = abs + 0xfff + ((abs >> 13) & 1);  // round to nearest even
   return sign | static_cast<uint16_t>((mant_round - 0x38000000) >> 13);
-}
-
-uint16_t FloatToBFloat16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, sizeof x);
-  if ((x & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((x >> 16) | 0x40);  // quiet nan
-  x += 0x7fff + ((x >> 16) & 1);
-  return static_cast<uint16_t>(x >> 16);
 }
 
 }  // namespace korovod

@@ -1,6 +1,7 @@
 // Element types the engine moves and reduces.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -31,12 +32,15 @@ std::optional<DataType> ParseDataType(std::string_view name);
 // float32 precision and rounded back once per reduction step.
 float HalfToFloat(uint16_t h);
 uint16_t FloatToHalf(float f);
+// Branch-free so that loops over arrays vectorise.
 inline float BFloat16ToFloat(uint16_t b) {
-  uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  __builtin_memcpy(&f, &bits, sizeof f);
-  return f;
+  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
 }
-uint16_t FloatToBFloat16(float f);
+inline uint16_t FloatToBFloat16(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint32_t rounded = (x + 0x7fff + ((x >> 16) & 1)) >> 16;  // nearest even
+  const uint32_t quiet_nan = (x >> 16) | 0x40;
+  return static_cast<uint16_t>((x & 0x7fffffff) > 0x7f800000 ? quiet_nan : rounded);
+}
 
 }  // namespace korovod

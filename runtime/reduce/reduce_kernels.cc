@@ -7,6 +7,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "runtime/reduce/float16_kernels.h"
 #include "runtime/reduce/reduce_op.h"
 
 namespace korovod {
@@ -185,8 +186,16 @@ void ReduceTo(void* dst, const void* a, const void* b, size_t n, DataType type, 
     case DataType::kInt64:
       return ByOp<Plain<int64_t>>(dst, a, b, n, op);
     case DataType::kFloat16:
+      if (Float16KernelsAvailable()) {
+        return ReduceHalfF16C(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(a),
+                              static_cast<const uint16_t*>(b), n, op);
+      }
       return ByOp<Half>(dst, a, b, n, op);
     case DataType::kBFloat16:
+      if (Float16KernelsAvailable()) {
+        return ReduceBFloat16Avx2(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(a),
+                                  static_cast<const uint16_t*>(b), n, op);
+      }
       return ByOp<BFloat>(dst, a, b, n, op);
     case DataType::kFloat32:
       return ByOp<Plain<float>>(dst, a, b, n, op);
@@ -211,8 +220,14 @@ void ScaleInPlace(void* buf, size_t n, DataType type, double factor) {
     case DataType::kInt64:
       return ScaleTyped(static_cast<int64_t*>(buf), n, factor);
     case DataType::kFloat16:
+      if (Float16KernelsAvailable()) {
+        return ScaleHalfF16C(static_cast<uint16_t*>(buf), n, static_cast<float>(factor));
+      }
       return ScaleConv<Half>(buf, n, factor);
     case DataType::kBFloat16:
+      if (Float16KernelsAvailable()) {
+        return ScaleBFloat16Avx2(static_cast<uint16_t*>(buf), n, static_cast<float>(factor));
+      }
       return ScaleConv<BFloat>(buf, n, factor);
     case DataType::kFloat32:
       return ScaleTyped(static_cast<float*>(buf), n, factor);

@@ -1,7 +1,9 @@
 #include "runtime/world/communicator.h"
 
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "runtime/transport/peer_mesh.h"
@@ -12,8 +14,8 @@ namespace korovod {
 namespace {
 
 // Measured crossovers between recursive doubling and the ring (docs/benchmarks.md).
-constexpr size_t kSmallAllreduceShm = 64 << 10;
-constexpr size_t kSmallAllreduceTcp = 64 << 10;
+constexpr size_t kSmallAllreduceShm = 32 << 10;
+constexpr size_t kSmallAllreduceTcp = 32 << 10;
 
 bool AllOnOneHost(const std::vector<PeerAddress>& peers) {
   for (const PeerAddress& p : peers) {
@@ -22,7 +24,10 @@ bool AllOnOneHost(const std::vector<PeerAddress>& peers) {
   return true;
 }
 
+// Cores this process may run on (taskset/cgroup cpusets shrink it below the machine's count).
 int CoreCount() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
   const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? static_cast<int>(n) : 1;
 }
@@ -59,7 +64,7 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(const WorldOptions&
     if (p.host == options.peers[options.rank].host) ++local_ranks;
   }
   WaitPolicy wait = WaitPolicy::For(local_ranks, CoreCount());
-  if (options.spin_iterations >= 0) wait.spin_iterations = options.spin_iterations;
+  if (options.spin_us >= 0) wait.spin = std::chrono::microseconds(options.spin_us);
   const int streams = kind == TransportKind::kTcp ? options.tcp_streams : 1;
   KV_ASSIGN_OR_RETURN(std::unique_ptr<PeerMesh> mesh_owned, PeerMesh::Connect(options, streams));
   std::shared_ptr<PeerMesh> mesh = std::move(mesh_owned);

@@ -43,9 +43,9 @@ struct WorldOptions {
   // Allreduce switches from recursive doubling to the ring at this many bytes (bench/ measures
   // the crossover; see docs/benchmarks.md).
   size_t small_allreduce_max_bytes = 0;  // 0: the transport's measured default
-  // Busy polls before a waiting rank yields its core; -1: chosen from ranks per host and cores
-  // (spin while ranks fit on cores, never when oversubscribed).
-  int spin_iterations = -1;
+  // Microseconds a waiting rank busy-polls before it yields its core; -1: chosen from ranks per
+  // host and usable cores (5 us while ranks fit on cores, 0 when oversubscribed).
+  int spin_us = -1;
 };
 
 }  // namespace korovod
