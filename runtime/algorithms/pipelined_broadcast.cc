@@ -27,26 +27,29 @@ Status TreeBroadcast(AlgorithmContext& ctx, std::byte* buf, size_t len, int root
 }
 
 // Chain root -> root+1 -> ... in chunks: each relay receives chunk c while forwarding chunk c-1,
-// so the whole chain moves ~len bytes per rank in about (chunks + N - 2) chunk times.
+// so the whole chain moves ~len bytes per rank in about (chunks + N - 2) chunk times. Every rank
+// cuts the message into the same chunks: a transport may lay a message out by its length (TCP
+// stripes it), so sender and receiver must agree on every message's boundaries.
 Status ChainBroadcast(AlgorithmContext& ctx, std::byte* buf, size_t len, int root) {
   const int n = ctx.size(), r = ctx.rank();
   const int pos = (r - root + n) % n;
-  if (pos == 0) return ctx.Send(r + 1, buf, len);
-  if (pos == n - 1) return ctx.Recv(r - 1, buf, len);
+  const bool has_next = pos < n - 1, has_prev = pos > 0;
   const size_t chunks = (len + kChainChunk - 1) / kChainChunk;
+  auto chunk_len = [&](size_t c) { return std::min(kChainChunk, len - c * kChainChunk); };
   for (size_t c = 0; c <= chunks; ++c) {
     SendSpec send;
-    if (c > 0) {
-      const size_t off = (c - 1) * kChainChunk;
-      send = {ctx.peer(r + 1), buf + off, std::min(kChainChunk, len - off)};
-    }
     RecvSpec recv;
-    if (c < chunks) {
-      const size_t off = c * kChainChunk;
-      recv.peer = ctx.peer(r - 1);
-      recv.len = std::min(kChainChunk, len - off);
-      recv.dest = buf + off;
+    // The root has every chunk already: it forwards chunk c at step c; relays forward c-1.
+    const size_t fwd = has_prev ? c - 1 : c;
+    if (has_next && (has_prev ? c > 0 : c < chunks)) {
+      send = {ctx.peer(r + 1), buf + fwd * kChainChunk, chunk_len(fwd)};
     }
+    if (has_prev && c < chunks) {
+      recv.peer = ctx.peer(r - 1);
+      recv.len = chunk_len(c);
+      recv.dest = buf + c * kChainChunk;
+    }
+    if (send.peer < 0 && recv.peer < 0) continue;
     KV_RETURN_IF_ERROR(ctx.transport().Exchange(send, recv, ctx.deadline));
   }
   return OkStatus();
