@@ -1,9 +1,9 @@
 // Transport: moves bytes between this rank and its peers. The algorithm layer talks only to this
 // interface and never learns whether bytes cross TCP or shared memory.
 //
-// Messages carry no header: both sides know every message's length (and so its boundaries: TCP
-// stripes a message by its length) from the collective's
-// arguments, and messages between a pair of ranks arrive in the order they were sent.
+// Messages carry no header: both sides know every message's length from the collective's
+// arguments, and messages between a pair of ranks arrive in the order they were sent. Sender and
+// receiver must also agree on message boundaries (TCP stripes a message by its length).
 #pragma once
 
 #include <cstddef>
