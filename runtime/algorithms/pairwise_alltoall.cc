@@ -7,7 +7,8 @@ namespace korovod {
 Status PairwiseAlltoall(AlgorithmContext& ctx, const std::byte* in, const BlockLayout& send_blocks,
                         std::byte* out, const BlockLayout& recv_blocks) {
   const int n = ctx.size(), r = ctx.rank();
-  std::memmove(out + recv_blocks[r], in + send_blocks[r], send_blocks[r + 1] - send_blocks[r]);
+  const size_t own = send_blocks[r + 1] - send_blocks[r];
+  if (own > 0) std::memmove(out + recv_blocks[r], in + send_blocks[r], own);  // null when empty
   for (int k = 1; k < n; ++k) {
     const int to = (r + k) % n, from = (r - k + n) % n;
     RecvSpec recv;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -19,7 +20,14 @@ namespace {
 
 constexpr char kHelloMagic[4] = {'K', 'V', 'R', 'D'};
 constexpr uint32_t kProtocolVersion = 1;
-constexpr char kGoodbye[8] = {'K', 'V', 'B', 'Y', 'E', '!', '!', '\n'};
+constexpr uint32_t kControlMagic = 0x5443564b;  // "KVCT"
+constexpr size_t kMaxReason = 2048;
+enum ControlType : uint32_t { kGoodbye = 1, kAbort = 2 };
+struct ControlHeader {
+  uint32_t magic;
+  uint32_t type;
+  uint32_t len;  // reason bytes that follow
+};
 constexpr auto kHandshakeTimeout = std::chrono::milliseconds(5000);
 
 using Digest = std::array<unsigned char, 32>;
@@ -65,7 +73,7 @@ Status RandomNonce(unsigned char* out) {
 PeerMesh::PeerMesh(int rank, std::vector<PeerAddress> peers, int streams)
     : rank_(rank), peers_(std::move(peers)), streams_(streams) {
   conns_.resize(peers_.size());
-  for (auto& c : conns_) c.resize(streams_);
+  for (auto& c : conns_) c.resize(streams_ + 1);
   watched_.assign(peers_.size(), false);
 }
 
@@ -99,14 +107,26 @@ StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const WorldOptions& option
   }
 
   // Accept connections from higher ranks on a thread while this one dials the lower ranks.
-  std::atomic<bool> stop{false};
+  // A peer holding another key is refused, and the rest carry on, so that every rank, not only
+  // the first to meet it, learns which rank has the wrong key.
+  std::atomic<bool> stop{false};  // dialing failed: stop accepting
   std::mutex mu;
-  Status accept_status;
+  Status accept_status, auth_status;
   std::string rejections;
-  const int expected = (size - 1 - rank) * streams;
+  std::vector<bool> refused(size, false);  // peers whose key did not match (guarded by mu)
+  const int links = streams + 1;           // data streams + the control connection
+  auto complete = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    for (int p = rank + 1; p < size; ++p) {
+      if (refused[p]) continue;
+      for (int s = 0; s < links; ++s) {
+        if (!mesh->conns_[p][s].valid()) return false;
+      }
+    }
+    return true;
+  };
   std::thread acceptor([&] {
-    int have = 0;
-    while (have < expected && !stop.load()) {
+    while (!complete() && !stop.load()) {
       const Deadline slice = Deadline::After(
           std::chrono::milliseconds(std::min(100, std::max(0, deadline.RemainingMs()))));
       auto accepted = AcceptTcp(listen_fd, slice);
@@ -125,7 +145,7 @@ StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const WorldOptions& option
         reject = "rank " + std::to_string(hello.from) + " speaks protocol version " +
                  std::to_string(hello.version) + ", this rank " + std::to_string(kProtocolVersion);
       } else if (hello.to != rank || hello.world != size || hello.from <= rank ||
-                 hello.from >= size || hello.stream < 0 || hello.stream >= streams) {
+                 hello.from >= size || hello.stream < 0 || hello.stream >= links) {
         reject = "rank " + std::to_string(hello.from) + " with an unexpected world (to rank " +
                  std::to_string(hello.to) + ", size " + std::to_string(hello.world) + ")";
       } else if (mesh->conns_[hello.from][hello.stream].valid()) {
@@ -141,8 +161,18 @@ StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const WorldOptions& option
       ch.proof = Proof(options.job_key, "acceptor", hello, ch.nonce);
       const std::string who = mesh->Describe(hello.from);
       Digest their{};
-      if (!WriteFull(fd.get(), &ch, sizeof ch, hs, who).ok() ||
-          !ReadFull(fd.get(), their.data(), their.size(), hs, who).ok()) {
+      if (!WriteFull(fd.get(), &ch, sizeof ch, hs, who).ok()) continue;
+      if (Status s = ReadFull(fd.get(), their.data(), their.size(), hs, who); !s.ok()) {
+        if (s.code() == StatusCode::kDeadlineExceeded) continue;
+        // A peer that passed the hello hangs up on our proof only when its key differs: fail
+        // now, naming it, rather than waiting out the connect deadline.
+        std::lock_guard<std::mutex> lock(mu);
+        if (auth_status.ok()) {
+          auth_status = PermissionDenied(me + ": " + who +
+                                         " rejected this rank's proof of the job key (the job "
+                                         "keys differ)");
+        }
+        refused[hello.from] = true;
         continue;
       }
       const bool ok = SameDigest(their, Proof(options.job_key, "connector", hello, ch.nonce));
@@ -150,16 +180,18 @@ StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const WorldOptions& option
       (void)WriteFull(fd.get(), &verdict, 1, hs, who);
       if (!ok) {
         std::lock_guard<std::mutex> lock(mu);
-        rejections += "; rejected a connection from " + who + ": wrong job key";
+        if (auth_status.ok()) {
+          auth_status = PermissionDenied(me + ": " + who + " presented a wrong job key");
+        }
+        refused[hello.from] = true;
         continue;
       }
       mesh->conns_[hello.from][hello.stream] = std::move(fd);
-      ++have;
     }
-    if (have < expected) {
+    if (!complete()) {
       std::string missing;
       for (int p = rank + 1; p < size; ++p) {
-        for (int s = 0; s < streams; ++s) {
+        for (int s = 0; s < links && !refused[p]; ++s) {
           if (!mesh->conns_[p][s].valid()) {
             missing += (missing.empty() ? "" : ", ") + mesh->Describe(p);
             break;
@@ -176,9 +208,10 @@ StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const WorldOptions& option
   });
 
   Status dial_status;
+  Status dial_auth_status;
   for (int p = 0; p < rank && dial_status.ok(); ++p) {
     const std::string who = mesh->Describe(p);
-    for (int s = 0; s < streams && dial_status.ok(); ++s) {
+    for (int s = 0; s < links && dial_status.ok(); ++s) {
       auto conn = ConnectTcp(options.peers[p], deadline);
       if (!conn.ok()) {
         dial_status = Status(conn.status().code(),
@@ -204,17 +237,22 @@ StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const WorldOptions& option
         break;
       }
       if (!SameDigest(ch.proof, Proof(options.job_key, "acceptor", hello, ch.nonce))) {
-        dial_status =
-            PermissionDenied(me + ": " + who + " failed to prove the job key (wrong job key)");
-        break;
+        if (dial_auth_status.ok()) {
+          dial_auth_status =
+              PermissionDenied(me + ": " + who + " failed to prove the job key (wrong job key)");
+        }
+        break;  // on to the next peer, which learns of the mismatch from us too
       }
       const Digest mine = Proof(options.job_key, "connector", hello, ch.nonce);
       char verdict = 0;
       dial_status = WriteFull(fd.get(), mine.data(), mine.size(), hs, who);
       if (dial_status.ok()) dial_status = ReadFull(fd.get(), &verdict, 1, hs, who);
       if (!dial_status.ok() || verdict != 1) {
-        dial_status =
-            PermissionDenied(me + ": " + who + " rejected this rank's job key (wrong job key)");
+        if (dial_auth_status.ok()) {
+          dial_auth_status =
+              PermissionDenied(me + ": " + who + " rejected this rank's job key (wrong job key)");
+        }
+        dial_status = OkStatus();
         break;
       }
       mesh->conns_[p][s] = std::move(fd);
@@ -222,37 +260,71 @@ StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const WorldOptions& option
   }
   if (!dial_status.ok()) stop.store(true);
   acceptor.join();
+  KV_RETURN_IF_ERROR(dial_auth_status);
+  KV_RETURN_IF_ERROR(auth_status);
   KV_RETURN_IF_ERROR(dial_status);
   KV_RETURN_IF_ERROR(accept_status);
 
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
-    for (int s = 0; s < streams; ++s) KV_RETURN_IF_ERROR(SetNonBlocking(mesh->fd(p, s), true));
+    for (int s = 0; s < links; ++s) KV_RETURN_IF_ERROR(SetNonBlocking(mesh->fd(p, s), true));
     mesh->watched_[p] = true;
   }
   return mesh;
 }
 
+namespace {
+
+void SendControl(int fd, ControlType type, const std::string& reason) {
+  const std::string r = reason.substr(0, kMaxReason);
+  std::string msg(sizeof(ControlHeader) + r.size(), '\0');
+  const ControlHeader h{kControlMagic, type, static_cast<uint32_t>(r.size())};
+  std::memcpy(msg.data(), &h, sizeof h);
+  std::memcpy(msg.data() + sizeof h, r.data(), r.size());
+  // Best effort: a few hundred bytes always fit an idle socket's buffer.
+  (void)::send(fd, msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+}  // namespace
+
 PeerMesh::~PeerMesh() {
   for (int p = 0; p < size(); ++p) {
-    if (p == rank_ || !conns_[p][0].valid()) continue;
-    (void)::send(conns_[p][0].get(), kGoodbye, sizeof kGoodbye, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (p == rank_ || !conns_[p][streams_].valid()) continue;
+    if (!aborted_) SendControl(conns_[p][streams_].get(), kGoodbye, "");
     for (auto& c : conns_[p]) ::shutdown(c.get(), SHUT_RDWR);
   }
 }
 
-Status PeerMesh::OnWatchedHangup(int peer) {
-  char buf[16];
-  const ssize_t n = ::recv(conns_[peer][0].get(), buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
-  if (n == static_cast<ssize_t>(sizeof kGoodbye) && std::memcmp(buf, kGoodbye, n) == 0) {
-    watched_[peer] = false;  // left on purpose after its last collective
-    return OkStatus();
+void PeerMesh::Abort(const Status& why) {
+  if (aborted_) return;
+  aborted_ = true;
+  for (int p = 0; p < size(); ++p) {
+    if (p != rank_ && conns_[p][streams_].valid()) {
+      SendControl(conns_[p][streams_].get(), kAbort, why.message());
+    }
   }
-  if (n > 0) {
-    // Data is still queued for a later collective; the read that needs it will see the close.
-    watched_[peer] = false;
-    return OkStatus();
+}
+
+Status PeerMesh::OnControlEvent(int peer) {
+  const int fd = conns_[peer][streams_].get();
+  char buf[sizeof(ControlHeader) + kMaxReason];
+  const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return OkStatus();
+  if (n >= static_cast<ssize_t>(sizeof(ControlHeader))) {
+    ControlHeader h;
+    std::memcpy(&h, buf, sizeof h);
+    if (h.magic != kControlMagic || h.len > kMaxReason) {
+      watched_[peer] = false;
+      return Internal("garbled control message from " + Describe(peer));
+    }
+    if (static_cast<size_t>(n) < sizeof h + h.len) return OkStatus();  // rest still in flight
+    (void)::recv(fd, buf, sizeof h + h.len, MSG_DONTWAIT);
+    watched_[peer] = false;  // a peer's last word: nothing follows it
+    if (h.type == kGoodbye) return OkStatus();
+    return Aborted(Describe(peer) + " gave up: " + std::string(buf + sizeof h, h.len));
   }
+  if (n > 0) return OkStatus();  // a partial header: the rest is in flight
+  watched_[peer] = false;
   return Unavailable(Describe(peer) + " died: its connection closed without a goodbye");
 }
 
@@ -261,16 +333,27 @@ Status PeerMesh::CheckPeersAlive() {
   std::vector<int> who;
   for (int p = 0; p < size(); ++p) {
     if (watch_fd(p) < 0) continue;
-    fds.push_back({watch_fd(p), POLLRDHUP, 0});
+    fds.push_back({watch_fd(p), POLLIN | POLLRDHUP, 0});
     who.push_back(p);
   }
   if (fds.empty() || ::poll(fds.data(), fds.size(), 0) <= 0) return OkStatus();
   for (size_t i = 0; i < fds.size(); ++i) {
-    if (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
-      KV_RETURN_IF_ERROR(OnWatchedHangup(who[i]));
-    }
+    if (fds[i].revents != 0) KV_RETURN_IF_ERROR(OnControlEvent(who[i]));
   }
   return OkStatus();
+}
+
+Status PeerMesh::ExplainFailure(int peer, Status error) {
+  // The peer's last word was sent before its data connections closed; give it a moment.
+  const Deadline grace = Deadline::After(std::chrono::milliseconds(200));
+  while (watch_fd(peer) >= 0 && !grace.Expired()) {
+    pollfd p{watch_fd(peer), POLLIN | POLLRDHUP, 0};
+    if (::poll(&p, 1, grace.RemainingMs()) <= 0) break;
+    Status s = OnControlEvent(peer);
+    if (!s.ok()) return s;
+  }
+  Status others = CheckPeersAlive();
+  return others.ok() ? error : others;
 }
 
 }  // namespace korovod

@@ -16,12 +16,13 @@ namespace korovod {
 
 class PeerMesh {
  public:
-  // Opens `streams` connections to every peer: rank r dials every lower rank and accepts from
-  // every higher one. Each connection runs a mutual HMAC-SHA256 challenge on the job key before
-  // it is used. Fails within options.connect_timeout with an error naming the peer.
+  // Opens `streams` data connections and one control connection to every peer: rank r dials
+  // every lower rank and accepts from every higher one. Each connection runs a mutual HMAC-SHA256
+  // challenge on the job key before it is used. Fails within options.connect_timeout with an
+  // error naming the peer; a peer holding another key is a PermissionDenied naming it.
   static StatusOr<std::unique_ptr<PeerMesh>> Connect(const WorldOptions& options, int streams);
 
-  // Tells every peer this rank is leaving on purpose, then closes.
+  // Tells every peer this rank is leaving on purpose (unless it aborted), then closes.
   ~PeerMesh();
   PeerMesh(int rank, std::vector<PeerAddress> peers, int streams);  // use Connect
   PeerMesh(const PeerMesh&) = delete;
@@ -33,21 +34,28 @@ class PeerMesh {
   int fd(int peer, int stream) const { return conns_[peer][stream].get(); }
   std::string Describe(int peer) const;  // "rank 2 (10.0.0.2:5000)"
 
-  // Control connection (stream 0) of each peer still watched for hang-up; -1 for self and for
-  // peers that left cleanly.
-  int watch_fd(int peer) const { return watched_[peer] ? conns_[peer][0].get() : -1; }
-  // Called when poll reports hang-up on a watched fd: distinguishes a clean departure (goodbye
-  // message) from death, which becomes an error naming the peer.
-  Status OnWatchedHangup(int peer);
+  // The control connection carries only small framed messages (goodbye, abort with its reason),
+  // never tensor bytes, so a peer's last word can always be read. -1 for self and for peers that
+  // have left or whose last word was read.
+  int watch_fd(int peer) const { return watched_[peer] ? conns_[peer][streams_].get() : -1; }
+  // Called when a watched fd is readable or hung up: a goodbye is fine; an abort becomes an error
+  // carrying the peer's reason; a hang-up without either means the peer died.
+  Status OnControlEvent(int peer);
   // Polls every watched connection without blocking.
   Status CheckPeersAlive();
+  // A data connection to `peer` failed with `error`: waits briefly for the peer's last word (or
+  // another peer's death) so the error names the root cause, not a neighbour that gave up.
+  Status ExplainFailure(int peer, Status error);
+  // This rank gives up: every peer is told why, so its errors name the real cause.
+  void Abort(const Status& why);
 
  private:
   int rank_;
   std::vector<PeerAddress> peers_;
   int streams_;
-  std::vector<std::vector<Fd>> conns_;  // [peer][stream]
+  std::vector<std::vector<Fd>> conns_;  // [peer][stream]; [peer][streams_] is control
   std::vector<bool> watched_;
+  bool aborted_ = false;
 };
 
 }  // namespace korovod

@@ -28,6 +28,7 @@ class ShmTransport : public Transport {
   ~ShmTransport() override;
 
   Status Exchange(const SendSpec& send, const RecvSpec& recv, Deadline deadline) override;
+  void Abort(const Status& why) override { mesh_->Abort(why); }
   const char* Name() const override { return "shm"; }
 
  private:

@@ -68,10 +68,12 @@ Status TcpTransport::Exchange(const SendSpec& send, const RecvSpec& recv, Deadli
         send_left -= static_cast<size_t>(w);
         progressed = true;
       } else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        return Fail(ErrnoStatus(StatusCode::kUnavailable,
-                                "sending " + std::to_string(send.len) + " bytes to " +
-                                    mesh_->Describe(send.peer) + " failed",
-                                errno));
+        const int err = errno;
+        return Fail(mesh_->ExplainFailure(
+            send.peer, ErrnoStatus(StatusCode::kUnavailable,
+                                   "sending " + std::to_string(send.len) + " bytes to " +
+                                       mesh_->Describe(send.peer) + " failed",
+                                   err)));
       }
     }
     for (size_t i = 0; i < recv_parts_.size(); ++i) {
@@ -95,12 +97,16 @@ Status TcpTransport::Exchange(const SendSpec& send, const RecvSpec& recv, Deadli
         recv_left -= static_cast<size_t>(r);
         progressed = true;
       } else if (r == 0) {
-        return Fail(Unavailable(mesh_->Describe(recv.peer) + " closed the connection with " +
-                                std::to_string(recv_left) + " bytes of a " +
-                                std::to_string(recv.len) + "-byte message still to come"));
+        return Fail(mesh_->ExplainFailure(
+            recv.peer, Unavailable(mesh_->Describe(recv.peer) + " closed the connection with " +
+                                   std::to_string(recv_left) + " bytes of a " +
+                                   std::to_string(recv.len) + "-byte message still to come")));
       } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        return Fail(ErrnoStatus(StatusCode::kUnavailable,
-                                "receiving from " + mesh_->Describe(recv.peer) + " failed", errno));
+        const int err = errno;
+        return Fail(mesh_->ExplainFailure(
+            recv.peer, ErrnoStatus(StatusCode::kUnavailable,
+                                   "receiving from " + mesh_->Describe(recv.peer) + " failed",
+                                   err)));
       }
       // Window boundaries are multiples of the granule and parts end on element boundaries, so
       // every piece handed on is whole elements.
@@ -133,15 +139,15 @@ Status TcpTransport::Exchange(const SendSpec& send, const RecvSpec& recv, Deadli
       }
     }
     for (int peer = 0; peer < mesh_->size(); ++peer) {
-      if (peer == recv.peer || mesh_->watch_fd(peer) < 0) continue;  // recv sees its own EOF
-      pfds.push_back({mesh_->watch_fd(peer), POLLRDHUP, 0});
+      if (mesh_->watch_fd(peer) < 0) continue;
+      pfds.push_back({mesh_->watch_fd(peer), POLLIN | POLLRDHUP, 0});
       pfd_peer.push_back(peer);
     }
     const int rc = ::poll(pfds.data(), pfds.size(), std::min(kPollSliceMs, deadline.RemainingMs()));
     if (rc > 0) {
       for (size_t i = 0; i < pfds.size(); ++i) {
-        if (pfd_peer[i] >= 0 && (pfds[i].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
-          Status s = mesh_->OnWatchedHangup(pfd_peer[i]);
+        if (pfd_peer[i] >= 0 && pfds[i].revents != 0) {
+          Status s = mesh_->OnControlEvent(pfd_peer[i]);
           if (!s.ok()) return Fail(s);
         }
       }

@@ -17,6 +17,7 @@ class TcpTransport : public Transport {
   TcpTransport(std::shared_ptr<PeerMesh> mesh, size_t stripe_min, WaitPolicy wait);
 
   Status Exchange(const SendSpec& send, const RecvSpec& recv, Deadline deadline) override;
+  void Abort(const Status& why) override { mesh_->Abort(why); }
   const char* Name() const override { return "tcp"; }
 
  private:

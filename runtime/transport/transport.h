@@ -47,6 +47,10 @@ class Transport {
   // transport is broken and every later call returns the same error.
   virtual Status Exchange(const SendSpec& send, const RecvSpec& recv, Deadline deadline) = 0;
 
+  // This rank gives up (a collective failed): peers are told why, so their errors name the root
+  // cause instead of this rank.
+  virtual void Abort(const Status& why) = 0;
+
   // "tcp" or "shm".
   virtual const char* Name() const = 0;
 };

@@ -49,7 +49,10 @@ class Communicator {
   // at once instead of waiting on peers in an unknown state. Shutdown still works.
   const Status& broken() const { return broken_; }
   Status MarkBroken(Status s) {
-    if (broken_.ok() && !s.ok()) broken_ = s;
+    if (broken_.ok() && !s.ok()) {
+      broken_ = s;
+      transport_->Abort(s);
+    }
     return s;
   }
 
