@@ -201,6 +201,7 @@ flags:
   --min-iters K       minimum timed iterations (default 5)
   --max-iters K       maximum timed / loop iterations (default 200000)
   --no-loop           skip the back-to-back loop
+  --table             print a readable table on stdout instead of JSON rows
   --timeout S         kill every rank when one world size takes longer (default: from sizes)
   --help
 
@@ -269,6 +270,8 @@ std::optional<BenchOptions> ParseArgs(int argc, char** argv, UsageError* error, 
       return std::nullopt;
     } else if (a == "--no-loop") {
       o.loop = false;
+    } else if (a == "--table") {
+      o.table = true;
       continue;
     }
     if (a != "--ranks" && a != "--sizes" && a != "--transport" && a != "--target-time" &&

@@ -29,6 +29,7 @@ struct BenchOptions {
   int min_iters = 5;
   int max_iters = 200000;
   bool loop = true;
+  bool table = false;  // human-readable table on stdout instead of JSON rows
   AllreduceAlgorithm algo = AllreduceAlgorithm::kAuto;
   bool algo_given = false;
   DataType dtype = DataType::kFloat32;

@@ -53,6 +53,24 @@ std::string HumanBytes(size_t b) {
   return std::to_string(b) + " B";
 }
 
+void PrintTableHeader(const RowLabels& l) {
+  std::printf("\n%s %s, %d ranks, %s (median of barrier-aligned iterations, max over ranks)\n",
+              l.op.c_str(), l.dtype.c_str(), l.ranks, l.transport.c_str());
+  std::printf("| %10s | %12s | %12s | %11s | %11s | %8s |\n", "bytes", "time_us", "p90_us",
+              "algbw GB/s", "busbw GB/s", "verified");
+  std::printf("|%s|%s|%s|%s|%s|%s|\n", "-----------:", "-------------:", "-------------:",
+              "------------:", "------------:", "---------:");
+}
+
+std::string FormatTableRow(const RowLabels& l, const Measurement& m) {
+  char buf[256];
+  const double algbw = m.verified ? static_cast<double>(m.bytes) / m.median_s / 1e9 : 0;
+  std::snprintf(buf, sizeof buf, "| %10s | %12.2f | %12.2f | %11.3f | %11.3f | %8s |",
+                HumanBytes(m.bytes).c_str(), m.median_s * 1e6, m.p90_s * 1e6, algbw,
+                algbw * l.bus_factor, m.verified ? "yes" : "FAILED");
+  return buf;
+}
+
 struct CrossoverPoint {
   size_t bytes = 0;
   Measurement rd, ring;
@@ -163,6 +181,7 @@ int RunRank(const BenchOptions& o, TransportKind transport, const std::string& j
   } else {
     auto op = MakeBenchOp(o.op, comm, o.dtype, o.algo);
     const RowLabels labels = LabelsFor(comm, *op, o, o.algo);
+    if (root && o.table) PrintTableHeader(labels);
     for (size_t requested : o.sizes) {
       Measurement m;
       if (Status s = MeasureSize(comm, *op, op->RoundBytes(requested), p, &m); !s.ok()) {
@@ -170,7 +189,7 @@ int RunRank(const BenchOptions& o, TransportKind transport, const std::string& j
         return kExitRankFailed;
       }
       if (!m.verified) ++failures;
-      if (root) PrintRow(FormatRow(labels, m));
+      if (root) PrintRow(o.table ? FormatTableRow(labels, m) : FormatRow(labels, m));
     }
   }
   // Nobody tears down its connections while a peer may still be finishing the last collective.
