@@ -55,8 +55,8 @@ Status TcpTransport::Exchange(const SendSpec& send, const RecvSpec& recv, Deadli
   size_t recv_left = recv.peer >= 0 ? recv.len : 0;
 
   IdleWaiter idle(wait_);
-  std::vector<pollfd> pfds;
-  std::vector<int> pfd_peer;  // peer owning each watch entry, -1 for data entries
+  std::vector<pollfd>& pfds = pollfds_;
+  std::vector<int>& pfd_peer = pollfd_peer_;
   while (send_left > 0 || recv_left > 0) {
     bool progressed = false;
     for (Part& p : send_parts_) {
@@ -104,9 +104,9 @@ Status TcpTransport::Exchange(const SendSpec& send, const RecvSpec& recv, Deadli
       } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
         const int err = errno;
         return Fail(mesh_->ExplainFailure(
-            recv.peer, ErrnoStatus(StatusCode::kUnavailable,
-                                   "receiving from " + mesh_->Describe(recv.peer) + " failed",
-                                   err)));
+            recv.peer,
+            ErrnoStatus(StatusCode::kUnavailable,
+                        "receiving from " + mesh_->Describe(recv.peer) + " failed", err)));
       }
       // Window boundaries are multiples of the granule and parts end on element boundaries, so
       // every piece handed on is whole elements.

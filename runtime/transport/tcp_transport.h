@@ -3,6 +3,8 @@
 // buffers work on one large message. Non-blocking sockets, no per-message allocation once warm.
 #pragma once
 
+#include <poll.h>
+
 #include <memory>
 #include <vector>
 
@@ -36,6 +38,8 @@ class TcpTransport : public Transport {
   WaitPolicy wait_;
   std::vector<std::byte> staging_;  // one receive window per stream, grow-only
   std::vector<Part> send_parts_, recv_parts_;
+  std::vector<pollfd> pollfds_;   // reused across waits: no allocation per message
+  std::vector<int> pollfd_peer_;  // peer owning each control entry, -1 for data entries
   Status broken_;
 };
 
