@@ -19,23 +19,19 @@ Status RecursiveDoublingAllreduce(AlgorithmContext& ctx, std::byte* buf, size_t 
   const int rem = n - p2;
   std::byte* scratch = ctx.comm.Scratch(0, bytes);
 
-  auto reduce_from = [&](const std::byte* base) {
-    return [&, base](size_t off, const std::byte* data, size_t len) {
-      ReduceTo(scratch + off, base + off, data, len / esize, type, op);
-    };
-  };
-
   int vrank;
   if (r < 2 * rem) {
     if (r % 2 == 0) {
       KV_RETURN_IF_ERROR(ctx.Send(r + 1, buf, bytes));
       vrank = -1;
     } else {
-      auto fn = reduce_from(buf);
+      // Nothing is being sent from buf here, so the neighbour's vector is reduced in place.
+      auto fn = [&](size_t off, const std::byte* data, size_t len) {
+        ReduceInto(buf + off, data, len / esize, type, op);
+      };
       RecvConsumer consume(fn);
       RecvSpec recv{ctx.peer(r - 1), bytes, nullptr, &consume, esize};
       KV_RETURN_IF_ERROR(ctx.transport().Exchange({}, recv, ctx.deadline));
-      std::memcpy(buf, scratch, bytes);
       vrank = r / 2;
     }
   } else {
