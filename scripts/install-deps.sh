@@ -32,8 +32,8 @@ SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
 
-PKGS=(g++ make cmake ninja-build pkg-config libgtest-dev libssl-dev iproute2 python3 python3-pip
-      python3-venv)
+PKGS=(g++ make cmake ninja-build pkg-config libgtest-dev libssl-dev nlohmann-json3-dev iproute2
+      python3 python3-pip python3-venv)
 if [ "$WITH_BENCH" = 1 ]; then
   PKGS+=(libopenmpi-dev openmpi-bin libgloo-dev python3-torch)
 fi
