@@ -41,6 +41,22 @@ struct AlgorithmContext {
   }
 };
 
+// Marks a phase of a collective for the communicator's PhaseObserver (the timeline), if any.
+class PhaseScope {
+ public:
+  PhaseScope(AlgorithmContext& ctx, const char* phase) : observer_(ctx.comm.phase_observer()) {
+    if (observer_ != nullptr) observer_->PhaseBegin(phase);
+  }
+  ~PhaseScope() {
+    if (observer_ != nullptr) observer_->PhaseEnd();
+  }
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
+
+ private:
+  PhaseObserver* observer_;
+};
+
 // Byte offsets of size()+1 block boundaries: block i is [offsets[i], offsets[i+1]).
 using BlockLayout = std::vector<size_t>;
 

@@ -33,7 +33,7 @@ Status TreeBroadcast(AlgorithmContext& ctx, std::byte* buf, size_t len, int root
 Status ChainBroadcast(AlgorithmContext& ctx, std::byte* buf, size_t len, int root) {
   const int n = ctx.size(), r = ctx.rank();
   const int pos = (r - root + n) % n;
-  const bool has_next = pos < n - 1, has_prev = pos > 0;
+  const bool has_next = pos<n - 1, has_prev = pos> 0;
   const size_t chunks = (len + kChainChunk - 1) / kChainChunk;
   auto chunk_len = [&](size_t c) { return std::min(kChainChunk, len - c * kChainChunk); };
   for (size_t c = 0; c <= chunks; ++c) {
@@ -59,7 +59,11 @@ Status ChainBroadcast(AlgorithmContext& ctx, std::byte* buf, size_t len, int roo
 
 Status Broadcast(AlgorithmContext& ctx, std::byte* buf, size_t len, int root) {
   if (ctx.size() == 1 || len == 0) return OkStatus();
-  if (len < kTreeMaxBytes || ctx.size() == 2) return TreeBroadcast(ctx, buf, len, root);
+  if (len < kTreeMaxBytes || ctx.size() == 2) {
+    PhaseScope phase(ctx, "TREE_BROADCAST");
+    return TreeBroadcast(ctx, buf, len, root);
+  }
+  PhaseScope phase(ctx, "CHAIN_BROADCAST");
   return ChainBroadcast(ctx, buf, len, root);
 }
 

@@ -6,7 +6,11 @@ Status RingAllreduce(AlgorithmContext& ctx, std::byte* buf, size_t count, DataTy
                      ReduceOp op, double postscale) {
   const size_t esize = DataTypeSize(type);
   const BlockLayout blocks = EvenBlocks(count, ctx.size(), esize);
-  KV_RETURN_IF_ERROR(RingReduceScatter(ctx, buf, blocks, type, op));
+  {
+    PhaseScope phase(ctx, "RING_REDUCE_SCATTER");
+    KV_RETURN_IF_ERROR(RingReduceScatter(ctx, buf, blocks, type, op));
+  }
+  PhaseScope phase(ctx, "RING_ALLGATHER");
   // Scale only the block this rank owns: 1/N of the work, and every rank then copies the same
   // bits, so results stay identical everywhere.
   const int r = ctx.rank();

@@ -99,9 +99,13 @@ Status Allreduce(Communicator& comm, const AllreduceOptions& o) {
     algo = bytes <= comm.small_allreduce_max_bytes() ? AllreduceAlgorithm::kRecursiveDoubling
                                                      : AllreduceAlgorithm::kRing;
   }
-  Status s = algo == AllreduceAlgorithm::kRing
-                 ? RingAllreduce(ctx, out, o.count, o.type, o.op, postscale)
-                 : RecursiveDoublingAllreduce(ctx, out, o.count, o.type, o.op, postscale);
+  Status s;
+  if (algo == AllreduceAlgorithm::kRing) {
+    s = RingAllreduce(ctx, out, o.count, o.type, o.op, postscale);
+  } else {
+    PhaseScope phase(ctx, "RECURSIVE_DOUBLING");
+    s = RecursiveDoublingAllreduce(ctx, out, o.count, o.type, o.op, postscale);
+  }
   if (s.ok()) return s;  // the context string is built only on failure: this is the hot path
   return Run(comm, kWhat,
              s.WithContext(std::to_string(bytes) + " bytes, " + DataTypeName(o.type) + " " +
@@ -123,6 +127,7 @@ Status Allgather(Communicator& comm, const AllgatherOptions& o) {
   if (mine > 0) std::memmove(out + blocks[set->rank()], o.input, mine * esize);
   if (set->size() == 1) return OkStatus();
   AlgorithmContext ctx{comm, *set, comm.OpDeadline()};
+  PhaseScope phase(ctx, "RING_ALLGATHER");
   return Run(comm, kWhat, RingAllgather(ctx, out, blocks));
 }
 
@@ -164,6 +169,7 @@ Status Alltoall(Communicator& comm, const AlltoallOptions& o) {
     in = copy;
   }
   AlgorithmContext ctx{comm, *set, comm.OpDeadline()};
+  PhaseScope phase(ctx, "PAIRWISE_EXCHANGE");
   return Run(comm, kWhat,
              PairwiseAlltoall(ctx, in, BlocksOf(o.send_counts.data(), set->size(), esize),
                               static_cast<std::byte*>(o.output),
@@ -189,6 +195,7 @@ Status ReduceScatter(Communicator& comm, const ReduceScatterOptions& o) {
   ScaleInPlace(work, total, o.type, o.prescale);
   if (set->size() > 1) {
     AlgorithmContext ctx{comm, *set, comm.OpDeadline()};
+    PhaseScope phase(ctx, "RING_REDUCE_SCATTER");
     KV_RETURN_IF_ERROR(Run(comm, kWhat, RingReduceScatter(ctx, work, blocks, o.type, o.op)));
   }
   double postscale = o.postscale;
@@ -203,6 +210,7 @@ Status Barrier(Communicator& comm, const ProcessSet* set) {
   constexpr const char* kWhat = "barrier";
   KV_ASSIGN_OR_RETURN(const ProcessSet* s, Prepare(comm, set, kWhat));
   AlgorithmContext ctx{comm, *s, comm.OpDeadline()};
+  PhaseScope phase(ctx, "DISSEMINATION_BARRIER");
   return Run(comm, kWhat, DisseminationBarrier(ctx));
 }
 

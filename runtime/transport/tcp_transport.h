@@ -35,6 +35,11 @@ class TcpTransport : public Transport {
 
   std::shared_ptr<PeerMesh> mesh_;
   size_t stripe_min_;
+
+ public:
+  void SetStripeMin(size_t bytes) override { stripe_min_ = bytes; }
+
+ private:
   WaitPolicy wait_;
   std::vector<std::byte> staging_;  // one receive window per stream, grow-only
   std::vector<Part> send_parts_, recv_parts_;

@@ -53,6 +53,9 @@ class Transport {
 
   // "tcp" or "shm".
   virtual const char* Name() const = 0;
+
+  // Messages of at least this many bytes are split over parallel streams (where there are any).
+  virtual void SetStripeMin(size_t /*bytes*/) {}
 };
 
 }  // namespace korovod

@@ -93,6 +93,15 @@ std::byte* Communicator::Scratch(int which, size_t bytes) {
   return scratch_[which].get();
 }
 
+void Communicator::Tune(size_t small_allreduce_max_bytes, size_t tcp_stripe_min) {
+  if (small_allreduce_max_bytes != 0)
+    options_.small_allreduce_max_bytes = small_allreduce_max_bytes;
+  if (tcp_stripe_min != 0) {
+    options_.tcp_stripe_min = tcp_stripe_min;
+    transport_->SetStripeMin(tcp_stripe_min);
+  }
+}
+
 size_t Communicator::small_allreduce_max_bytes() const {
   if (options_.small_allreduce_max_bytes != 0) return options_.small_allreduce_max_bytes;
   return std::string_view(transport_->Name()) == "shm" ? kSmallAllreduceShm : kSmallAllreduceTcp;

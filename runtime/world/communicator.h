@@ -14,6 +14,14 @@
 
 namespace korovod {
 
+// Sees the phases of each collective (the timeline draws them). Called on the collective's thread.
+class PhaseObserver {
+ public:
+  virtual ~PhaseObserver() = default;
+  virtual void PhaseBegin(const char* phase) = 0;
+  virtual void PhaseEnd() = 0;
+};
+
 class Communicator {
  public:
   // Connects to every peer within options.connect_timeout: listens on peers[rank], dials the
@@ -45,6 +53,13 @@ class Communicator {
   // Allreduce crossover (bytes) between the latency and the bandwidth algorithm.
   size_t small_allreduce_max_bytes() const;
 
+  // Run-time tuning (autotune). Only between collectives, on the thread that issues them; every
+  // rank must apply the same values before the same collective. 0 keeps the current value.
+  void Tune(size_t small_allreduce_max_bytes, size_t tcp_stripe_min);
+
+  void set_phase_observer(PhaseObserver* o) { phase_observer_ = o; }
+  PhaseObserver* phase_observer() const { return phase_observer_; }
+
   // Once a collective fails the communicator stays broken: later collectives return this error
   // at once instead of waiting on peers in an unknown state. Shutdown still works.
   const Status& broken() const { return broken_; }
@@ -63,6 +78,7 @@ class Communicator {
   std::vector<std::unique_ptr<std::byte[]>> scratch_{2};
   std::vector<size_t> scratch_size_ = {0, 0};
   Status broken_;
+  PhaseObserver* phase_observer_ = nullptr;
 };
 
 }  // namespace korovod

@@ -3,7 +3,7 @@
 // rank whenever Record() says it changed.
 //
 // Search: Bayesian optimisation (Gaussian process over the normalised parameter space, expected
-// improvement), after warm-up samples of the initial parameters. Each trial is scored by the mean
+// improvement), after warm-up samples of the initial parameters. Each trial is scored by the median
 // throughput (bytes / second) over `samples_per_trial` samples; every trial is one CSV row.
 #pragma once
 
@@ -26,12 +26,12 @@ struct TunableParams {
 
 struct AutotuneOptions {
   TunableParams initial;
-  std::string log_path;           // CSV, one row per trial; empty: no log
-  int warmup_samples = 3;         // samples discarded before the first trial
-  int cycles_per_sample = 10;     // engine cycles that moved data, per sample
-  int samples_per_trial = 3;      // a trial's score is the median over these
-  int max_trials = 24;            // then settle on the best trial's parameters
-  uint64_t seed = 1;              // reproducible candidate sampling
+  std::string log_path;        // CSV, one row per trial; empty: no log
+  int warmup_samples = 3;      // samples discarded before the first trial
+  int cycles_per_sample = 10;  // engine cycles that moved data, per sample
+  int samples_per_trial = 3;   // a trial's score is the median over these
+  int max_trials = 24;         // then settle on the best trial's parameters
+  uint64_t seed = 1;           // reproducible candidate sampling
 };
 
 class Autotuner {

@@ -1,0 +1,54 @@
+// Coordinator: on set rank 0 of each process set, collects the ranks' reports of ready tensors
+// and decides which tensors every rank (that has not joined) has submitted, in a deterministic
+// order. Submissions of one name that disagree (shape, dtype, op, root...) become an error
+// response naming the tensor, the ranks and the mismatch; the engine keeps running.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/core/stall_inspector.h"
+#include "runtime/core/wire_format.h"
+
+namespace korovod {
+
+class Coordinator {
+ public:
+  // `describe` names a set rank in error messages.
+  Coordinator(int set_size, std::function<std::string(int)> describe, StallInspector* stall);
+
+  // One rank's new requests of this cycle. Ranks are ingested in set-rank order.
+  void Ingest(int set_rank, const std::vector<Request>& requests, Clock::time_point now);
+
+  // Responses for the tensors now submitted by every rank that has not joined, ordered by when the
+  // first rank submitted them (backward order for gradients). A join that every rank has reached
+  // comes last.
+  std::vector<Response> TakeReady();
+
+  const std::vector<bool>& joined() const { return joined_; }
+  bool idle() const { return table_.empty(); }
+
+ private:
+  struct Entry {
+    std::vector<std::optional<Request>> by_rank;
+    uint64_t first_seq = 0;
+  };
+  Response Decide(const std::string& name, const Entry& e) const;
+  bool Complete(const Entry& e) const;
+
+  int size_;
+  std::function<std::string(int)> describe_;
+  StallInspector* stall_;
+  std::unordered_map<std::string, Entry> table_;
+  uint64_t seq_ = 0;
+  std::vector<bool> joined_;
+  int last_joined_ = -1;
+  // Grouped allreduce: members decided but held until the whole group is decided.
+  std::map<std::string, std::vector<std::pair<uint64_t, Response>>> groups_;
+};
+
+}  // namespace korovod

@@ -1,0 +1,117 @@
+// Engine: the Horovod core for one rank. Trainer threads submit named tensor operations and get
+// handles; a background thread runs the cycle: every `cycle_time` each rank reports the tensors it
+// has ready, the coordinator (rank 0 of each process set) decides which are ready everywhere and
+// in which order, and every rank executes that same sequence, packing small tensors into fusion
+// buffers. Tensors negotiated before are agreed on through the response cache's bit vector.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/common/deadline.h"
+#include "runtime/common/status.h"
+#include "runtime/core/engine_config.h"
+#include "runtime/core/op_request.h"
+#include "runtime/world/communicator.h"
+
+namespace korovod {
+
+class OpHandle;
+using DoneCallback = std::function<void(const Status&, const OpResult&)>;
+
+// Counters since start, for benchmarks and /metrics. Times are of the background thread.
+struct EngineStats {
+  uint64_t cycles = 0;
+  uint64_t busy_cycles = 0;        // cycles in which this rank had ops in flight
+  uint64_t negotiation_ns = 0;     // negotiation collectives in busy cycles
+  uint64_t execution_ns = 0;       // executing responses (copies and collectives)
+  uint64_t tensors = 0;            // ops completed
+  uint64_t collectives = 0;        // data collectives run (a fused buffer counts once)
+  uint64_t bytes = 0;              // tensor bytes allreduced/gathered/broadcast by this rank
+  uint64_t cache_hits = 0;         // ops agreed through the response cache
+  uint64_t negotiated = 0;         // ops that went through the coordinator
+  uint64_t full_negotiations = 0;  // cycles that gathered request lists
+  int64_t fusion_threshold_bytes = 0;
+  double cycle_time_ms = 0;
+};
+
+class Engine {
+ public:
+  // Takes the connected communicator. Checks that every rank runs with the same settings (the
+  // error names the setting and the ranks), measures clock offsets to rank 0 for the timeline, and
+  // starts the background thread.
+  static StatusOr<std::unique_ptr<Engine>> Start(std::unique_ptr<Communicator> comm,
+                                                 const EngineConfig& config);
+  ~Engine();  // Shutdown()
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  int rank() const;
+  int size() const;
+
+  // Any thread. Invalid requests (bad shape, unknown process set, a name already in flight on this
+  // rank) are refused here with InvalidArgument. `done` runs on the background thread.
+  StatusOr<OpHandle> Submit(OpRequest request, DoneCallback done = {});
+  // Grouped allreduce: the tensors are released and fused together once all are ready everywhere.
+  StatusOr<std::vector<OpHandle>> SubmitGroup(std::vector<OpRequest> requests,
+                                              DoneCallback done = {});
+
+  // Collective over the world: every rank calls it with the same ranks, in the same order relative
+  // to other AddProcessSet calls. Returns the new set's id (> 0), the same on every rank.
+  StatusOr<int> AddProcessSet(std::vector<int> ranks, Deadline deadline);
+
+  // Timeline at run time; `path` may contain "{rank}".
+  Status StartTimeline(const std::string& path, bool mark_cycles);
+  Status StopTimeline();
+
+  EngineStats stats() const;
+  // The error that stopped the engine (peer failure, stall shutdown), or OK while running.
+  Status health() const;
+
+  // Tells every rank to stop at the end of the current cycle (any rank may start it); ops still in
+  // flight fail with Aborted naming the rank that shut down. Blocks until the thread has exited.
+  void Shutdown();
+
+  struct Impl;
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The shared completion state of one op.
+struct OpState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+  OpResult result;
+  DoneCallback callback;
+  std::string name;
+};
+
+class OpHandle {
+ public:
+  OpHandle() = default;
+  explicit OpHandle(std::shared_ptr<OpState> s) : state_(std::move(s)) {}
+
+  bool Poll() const;
+  // Waits until the op completes or the deadline passes (DeadlineExceeded naming the tensor; the
+  // op stays in flight). Returns the op's status.
+  Status Wait(Deadline deadline = Deadline::Infinite()) const;
+  // Valid once Poll() is true.
+  const OpResult& result() const { return state_->result; }
+  OpResult& mutable_result() { return state_->result; }
+  const std::string& name() const { return state_->name; }
+  bool valid() const { return state_ != nullptr; }
+
+ private:
+  std::shared_ptr<OpState> state_;
+};
+
+}  // namespace korovod

@@ -1,0 +1,58 @@
+// Engine settings, each with one environment variable (KOROVOD_*; the HOROVOD_* name of the same
+// setting is accepted when the KOROVOD_* one is unset, so existing job specs keep working).
+// Values are validated when read: a bad value is an error naming the variable, never a silent
+// default. docs/configuration.md lists them.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/common/status.h"
+
+namespace korovod {
+
+struct EngineConfig {
+  // Tensor Fusion: ready tensors of one dtype/op/set are packed up to this many bytes; 0 disables.
+  int64_t fusion_threshold_bytes = 64 << 20;
+  // Background cycle: how often ranks report ready tensors to the coordinator.
+  double cycle_time_ms = 1.0;
+  // Response cache entries (tensor names negotiated once, then agreed by bit vector); 0 disables.
+  int cache_capacity = 1024;
+  // Stall inspector: report tensors some ranks submitted and others not after this long; 0
+  // disables. With stall_shutdown > 0 the job fails with the report after that long.
+  std::chrono::milliseconds stall_check{60000};
+  std::chrono::milliseconds stall_shutdown{0};
+  // Timeline: "{rank}" in the path is replaced by the rank and every rank records; without it
+  // only rank 0 records (Horovod's behaviour). Empty: off until StartTimeline.
+  std::string timeline_path;
+  bool timeline_mark_cycles = false;
+  // Autotune: searches fusion threshold, cycle time and data plane chunking online.
+  bool autotune = false;
+  std::string autotune_log;
+  int autotune_warmup_samples = 3;
+  int autotune_cycles_per_sample = 10;
+  int autotune_samples_per_trial = 3;
+  int autotune_max_trials = 24;
+
+  // Reads every variable through `getenv` (tests pass their own); unset ones keep the defaults.
+  static StatusOr<EngineConfig> FromEnvironment(
+      const std::function<std::optional<std::string>(const std::string&)>& getenv);
+  static StatusOr<EngineConfig> FromProcessEnvironment();
+
+  // Checks ranges (also of values set in code). The message names the setting.
+  Status Validate() const;
+};
+
+// One documented variable: name, default as text, meaning. The docs test checks docs against it.
+struct EngineVariable {
+  const char* name;
+  const char* default_value;
+  const char* meaning;
+};
+const std::vector<EngineVariable>& EngineVariables();
+
+}  // namespace korovod

@@ -1,0 +1,26 @@
+// Tensor Fusion planning: which responses run as one collective. Every rank plans the same list
+// with the same threshold, so every rank runs the same collectives.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/core/wire_format.h"
+
+namespace korovod {
+
+struct FusedOp {
+  std::vector<int> responses;  // indices into the planned list, in execution order
+  uint64_t bytes = 0;          // fusion buffer bytes (allgather: the gathered output)
+};
+
+// Allreduces of one dtype, op and scaling, and allgathers of one dtype, are packed in list order
+// up to `threshold_bytes` (0: no fusion), looking ahead past responses that do not match. Each
+// tensor starts at a 64-byte boundary in the buffer. Everything else runs alone.
+std::vector<FusedOp> PlanFusion(const std::vector<Response>& responses, int64_t threshold_bytes);
+
+// Bytes a response occupies in a fusion buffer (padded to 64 bytes).
+uint64_t FusionBytes(const Response& r);
+constexpr uint64_t kFusionAlign = 64;
+
+}  // namespace korovod

@@ -1,0 +1,455 @@
+#include "runtime/core/op_executor.h"
+
+#include <cstring>
+#include <string_view>
+
+#include "runtime/collectives/collectives.h"
+#include "runtime/core/fusion_planner.h"
+
+namespace korovod {
+namespace {
+
+// Draws the data plane's phases on the lanes of every tensor in the running collective.
+class TimelinePhases : public PhaseObserver {
+ public:
+  TimelinePhases(Timeline* t, std::vector<OpExecutor::Item>& items, Communicator& comm)
+      : timeline_(t), items_(items), comm_(comm) {
+    if (timeline_ != nullptr) comm_.set_phase_observer(this);
+  }
+  ~TimelinePhases() override {
+    if (timeline_ != nullptr) comm_.set_phase_observer(nullptr);
+  }
+  void PhaseBegin(const char* phase) override {
+    for (auto& it : items_) timeline_->Start(it.response->name, phase);
+  }
+  void PhaseEnd() override {
+    for (auto& it : items_) timeline_->End(it.response->name);
+  }
+
+ private:
+  Timeline* timeline_;
+  std::vector<OpExecutor::Item>& items_;
+  Communicator& comm_;
+};
+
+size_t RowElements(const TensorShape& trailing) {
+  return static_cast<size_t>(NumElements(trailing));
+}
+
+int Contributors(const std::vector<bool>& joined) {
+  int n = 0;
+  for (bool j : joined) n += j ? 0 : 1;
+  return n;
+}
+
+bool AnyJoined(const std::vector<bool>& joined) {
+  return Contributors(joined) != static_cast<int>(joined.size());
+}
+
+}  // namespace
+
+StatusOr<std::byte*> OpExecutor::Output(PendingOp& op, const TensorShape& shape, size_t bytes) {
+  op.state->result.shape = shape;
+  if (op.request.allocate) {
+    StatusOr<void*> p = op.request.allocate(shape);
+    if (!p.ok()) {
+      return p.status().WithContext("tensor \"" + op.wire.name + "\": output allocation");
+    }
+    if (*p == nullptr && bytes > 0) {
+      return Internal("tensor \"" + op.wire.name + "\": output allocator returned null for " +
+                      std::to_string(bytes) + " bytes");
+    }
+    return static_cast<std::byte*>(*p);
+  }
+  if (op.request.output != nullptr) return static_cast<std::byte*>(op.request.output);
+  op.state->result.data.resize(bytes);
+  return op.state->result.data.data();
+}
+
+void OpExecutor::Start(std::vector<Item>& items, const char* activity, const std::string& args) {
+  if (timeline_ == nullptr) return;
+  for (auto& it : items) timeline_->Start(it.response->name, activity, args);
+}
+
+void OpExecutor::End(std::vector<Item>& items) {
+  if (timeline_ == nullptr) return;
+  for (auto& it : items) timeline_->End(it.response->name);
+}
+
+Status OpExecutor::Run(const ProcessSet& set, std::vector<Item>& items,
+                       const std::vector<bool>& joined, uint64_t* bytes) {
+  const Response& head = *items.front().response;
+  switch (head.type) {
+    case OpType::kAllreduce:
+      return Allreduce(set, items, joined, bytes);
+    case OpType::kAllgather:
+      return Allgather(set, items, joined, bytes);
+    case OpType::kBroadcast:
+      return Broadcast(set, items.front(), bytes);
+    case OpType::kAlltoall:
+      return Alltoall(set, items.front(), bytes);
+    case OpType::kReduceScatter:
+      return ReduceScatter(set, items.front(), bytes);
+    case OpType::kBarrier: {
+      Start(items, "BARRIER");
+      TimelinePhases phases(timeline_, items, comm_);
+      Status s = korovod::Barrier(comm_, &set);
+      End(items);
+      return s;
+    }
+    default:
+      return Internal(std::string("executor cannot run ") + OpTypeName(head.type));
+  }
+}
+
+Status OpExecutor::Allreduce(const ProcessSet& set, std::vector<Item>& items,
+                             const std::vector<bool>& joined, uint64_t* bytes) {
+  const Response& head = *items.front().response;
+  const size_t esize = DataTypeSize(head.dtype);
+  AllreduceOptions o;
+  o.type = head.dtype;
+  o.op = head.op;
+  o.prescale = head.prescale;
+  o.postscale = head.postscale;
+  o.set = &set;
+  if (head.op == ReduceOp::kAverage && AnyJoined(joined)) {
+    // Joined ranks contribute zeros: average over the ranks that contributed.
+    o.op = ReduceOp::kSum;
+    o.postscale = head.postscale / Contributors(joined);
+  }
+  // Unfused: straight from the input to the output, no staging copy.
+  if (items.size() == 1) {
+    Item& it = items.front();
+    const size_t count = static_cast<size_t>(NumElements(head.shape));
+    if (it.op != nullptr) {
+      StatusOr<std::byte*> out = Output(*it.op, head.shape, count * esize);
+      if (!out.ok()) {
+        // The collective must still run (the other ranks are in it): contribute identity.
+        it.status = out.status();
+        it.op = nullptr;
+      } else {
+        o.input = it.op->request.input;
+        o.output = *out;
+      }
+    }
+    if (it.op == nullptr) {
+      std::byte* buf = identity_.Get(count * esize);
+      FillIdentity(buf, count, head.dtype, head.op);
+      o.input = o.output = buf;
+    }
+    o.count = count;
+    *bytes += count * esize;
+    Start(items, "ALLREDUCE", "{\"bytes\":" + std::to_string(count * esize) + "}");
+    TimelinePhases phases(timeline_, items, comm_);
+    Status s = korovod::Allreduce(comm_, o);
+    End(items);
+    return s;
+  }
+
+  uint64_t total = 0;
+  for (auto& it : items) total += FusionBytes(*it.response);
+  std::byte* buf = fusion_.Get(total);
+  if (buf == nullptr)
+    return Internal("cannot allocate a fusion buffer of " + std::to_string(total) + " bytes");
+
+  Start(items, "MEMCPY_IN_FUSION_BUFFER");
+  uint64_t off = 0;
+  for (auto& it : items) {
+    const size_t count = static_cast<size_t>(NumElements(it.response->shape));
+    const size_t padded = FusionBytes(*it.response);
+    if (it.op != nullptr) {
+      std::memcpy(buf + off, it.op->request.input, count * esize);
+    } else {
+      FillIdentity(buf + off, count, head.dtype, head.op);
+    }
+    // Padding joins the reduction: give it a harmless value.
+    if (padded > count * esize) std::memset(buf + off + count * esize, 0, padded - count * esize);
+    off += padded;
+  }
+  End(items);
+
+  o.input = o.output = buf;
+  o.count = total / esize;
+  *bytes += total;
+  Start(items, "ALLREDUCE",
+        "{\"bytes\":" + std::to_string(total) +
+            ",\"fused_tensors\":" + std::to_string(items.size()) + "}");
+  Status s;
+  {
+    TimelinePhases phases(timeline_, items, comm_);
+    s = korovod::Allreduce(comm_, o);
+  }
+  End(items);
+  if (!s.ok()) return s;
+
+  Start(items, "MEMCPY_OUT_FUSION_BUFFER");
+  off = 0;
+  for (auto& it : items) {
+    const size_t count = static_cast<size_t>(NumElements(it.response->shape));
+    if (it.op != nullptr) {
+      StatusOr<std::byte*> out = Output(*it.op, it.response->shape, count * esize);
+      if (out.ok()) {
+        std::memcpy(*out, buf + off, count * esize);
+      } else {
+        it.status = out.status();
+      }
+    }
+    off += FusionBytes(*it.response);
+  }
+  End(items);
+  return OkStatus();
+}
+
+Status OpExecutor::Allgather(const ProcessSet& set, std::vector<Item>& items,
+                             const std::vector<bool>& joined, uint64_t* bytes) {
+  const int n = set.size();
+  const int me = set.rank();
+  const DataType dtype = items.front().response->dtype;
+  const size_t esize = DataTypeSize(dtype);
+  // rows[k][r]: rows of tensor k from set rank r (joined ranks send none).
+  std::vector<std::vector<int64_t>> rows(items.size());
+  std::vector<size_t> counts(n, 0);
+  for (size_t k = 0; k < items.size(); ++k) {
+    rows[k] = items[k].response->first_dims;
+    for (int r = 0; r < n; ++r) {
+      if (joined[r]) rows[k][r] = 0;
+      counts[r] += static_cast<size_t>(rows[k][r]) * RowElements(items[k].response->shape);
+    }
+  }
+  size_t total = 0;
+  for (size_t c : counts) total += c;
+  *bytes += total * esize;
+
+  AllgatherOptions o;
+  o.type = dtype;
+  o.set = &set;
+  o.counts = counts;
+
+  auto output_shape = [&](size_t k) {
+    TensorShape s;
+    int64_t sum = 0;
+    for (int64_t d : rows[k]) sum += d;
+    s.push_back(sum);
+    s.insert(s.end(), items[k].response->shape.begin(), items[k].response->shape.end());
+    return s;
+  };
+
+  if (items.size() == 1) {
+    Item& it = items.front();
+    std::byte* out = nullptr;
+    if (it.op != nullptr) {
+      StatusOr<std::byte*> o_ = Output(*it.op, output_shape(0), total * esize);
+      if (o_.ok()) {
+        out = *o_;
+        o.input = it.op->request.input;
+      } else {
+        it.status = o_.status();
+      }
+    }
+    if (out == nullptr) out = fusion_.Get(total * esize);
+    o.output = out;
+    Start(items, "ALLGATHER", "{\"bytes\":" + std::to_string(total * esize) + "}");
+    TimelinePhases phases(timeline_, items, comm_);
+    Status s = korovod::Allgather(comm_, o);
+    End(items);
+    return s;
+  }
+
+  // Fused: this rank's pieces back to back after the gathered region.
+  std::byte* buf = fusion_.Get((total + counts[me]) * esize);
+  if (buf == nullptr) return Internal("cannot allocate a fusion buffer");
+  std::byte* mine = buf + total * esize;
+  Start(items, "MEMCPY_IN_FUSION_BUFFER");
+  size_t off = 0;
+  for (size_t k = 0; k < items.size(); ++k) {
+    const size_t len =
+        static_cast<size_t>(rows[k][me]) * RowElements(items[k].response->shape) * esize;
+    if (len > 0 && items[k].op != nullptr) std::memcpy(mine + off, items[k].op->request.input, len);
+    off += len;
+  }
+  End(items);
+  o.input = mine;
+  o.output = buf;
+  Start(items, "ALLGATHER",
+        "{\"bytes\":" + std::to_string(total * esize) +
+            ",\"fused_tensors\":" + std::to_string(items.size()) + "}");
+  Status s;
+  {
+    TimelinePhases phases(timeline_, items, comm_);
+    s = korovod::Allgather(comm_, o);
+  }
+  End(items);
+  if (!s.ok()) return s;
+
+  // Rank r's block holds its rows of tensor 0, then of tensor 1, ...
+  std::vector<size_t> block_start(n, 0);
+  for (int r = 1; r < n; ++r) block_start[r] = block_start[r - 1] + counts[r - 1] * esize;
+  std::vector<size_t> cursor = block_start;
+  Start(items, "MEMCPY_OUT_FUSION_BUFFER");
+  for (size_t k = 0; k < items.size(); ++k) {
+    const size_t row_bytes = RowElements(items[k].response->shape) * esize;
+    std::byte* out = nullptr;
+    if (items[k].op != nullptr) {
+      const TensorShape shape = output_shape(k);
+      StatusOr<std::byte*> o_ = Output(*items[k].op, shape, NumElements(shape) * esize);
+      if (o_.ok()) {
+        out = *o_;
+      } else {
+        items[k].status = o_.status();
+      }
+    }
+    size_t out_off = 0;
+    for (int r = 0; r < n; ++r) {
+      const size_t len = static_cast<size_t>(rows[k][r]) * row_bytes;
+      if (out != nullptr && len > 0) std::memcpy(out + out_off, buf + cursor[r], len);
+      out_off += len;
+      cursor[r] += len;
+    }
+  }
+  End(items);
+  return OkStatus();
+}
+
+Status OpExecutor::Broadcast(const ProcessSet& set, Item& it, uint64_t* bytes) {
+  const Response& r = *it.response;
+  const size_t len = static_cast<size_t>(NumElements(r.shape)) * DataTypeSize(r.dtype);
+  std::byte* buf = nullptr;
+  if (it.op != nullptr) {
+    StatusOr<std::byte*> out = Output(*it.op, r.shape, len);
+    if (out.ok()) {
+      buf = *out;
+      if (set.rank() == r.root && it.op->request.input != nullptr && it.op->request.input != buf) {
+        std::memcpy(buf, it.op->request.input, len);
+      }
+    } else {
+      it.status = out.status();
+    }
+  }
+  if (buf == nullptr) buf = identity_.Get(len);
+  *bytes += len;
+  BroadcastOptions o;
+  o.buffer = buf;
+  o.count = static_cast<size_t>(NumElements(r.shape));
+  o.type = r.dtype;
+  o.root = r.root;
+  o.set = &set;
+  std::vector<Item> one{it};
+  Start(one, "BROADCAST", "{\"bytes\":" + std::to_string(len) + "}");
+  Status s;
+  {
+    TimelinePhases phases(timeline_, one, comm_);
+    s = korovod::Broadcast(comm_, o);
+  }
+  End(one);
+  it.status = one.front().status;
+  return s;
+}
+
+Status OpExecutor::Alltoall(const ProcessSet& set, Item& it, uint64_t* bytes) {
+  const Response& r = *it.response;
+  const int n = set.size();
+  const size_t row = RowElements(r.shape);
+  const size_t esize = DataTypeSize(r.dtype);
+  PendingOp& op = *it.op;  // alltoall never runs with joined ranks (coordinator refuses)
+  std::vector<int64_t> send_rows = op.request.splits;
+  std::vector<int64_t> recv_rows(n, 0);
+  std::vector<Item> one{it};
+  Start(one, "ALLTOALL");
+  TimelinePhases phases(timeline_, one, comm_);
+  {
+    std::vector<size_t> ones(n, 1);
+    AlltoallOptions s;
+    s.input = send_rows.data();
+    s.output = recv_rows.data();
+    s.send_counts = ones;
+    s.recv_counts = ones;
+    s.type = DataType::kInt64;
+    s.set = &set;
+    KV_RETURN_IF_ERROR(korovod::Alltoall(comm_, s));
+  }
+  std::vector<size_t> send_counts(n), recv_counts(n);
+  int64_t recv_total = 0;
+  for (int j = 0; j < n; ++j) {
+    send_counts[j] = static_cast<size_t>(send_rows[j]) * row;
+    recv_counts[j] = static_cast<size_t>(recv_rows[j]) * row;
+    recv_total += recv_rows[j];
+  }
+  TensorShape shape{recv_total};
+  shape.insert(shape.end(), r.shape.begin(), r.shape.end());
+  const size_t out_bytes = static_cast<size_t>(recv_total) * row * esize;
+  std::byte* out = nullptr;
+  StatusOr<std::byte*> o_ = Output(op, shape, out_bytes);
+  if (o_.ok()) {
+    out = *o_;
+  } else {
+    it.status = o_.status();
+    out = fusion_.Get(out_bytes);
+  }
+  op.state->result.received_splits = recv_rows;
+  AlltoallOptions a;
+  a.input = op.request.input;
+  a.output = out;
+  a.send_counts = send_counts;
+  a.recv_counts = recv_counts;
+  a.type = r.dtype;
+  a.set = &set;
+  *bytes += out_bytes;
+  Status s = korovod::Alltoall(comm_, a);
+  End(one);
+  return s;
+}
+
+Status OpExecutor::ReduceScatter(const ProcessSet& set, Item& it, uint64_t* bytes) {
+  const Response& r = *it.response;
+  const int n = set.size();
+  const size_t esize = DataTypeSize(r.dtype);
+  const int64_t rows = r.shape.empty() ? 1 : r.shape[0];
+  TensorShape trailing =
+      r.shape.empty() ? TensorShape{} : TensorShape(r.shape.begin() + 1, r.shape.end());
+  const size_t row = RowElements(trailing);
+  std::vector<size_t> recv_counts(n);
+  for (int j = 0; j < n; ++j) {
+    recv_counts[j] = static_cast<size_t>(rows / n + (j < rows % n ? 1 : 0)) * row;
+  }
+  const size_t total = static_cast<size_t>(NumElements(r.shape));
+  const size_t mine = recv_counts[set.rank()];
+  ReduceScatterOptions o;
+  o.recv_counts = recv_counts;
+  o.type = r.dtype;
+  o.op = r.op;
+  o.prescale = r.prescale;
+  o.postscale = r.postscale;
+  o.set = &set;
+  std::byte* out = nullptr;
+  if (it.op != nullptr) {
+    TensorShape shape{static_cast<int64_t>(mine / std::max<size_t>(row, 1))};
+    shape.insert(shape.end(), trailing.begin(), trailing.end());
+    StatusOr<std::byte*> o_ = Output(*it.op, shape, mine * esize);
+    if (o_.ok()) {
+      out = *o_;
+      o.input = it.op->request.input;
+    } else {
+      it.status = o_.status();
+    }
+  }
+  if (o.input == nullptr) {
+    std::byte* id = identity_.Get(total * esize);
+    FillIdentity(id, total, r.dtype, r.op);
+    o.input = id;
+  }
+  if (out == nullptr) out = fusion_.Get(mine * esize);
+  o.output = out;
+  *bytes += total * esize;
+  std::vector<Item> one{it};
+  Start(one, "REDUCESCATTER");
+  Status s;
+  {
+    TimelinePhases phases(timeline_, one, comm_);
+    s = korovod::ReduceScatter(comm_, o);
+  }
+  End(one);
+  it.status = one.front().status;
+  return s;
+}
+
+}  // namespace korovod

@@ -1,0 +1,423 @@
+#include "runtime/core/timeline/timeline.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+namespace korovod {
+namespace {
+
+// The writer wakes at least this often, and sooner once the batch holds kFlushBytes.
+constexpr auto kFlushInterval = std::chrono::milliseconds(100);
+constexpr size_t kFlushBytes = size_t{1} << 20;
+
+class UniqueFd {
+ public:
+  explicit UniqueFd(int fd = -1) : fd_(fd) {}
+  ~UniqueFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    if (this != &other) {
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Writes all of `data`; returns 0 or the errno of the failing write.
+int WriteAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return 0;
+}
+
+void AppendInt(std::string& out, int64_t v) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  out.append(buf, r.ptr);
+}
+
+// Nanoseconds as microseconds with three decimals, exactly ("-1234.005").
+void AppendMicros(std::string& out, int64_t ns) {
+  uint64_t mag = ns < 0 ? 0 - static_cast<uint64_t>(ns) : static_cast<uint64_t>(ns);
+  if (ns < 0) out.push_back('-');
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), mag / 1000);
+  out.append(buf, r.ptr);
+  const unsigned frac = static_cast<unsigned>(mag % 1000);
+  out.push_back('.');
+  out.push_back(static_cast<char>('0' + frac / 100));
+  out.push_back(static_cast<char>('0' + frac / 10 % 10));
+  out.push_back(static_cast<char>('0' + frac % 10));
+}
+
+// Length of the valid UTF-8 sequence at s[i] (lead byte >= 0x80), or 0 if invalid.
+size_t Utf8SequenceLength(std::string_view s, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = byte(i);
+  size_t len;
+  unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) {
+    len = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3;
+    if (c == 0xE0) lo = 0xA0;  // no overlong forms
+    if (c == 0xED) hi = 0x9F;  // no surrogates
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;  // <= U+10FFFF
+  } else {
+    return 0;
+  }
+  if (i + len > s.size()) return 0;
+  if (byte(i + 1) < lo || byte(i + 1) > hi) return 0;
+  for (size_t k = 2; k < len; ++k) {
+    if ((byte(i + k) & 0xC0) != 0x80) return 0;
+  }
+  return len;
+}
+
+// Appends `s` as the body of a JSON string: quotes, backslashes and control characters escaped,
+// valid UTF-8 passed through, each byte of invalid UTF-8 replaced by U+FFFD.
+void AppendEscaped(std::string& out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  size_t i = 0;
+  while (i < s.size()) {
+    // Copy the longest run that needs no escaping in one append.
+    size_t j = i;
+    while (j < s.size()) {
+      const auto c = static_cast<unsigned char>(s[j]);
+      if (c < 0x20 || c == '"' || c == '\\' || c >= 0x80) break;
+      ++j;
+    }
+    out.append(s.data() + i, j - i);
+    i = j;
+    if (i == s.size()) break;
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      const size_t len = Utf8SequenceLength(s, i);
+      if (len == 0) {
+        out.append("\\ufffd");
+        ++i;
+      } else {
+        out.append(s.data() + i, len);
+        i += len;
+      }
+      continue;
+    }
+    switch (c) {
+      case '"':
+        out.append("\\\"");
+        break;
+      case '\\':
+        out.append("\\\\");
+        break;
+      case '\b':
+        out.append("\\b");
+        break;
+      case '\f':
+        out.append("\\f");
+        break;
+      case '\n':
+        out.append("\\n");
+        break;
+      case '\r':
+        out.append("\\r");
+        break;
+      case '\t':
+        out.append("\\t");
+        break;
+      default: {
+        const char esc[] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 0xF]};
+        out.append(esc, sizeof(esc));
+      }
+    }
+    ++i;
+  }
+}
+
+bool LooksLikeJsonObject(std::string_view s) {
+  const size_t b = s.find_first_not_of(" \t\r\n");
+  const size_t e = s.find_last_not_of(" \t\r\n");
+  return b != std::string_view::npos && s[b] == '{' && s[e] == '}';
+}
+
+Status OpenError(const std::string& what, int err) {
+  const StatusCode code =
+      (err == EACCES || err == EPERM || err == EROFS)      ? StatusCode::kPermissionDenied
+      : (err == ENOENT || err == ENOTDIR || err == EISDIR) ? StatusCode::kInvalidArgument
+                                                           : StatusCode::kUnavailable;
+  return ErrnoStatus(code, what, err);
+}
+
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
+}  // namespace
+
+struct Timeline::State {
+  struct Lane {
+    int tid;
+    int open_spans = 0;  // so that an End without a Start cannot unbalance the lane
+  };
+
+  TimelineOptions options;
+  UniqueFd fd;
+
+  // Guarded by mu: the events not yet written (each preceded by ",\n"), the lanes, the next tid
+  // and the cycle lane's tid (0 until the first MarkCycle).
+  std::mutex mu;
+  std::condition_variable_any cv;
+  std::string batch;
+  std::unordered_map<std::string, Lane, StringHash, std::equal_to<>> lanes;
+  int next_tid = 1;
+  int cycle_tid = 0;
+
+  mutable std::mutex status_mu;
+  Status status;  // guarded by status_mu: the first write error
+
+  std::jthread writer;  // last: stopped and joined before the members above go away
+
+  void RecordWriteError(int err) {
+    std::lock_guard<std::mutex> lock(status_mu);
+    if (status.ok()) status = ErrnoStatus(StatusCode::kUnavailable, "write " + options.path, err);
+  }
+
+  bool failed() const {
+    std::lock_guard<std::mutex> lock(status_mu);
+    return !status.ok();
+  }
+
+  // Writes `data` unless an earlier write failed (then the events are dropped).
+  void Write(std::string_view data) {
+    if (data.empty() || failed()) return;
+    if (const int err = WriteAll(fd.get(), data); err != 0) RecordWriteError(err);
+  }
+
+  void WriterLoop(std::stop_token stop) {
+    std::string out;
+    bool stopping = false;
+    while (!stopping) {
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait_for(lock, stop, kFlushInterval, [&] { return batch.size() >= kFlushBytes; });
+        out.swap(batch);
+        // Recording ends before the destructor requests the stop, so once it is seen every event
+        // is in `out`.
+        stopping = stop.stop_requested();
+      }
+      Write(out);
+      out.clear();  // keeps its capacity for the next swap, unless a burst made it large
+      if (out.capacity() > 4 * kFlushBytes) out = std::string();
+    }
+  }
+
+  // ---- Event building; callers hold mu. ----
+
+  static int64_t NowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  void BeginEvent(std::string_view ph) {
+    batch.append(",\n{\"ph\":\"");
+    batch.append(ph);
+    batch.append("\",\"pid\":");
+    AppendInt(batch, options.rank);
+  }
+
+  void AppendTidTs(int tid) {
+    batch.append(",\"tid\":");
+    AppendInt(batch, tid);
+    batch.append(",\"ts\":");
+    AppendMicros(batch, NowNs());
+  }
+
+  void AppendName(std::string_view prefix, std::string_view name) {
+    batch.append(",\"name\":\"");
+    batch.append(prefix);
+    AppendEscaped(batch, name);
+    batch.push_back('"');
+  }
+
+  void ThreadNameEvent(int tid, std::string_view name) {
+    BeginEvent("M");
+    batch.append(",\"tid\":");
+    AppendInt(batch, tid);
+    batch.append(",\"name\":\"thread_name\",\"args\":{\"name\":\"");
+    AppendEscaped(batch, name);
+    batch.append("\"}}");
+  }
+
+  // The lane of `tensor`, allocated (with its thread_name event) on first use.
+  Lane& LaneOf(std::string_view tensor) {
+    auto it = lanes.find(tensor);
+    if (it == lanes.end()) {
+      it = lanes.emplace(std::string(tensor), Lane{next_tid++}).first;
+      ThreadNameEvent(it->second.tid, tensor);
+    }
+    return it->second;
+  }
+
+  // Wakes the writer early once the batch crosses kFlushBytes.
+  void Appended(size_t size_before) {
+    if (size_before < kFlushBytes && batch.size() >= kFlushBytes) cv.notify_one();
+  }
+
+  void Begin(std::string_view tensor, std::string_view prefix, std::string_view name,
+             std::string_view args) {
+    std::lock_guard<std::mutex> lock(mu);
+    const size_t before = batch.size();
+    Lane& lane = LaneOf(tensor);
+    ++lane.open_spans;
+    BeginEvent("B");
+    AppendTidTs(lane.tid);
+    AppendName(prefix, name);
+    if (!args.empty()) {
+      batch.append(",\"args\":");
+      if (LooksLikeJsonObject(args)) {
+        batch.append(args);
+      } else {
+        batch.append("{\"text\":\"");
+        AppendEscaped(batch, args);
+        batch.append("\"}");
+      }
+    }
+    batch.push_back('}');
+    Appended(before);
+  }
+
+  void EndSpan(std::string_view tensor) {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto it = lanes.find(tensor);
+    if (it == lanes.end() || it->second.open_spans == 0) return;
+    --it->second.open_spans;
+    const size_t before = batch.size();
+    BeginEvent("E");
+    AppendTidTs(it->second.tid);
+    batch.push_back('}');
+    Appended(before);
+  }
+};
+
+StatusOr<std::unique_ptr<Timeline>> Timeline::Open(const TimelineOptions& options) {
+  if (options.path.empty()) return InvalidArgument("timeline: empty path");
+  const int fd = ::open(options.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return OpenError("open timeline " + options.path, errno);
+
+  auto state = std::make_unique<State>();
+  state->options = options;
+  state->fd = UniqueFd(fd);
+
+  // The header and metadata are written here, synchronously, so that even a rank killed right
+  // after start-up leaves a file the merger recognizes.
+  std::string& h = state->batch;
+  const std::string rank = std::to_string(options.rank);
+  h = "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + rank + ",\"args\":{\"name\":\"rank " +
+      rank + "\"}}";
+  h += ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" + rank +
+       ",\"args\":{\"sort_index\":" + rank + "}}";
+  h += ",\n{\"name\":\"korovod_clock\",\"ph\":\"M\",\"pid\":" + rank +
+       ",\"args\":{\"rank\":" + rank + ",\"clock_offset_us\":";
+  AppendMicros(h, options.clock_offset_ns);
+  h += "}}";
+  if (const int err = WriteAll(fd, h); err != 0) {
+    return OpenError("write timeline header " + options.path, err);
+  }
+  h.clear();
+
+  State* s = state.get();
+  state->writer = std::jthread([s](std::stop_token stop) { s->WriterLoop(std::move(stop)); });
+  return std::unique_ptr<Timeline>(new Timeline(std::move(state)));
+}
+
+Timeline::Timeline(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+Timeline::~Timeline() {
+  state_->writer.request_stop();
+  state_->writer.join();  // the writer has written every recorded event
+  state_->Write("\n]\n");
+  // UniqueFd closes the file.
+}
+
+void Timeline::NegotiateStart(std::string_view tensor, std::string_view op) {
+  state_->Begin(tensor, "NEGOTIATE_", op, {});
+}
+
+void Timeline::NegotiateRankReady(std::string_view tensor, int rank) {
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mu);
+  const size_t before = s.batch.size();
+  const int tid = s.LaneOf(tensor).tid;
+  s.BeginEvent("i");
+  s.AppendTidTs(tid);
+  s.batch.append(",\"s\":\"t\",\"name\":\"READY rank ");
+  AppendInt(s.batch, rank);
+  s.batch.append("\",\"args\":{\"rank\":");
+  AppendInt(s.batch, rank);
+  s.batch.append("}}");
+  s.Appended(before);
+}
+
+void Timeline::NegotiateEnd(std::string_view tensor) { state_->EndSpan(tensor); }
+
+void Timeline::Start(std::string_view tensor, std::string_view activity, std::string_view args) {
+  state_->Begin(tensor, {}, activity, args);
+}
+
+void Timeline::End(std::string_view tensor) { state_->EndSpan(tensor); }
+
+void Timeline::MarkCycle() {
+  State& s = *state_;
+  if (!s.options.mark_cycles) return;
+  std::lock_guard<std::mutex> lock(s.mu);
+  const size_t before = s.batch.size();
+  if (s.cycle_tid == 0) {
+    s.cycle_tid = s.next_tid++;
+    s.ThreadNameEvent(s.cycle_tid, "cycle");
+  }
+  s.BeginEvent("i");
+  s.AppendTidTs(s.cycle_tid);
+  s.batch.append(",\"s\":\"t\",\"name\":\"CYCLE_START\"}");
+  s.Appended(before);
+}
+
+const std::string& Timeline::path() const { return state_->options.path; }
+
+Status Timeline::status() const {
+  std::lock_guard<std::mutex> lock(state_->status_mu);
+  return state_->status;
+}
+
+}  // namespace korovod
