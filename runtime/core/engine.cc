@@ -148,16 +148,20 @@ struct Engine::Impl {
       in_flight.erase(std::to_string(op->set_id) + "/" + op->wire.name);
       ++stats.tensors;
     }
+    // The callback runs before waiters wake, so whatever it does is visible once Wait returns.
     OpState& st = *op->state;
     DoneCallback cb;
     {
       std::lock_guard<std::mutex> lock(st.mu);
       st.status = std::move(s);
-      st.done = true;
       cb = std::move(st.callback);
     }
-    st.cv.notify_all();
     if (cb) cb(st.status, st.result);
+    {
+      std::lock_guard<std::mutex> lock(st.mu);
+      st.done = true;
+    }
+    st.cv.notify_all();
   }
 
   void FailEverything(const Status& s) {

@@ -55,7 +55,8 @@ class Engine {
   int size() const;
 
   // Any thread. Invalid requests (bad shape, unknown process set, a name already in flight on this
-  // rank) are refused here with InvalidArgument. `done` runs on the background thread.
+  // rank) are refused here with InvalidArgument. `done` runs on the background thread before
+  // waiters on the handle wake; it must not block on other ops.
   StatusOr<OpHandle> Submit(OpRequest request, DoneCallback done = {});
   // Grouped allreduce: the tensors are released and fused together once all are ready everywhere.
   StatusOr<std::vector<OpHandle>> SubmitGroup(std::vector<OpRequest> requests,

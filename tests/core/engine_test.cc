@@ -6,6 +6,8 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "tests/core/engine_harness.h"
@@ -476,6 +478,37 @@ TEST(EngineStall, ShutdownAfterStallNamesTheMissingRankAndTensor) {
     c.Check(s.message().find("rank 2 (127.0.0.1:") != std::string::npos &&
                 s.message().find("has not submitted: lonely") != std::string::npos,
             "names rank 2 and the tensor: " + s.message());
+    return OkStatus();
+  });
+  ExpectEnginesOk(reports);
+}
+
+TEST(EngineSubmit, CompletionCallbackRunsOnceWithStatusAndResult) {
+  auto reports = RunEngineRanks(Spec(2), [&](EngineRank& c) -> Status {
+    std::vector<int32_t> in(3, c.rank() + 1);
+    OpRequest r;
+    r.type = OpType::kAllgather;
+    r.name = "gathered";
+    r.dtype = DataType::kInt32;
+    r.shape = {3};
+    r.input = in.data();
+    std::mutex mu;
+    std::condition_variable cv;
+    int calls = 0;
+    Status seen;
+    TensorShape shape;
+    KV_ASSIGN_OR_RETURN(OpHandle h, c.engine().Submit(r, [&](const Status& s, const OpResult& res) {
+      std::lock_guard<std::mutex> lock(mu);
+      ++calls;
+      seen = s;
+      shape = res.shape;
+      cv.notify_all();
+    }));
+    KV_RETURN_IF_ERROR(h.Wait(Deadline::After(60s)));
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, 10s, [&] { return calls > 0; });
+    c.Check(calls == 1 && seen.ok() && shape == TensorShape({6}), "callback once with result");
+    c.Check(h.Poll(), "poll after completion");
     return OkStatus();
   });
   ExpectEnginesOk(reports);
