@@ -46,7 +46,8 @@ int RunRank(int rank, const std::vector<PeerAddress>& peers, int listen_fd, int 
     auto h = (*engine)->Submit(r);
     Status s = h.ok() ? h->Wait(Deadline::After(60s)) : h.status();
     if (s.ok()) continue;
-    const std::string want = "rank " + std::to_string(victim) + " (" + peers[victim].ToString() + ")";
+    const std::string want =
+        "rank " + std::to_string(victim) + " (" + peers[victim].ToString() + ")";
     if (s.message().find(want) == std::string::npos) {
       std::fprintf(stderr, "rank %d: error does not name %s: %s\n", rank, want.c_str(),
                    s.ToString().c_str());

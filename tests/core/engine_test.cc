@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <numeric>
-#include <random>
 #include <condition_variable>
 #include <mutex>
+#include <numeric>
+#include <random>
 #include <thread>
 
 #include "tests/core/engine_harness.h"

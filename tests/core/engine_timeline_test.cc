@@ -112,9 +112,8 @@ TEST(EngineTimeline, EveryRankRecordsNegotiationFusionAndPhasesAndTheFilesMerge)
         expect.push_back("i:READY rank 0");
         expect.push_back("i:READY rank 1");
       }
-      for (const char* s : {"E", "B:QUEUE", "E", "B:MEMCPY_IN_FUSION_BUFFER", "E",
-                            "B:ALLREDUCE", "B:RECURSIVE_DOUBLING", "E", "E",
-                            "B:MEMCPY_OUT_FUSION_BUFFER", "E"}) {
+      for (const char* s : {"E", "B:QUEUE", "E", "B:MEMCPY_IN_FUSION_BUFFER", "E", "B:ALLREDUCE",
+                            "B:RECURSIVE_DOUBLING", "E", "E", "B:MEMCPY_OUT_FUSION_BUFFER", "E"}) {
         expect.push_back(s);
       }
       EXPECT_EQ(l.seq, expect);

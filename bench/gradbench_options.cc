@@ -1,0 +1,253 @@
+#include "bench/gradbench_options.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <string_view>
+
+#include "bench/bench_options.h"
+
+#ifndef KOROVOD_SOURCE_DIR
+#define KOROVOD_SOURCE_DIR "."
+#endif
+
+namespace korovod::bench {
+namespace {
+
+std::vector<std::string_view> Split(std::string_view csv) {
+  std::vector<std::string_view> out;
+  while (!csv.empty()) {
+    const size_t comma = csv.find(',');
+    std::string_view tok = csv.substr(0, comma);
+    if (!tok.empty()) out.push_back(tok);
+    if (comma == std::string_view::npos) break;
+    csv.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+std::optional<double> ParseDouble(std::string_view text, double min) {
+  std::string s(text);
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || errno != 0 || !std::isfinite(v) || v < min) {
+    return std::nullopt;
+  }
+  return v;
+}
+
+std::optional<int> ParseCount(std::string_view text, int min) {
+  int v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || ptr != text.data() + text.size() || v < min) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+const char* FusionModeName(FusionMode m) {
+  switch (m) {
+    case FusionMode::kOff:
+      return "off";
+    case FusionMode::kOn:
+      return "on";
+    case FusionMode::kAutotune:
+      return "autotune";
+  }
+  return "unknown";
+}
+
+std::string GradBenchUsageText() {
+  return R"(usage: korovod-gradbench [flags]
+       korovod-gradbench --check-shapes
+       korovod-gradbench --print-shapes MODEL
+
+Training-step gradient exchange through the Horovod engine: per step every rank submits one
+float32 SUM allreduce per ResNet parameter, in backward order, then waits for all of them. Ranks
+are forked on 127.0.0.1 (one process each). One JSON row per model x transport x mode x gap.
+
+flags:
+  --models LIST           resnet50,resnet101 (default both)
+  --transport LIST        tcp,shm (default both)
+  --modes LIST            off,on,autotune (default all): fusion threshold 0 / fixed / autotuned
+  --ranks N               world size (default 4)
+  --warmup K              untimed steps before the timed ones (default 3)
+  --steps K               timed steps (default 10)
+  --compute-gap-us LIST   sleep before each gradient's submit, one run per value (default 0)
+  --fusion-threshold B    mode on and autotune's start, bytes, K/M/G suffixes (default 64M)
+  --cycle-time-ms MS      engine cycle (default 1)
+  --autotune-log PATH     trial CSV; {model} {transport} {gap} are replaced
+                          (default /tmp/korovod-gradbench-autotune-{model}-{transport}-gap{gap}.csv)
+  --autotune-warmup K     warm-up samples (default 2)
+  --autotune-cycles K     data cycles per sample (default 5)
+  --autotune-samples K    samples per trial (default 2)
+  --autotune-trials K     trials before settling (default 12)
+  --autotune-max-steps K  steps to wait for the search to settle (default 400)
+  --timeline PATH         engine timeline per run; {rank} {model} {transport} {mode} {gap}
+  --peers                 also run bench/peers/torch_gradient_exchange.py (torch.distributed
+                          gloo, per-tensor and DDP-style bucketed) on the same shapes and steps
+  --peers-only            only the torch peer
+  --python PATH           interpreter for the peer (default /usr/bin/python3)
+  --peer-script PATH      default: the source tree's bench/peers/torch_gradient_exchange.py
+  --bucket-mb MB          peer bucket cap (default 25, DDP's bucket_cap_mb)
+  --first-bucket-mb MB    peer first bucket (default 1, like DDP)
+  --table                 print a readable table with the speedups instead of JSON rows
+  --out FILE              also write all rows as one JSON list
+  --timeout S             kill the ranks when one launch takes longer (default: from steps)
+  --check-shapes          check the ResNet shapes against torchvision's counts, exit 0/1
+  --print-shapes MODEL    print MODEL's gradient shapes (backward order) as JSON
+  --help
+
+exit status: 0 ok, 1 a rank failed or hung (the message names it) or --check-shapes found a
+             mismatch, 2 bad usage, 3 a verification failed (the row carries "error").
+)";
+}
+
+std::optional<GradBenchOptions> ParseGradBenchArgs(int argc, char** argv,
+                                                   GradBenchUsageError* error, bool* help) {
+  *help = false;
+  auto fail = [&](std::string msg) -> std::optional<GradBenchOptions> {
+    error->message = std::move(msg);
+    return std::nullopt;
+  };
+  GradBenchOptions o;
+  o.models = {ResNetModel::kResNet50, ResNetModel::kResNet101};
+  o.transports = {TransportKind::kTcp, TransportKind::kShm};
+  o.modes = {FusionMode::kOff, FusionMode::kOn, FusionMode::kAutotune};
+  o.gaps_us = {0};
+  o.peer_script = std::string(KOROVOD_SOURCE_DIR) + "/bench/peers/torch_gradient_exchange.py";
+
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--help" || a == "-h") {
+      *help = true;
+      return std::nullopt;
+    }
+    if (a == "--table") {
+      o.table = true;
+      continue;
+    }
+    if (a == "--peers") {
+      o.peers = true;
+      continue;
+    }
+    if (a == "--peers-only") {
+      o.peers = o.peers_only = true;
+      continue;
+    }
+    if (a == "--check-shapes") {
+      o.check_shapes = true;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      return fail(a.starts_with("--") ? "missing value for " + std::string(a)
+                                      : "unexpected argument '" + std::string(a) + "'");
+    }
+    const std::string_view v = argv[++i];
+    auto bad = [&](const char* what) {
+      return fail("bad " + std::string(a) + " '" + std::string(v) + "' (" + what + ")");
+    };
+    auto count = [&](int min, int* dst) -> bool {
+      auto k = ParseCount(v, min);
+      if (k) *dst = *k;
+      return k.has_value();
+    };
+    if (a == "--models" || a == "--model") {
+      o.models.clear();
+      for (std::string_view tok : Split(v)) {
+        auto m = ParseResNet(tok);
+        if (!m) return bad("resnet50, resnet101");
+        o.models.push_back(*m);
+      }
+      if (o.models.empty()) return bad("resnet50, resnet101");
+    } else if (a == "--transport" || a == "--transports") {
+      o.transports.clear();
+      for (std::string_view tok : Split(v)) {
+        if (tok == "tcp") {
+          o.transports.push_back(TransportKind::kTcp);
+        } else if (tok == "shm") {
+          o.transports.push_back(TransportKind::kShm);
+        } else {
+          return bad("tcp, shm");
+        }
+      }
+      if (o.transports.empty()) return bad("tcp, shm");
+    } else if (a == "--modes" || a == "--mode") {
+      o.modes.clear();
+      for (std::string_view tok : Split(v)) {
+        if (tok == "off") {
+          o.modes.push_back(FusionMode::kOff);
+        } else if (tok == "on") {
+          o.modes.push_back(FusionMode::kOn);
+        } else if (tok == "autotune") {
+          o.modes.push_back(FusionMode::kAutotune);
+        } else {
+          return bad("off, on, autotune");
+        }
+      }
+      if (o.modes.empty()) return bad("off, on, autotune");
+    } else if (a == "--ranks") {
+      if (!count(2, &o.ranks) || o.ranks > 64) return bad("2..64");
+    } else if (a == "--warmup") {
+      if (!count(0, &o.warmup)) return bad("integer >= 0");
+    } else if (a == "--steps") {
+      if (!count(1, &o.steps)) return bad("integer >= 1");
+    } else if (a == "--compute-gap-us") {
+      o.gaps_us.clear();
+      for (std::string_view tok : Split(v)) {
+        auto g = ParseDouble(tok, 0);
+        if (!g) return bad("microseconds >= 0, comma list");
+        o.gaps_us.push_back(*g);
+      }
+      if (o.gaps_us.empty()) return bad("microseconds >= 0, comma list");
+    } else if (a == "--fusion-threshold") {
+      auto b = ParseSize(v);
+      if (!b || *b == 0 || *b > (size_t{1} << 40)) return bad("bytes > 0, e.g. 64M");
+      o.fusion_threshold_bytes = static_cast<int64_t>(*b);
+    } else if (a == "--cycle-time-ms") {
+      auto ms = ParseDouble(v, 0);
+      if (!ms || *ms <= 0) return bad("milliseconds > 0");
+      o.cycle_time_ms = *ms;
+    } else if (a == "--autotune-log") {
+      if (v.empty()) return bad("a file path");
+      o.autotune_log = v;
+    } else if (a == "--autotune-warmup") {
+      if (!count(0, &o.autotune_warmup_samples)) return bad("integer >= 0");
+    } else if (a == "--autotune-cycles") {
+      if (!count(1, &o.autotune_cycles_per_sample)) return bad("integer >= 1");
+    } else if (a == "--autotune-samples") {
+      if (!count(1, &o.autotune_samples_per_trial)) return bad("integer >= 1");
+    } else if (a == "--autotune-trials") {
+      if (!count(1, &o.autotune_max_trials)) return bad("integer >= 1");
+    } else if (a == "--autotune-max-steps") {
+      if (!count(1, &o.autotune_max_steps)) return bad("integer >= 1");
+    } else if (a == "--timeline") {
+      o.timeline = v;
+    } else if (a == "--python") {
+      o.python = v;
+    } else if (a == "--peer-script") {
+      o.peer_script = v;
+    } else if (a == "--bucket-mb" || a == "--first-bucket-mb") {
+      auto mb = ParseDouble(v, 0);
+      if (!mb || *mb <= 0) return bad("MiB > 0");
+      (a == "--bucket-mb" ? o.bucket_mib : o.first_bucket_mib) = *mb;
+    } else if (a == "--out") {
+      o.out = v;
+    } else if (a == "--timeout") {
+      auto s = ParseDouble(v, 0);
+      if (!s || *s <= 0) return bad("seconds > 0");
+      o.timeout_s = *s;
+    } else if (a == "--print-shapes") {
+      auto m = ParseResNet(v);
+      if (!m) return bad("resnet50, resnet101");
+      o.print_shapes = *m;
+    } else {
+      return fail("unknown flag '" + std::string(a) + "'");
+    }
+  }
+  return o;
+}
+
+}  // namespace korovod::bench
