@@ -64,14 +64,13 @@ void Coordinator::Ingest(int set_rank, const std::vector<Request>& requests,
   }
 }
 
+// Every rank has submitted the tensor or joined (an entry exists only once some rank submitted
+// it, so at least one rank contributes real data).
 bool Coordinator::Complete(const Entry& e) const {
-  bool any = false;
   for (int r = 0; r < size_; ++r) {
-    if (joined_[r]) continue;
-    if (!e.by_rank[r]) return false;
-    any = true;
+    if (!joined_[r] && !e.by_rank[r]) return false;
   }
-  return any;
+  return true;
 }
 
 Response Coordinator::Decide(const std::string& name, const Entry& e) const {
@@ -155,7 +154,7 @@ Response Coordinator::Decide(const std::string& name, const Entry& e) const {
                    " is not a rank of a set of " + std::to_string(size_);
       return resp;
     }
-    if (joined_[ref.root]) {
+    if (!e.by_rank[ref.root]) {
       resp.error = "tensor \"" + name + "\": broadcast root " + describe_(ref.root) +
                    " has joined (it has no data to send)";
       return resp;
@@ -172,7 +171,7 @@ Response Coordinator::Decide(const std::string& name, const Entry& e) const {
   }
   if (ref.type == OpType::kAlltoall || ref.type == OpType::kAddProcessSet) {
     for (int r = 0; r < size_; ++r) {
-      if (joined_[r]) {
+      if (!e.by_rank[r]) {
         resp.error = "tensor \"" + name + "\": " + OpTypeName(ref.type) + " cannot run while " +
                      describe_(r) + " has joined";
         return resp;
@@ -193,6 +192,9 @@ Response Coordinator::Decide(const std::string& name, const Entry& e) const {
     }
   }
   resp.shape = shape_key(ref);
+  for (int r = 0; r < size_; ++r) {
+    if (!e.by_rank[r]) resp.absent.push_back(r);
+  }
   if (ref.type == OpType::kAllgather) {
     resp.first_dims.assign(size_, 0);
     for (int r = 0; r < size_; ++r) {

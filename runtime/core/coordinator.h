@@ -25,8 +25,8 @@ class Coordinator {
   void Ingest(int set_rank, const std::vector<Request>& requests, Clock::time_point now);
 
   // Responses for the tensors now submitted by every rank that has not joined, ordered by when the
-  // first rank submitted them (backward order for gradients). A join that every rank has reached
-  // comes last.
+  // first rank submitted them (backward order for gradients); joined ranks that did not submit a
+  // tensor are listed in its response's `absent`. A join that every rank has reached comes last.
   std::vector<Response> TakeReady();
 
   const std::vector<bool>& joined() const { return joined_; }

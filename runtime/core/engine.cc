@@ -263,7 +263,7 @@ struct Engine::Impl {
   // Returns a data plane failure; sets *stop when the engine must stop after this cycle.
   Status RunSetCycle(SetState& s, bool world, bool* stop, std::string* stop_reason);
   Status ExecuteResponses(SetState& s, std::vector<Response>& responses,
-                          const std::vector<int>& cache_bits, const std::vector<bool>& joined);
+                          const std::vector<int>& cache_bits, bool any_joined);
   void Loop();
 };
 
@@ -283,13 +283,10 @@ Status Engine::Impl::RunSetCycle(SetState& s, bool world, bool* stop, std::strin
     std::lock_guard<std::mutex> lock(mu);
     if (shutdown_requested) s.state[0] |= kFlagShutdown;
   }
-  if (s.joined) {
-    s.state[0] |= kFlagJoined;
-    for (int w = 0; w < words; ++w) ready_bits[w] = ~uint64_t{0};
-  } else {
-    for (auto& [name, op] : s.pending) {
-      if (op->cache_bit >= 0) ready_bits[op->cache_bit / 64] |= uint64_t{1} << (op->cache_bit % 64);
-    }
+  // A joined rank reports the cached tensors it submitted before joining: they carry its data.
+  if (s.joined) s.state[0] |= kFlagJoined;
+  for (auto& [name, op] : s.pending) {
+    if (op->cache_bit >= 0) ready_bits[op->cache_bit / 64] |= uint64_t{1} << (op->cache_bit % 64);
   }
   for (int b : s.invalid_bits) invalid_bits[b / 64] |= uint64_t{1} << (b % 64);
   s.invalid_bits.clear();
@@ -322,26 +319,29 @@ Status Engine::Impl::RunSetCycle(SetState& s, bool world, bool* stop, std::strin
     KV_RETURN_IF_ERROR(korovod::Allgather(*comm, o));
   }
   std::vector<bool> joined(n);
-  bool any_payload = false, news = false;
+  bool any_payload = false, news = false, any_joined = false;
   int shutdown_rank = -1;
   for (int r = 0; r < n; ++r) {
     const uint64_t* st = s.all_states.data() + static_cast<size_t>(r) * stride;
     joined[r] = (st[0] & kFlagJoined) != 0;
+    any_joined = any_joined || joined[r];
     if ((st[0] & kFlagShutdown) != 0 && shutdown_rank < 0) shutdown_rank = r;
     news = news || (st[0] & kFlagNews) != 0;
     any_payload = any_payload || st[1] > 0;
   }
 
   // 3. Stale cache entries go on every rank; this rank's ops on them are negotiated afresh.
-  std::vector<uint64_t> invalid(words, 0), ready(words, ~uint64_t{0});
-  bool any_contributor = false;
+  // Ready: every rank that has not joined has the tensor, and some rank has it.
+  std::vector<uint64_t> invalid(words, 0), ready(words, ~uint64_t{0}), any(words, 0);
   for (int r = 0; r < n; ++r) {
     const uint64_t* st = s.all_states.data() + static_cast<size_t>(r) * stride;
-    for (int w = 0; w < words; ++w) invalid[w] |= st[kHeaderWords + words + w];
-    if (joined[r]) continue;
-    any_contributor = true;
-    for (int w = 0; w < words; ++w) ready[w] &= st[kHeaderWords + w];
+    for (int w = 0; w < words; ++w) {
+      invalid[w] |= st[kHeaderWords + words + w];
+      any[w] |= st[kHeaderWords + w];
+      if (!joined[r]) ready[w] &= st[kHeaderWords + w];
+    }
   }
+  for (int w = 0; w < words; ++w) ready[w] &= any[w];
   for (int w = 0; w < words; ++w) {
     uint64_t bits = invalid[w];
     while (bits != 0) {
@@ -360,7 +360,19 @@ Status Engine::Impl::RunSetCycle(SetState& s, bool world, bool* stop, std::strin
   // 4. Cached tensors every contributing rank has ready run without the coordinator.
   std::vector<Response> responses;
   std::vector<int> cache_bits;
-  if (any_contributor) {
+  {
+    // Joined ranks without a ready tensor contribute its identity (absent).
+    auto cached = [&](int b) {
+      Response r = s.cache.response(b);
+      for (int q = 0; q < n; ++q) {
+        const uint64_t word = s.all_states[static_cast<size_t>(q) * stride + kHeaderWords + b / 64];
+        if ((word >> (b % 64) & 1) != 0) continue;
+        r.absent.push_back(q);
+        if (r.type == OpType::kAllgather) r.first_dims[q] = 0;
+      }
+      responses.push_back(std::move(r));
+      cache_bits.push_back(b);
+    };
     std::map<std::string, std::vector<int>> groups;
     for (int w = 0; w < words; ++w) {
       uint64_t bits = ready[w] & ~invalid[w];
@@ -373,16 +385,12 @@ Status Engine::Impl::RunSetCycle(SetState& s, bool world, bool* stop, std::strin
           groups[r.group].push_back(b);
           continue;
         }
-        responses.push_back(r);
-        cache_bits.push_back(b);
+        cached(b);
       }
     }
     for (auto& [g, bits] : groups) {  // a group runs only once all its members are ready
       if (static_cast<int32_t>(bits.size()) < s.cache.response(bits.front()).group_size) continue;
-      for (int b : bits) {
-        responses.push_back(s.cache.response(b));
-        cache_bits.push_back(b);
-      }
+      for (int b : bits) cached(b);
     }
   }
   // The coordinator watches partially ready cached tensors for stalls.
@@ -505,7 +513,7 @@ Status Engine::Impl::RunSetCycle(SetState& s, bool world, bool* stop, std::strin
                    std::make_move_iterator(list.responses.end()));
 
   const Clock::time_point t1 = Clock::now();
-  KV_RETURN_IF_ERROR(ExecuteResponses(s, responses, cache_bits, joined));
+  KV_RETURN_IF_ERROR(ExecuteResponses(s, responses, cache_bits, any_joined));
   if (!responses.empty()) {
     std::lock_guard<std::mutex> lock(mu);
     stats.execution_ns += ElapsedNs(t1);
@@ -523,10 +531,8 @@ Status Engine::Impl::RunSetCycle(SetState& s, bool world, bool* stop, std::strin
 }
 
 Status Engine::Impl::ExecuteResponses(SetState& s, std::vector<Response>& responses,
-                                      const std::vector<int>& cache_bits,
-                                      const std::vector<bool>& joined) {
+                                      const std::vector<int>& cache_bits, bool any_joined) {
   if (responses.empty()) return OkStatus();
-  const bool any_joined = std::find(joined.begin(), joined.end(), true) != joined.end();
   const auto plan = PlanFusion(responses, fusion_threshold);
   if (timeline) {
     for (const Response& r : responses) {
@@ -586,7 +592,7 @@ Status Engine::Impl::ExecuteResponses(SetState& s, std::vector<Response>& respon
       if (timeline && it != s.pending.end()) timeline->End(responses[i].name);  // QUEUE
     }
     uint64_t bytes = 0;
-    Status st = executor.Run(s.set, items, joined, &bytes);
+    Status st = executor.Run(s.set, items, &bytes);
     cycle_bytes += bytes;
     {
       std::lock_guard<std::mutex> lock(mu);

@@ -77,8 +77,9 @@ StatusOr<bool> ParseBool(const std::string& name, const std::string& v) {
 }
 
 StatusOr<std::chrono::milliseconds> ParseSeconds(const std::string& name, const std::string& v) {
-  KV_ASSIGN_OR_RETURN(double d, ParseNumber(name, v, "expected seconds >= 0"));
-  if (d < 0) return Bad(name, v, "expected seconds >= 0");
+  const char* expected = "expected 0 (off) or seconds in [0.001, 1e9]";
+  KV_ASSIGN_OR_RETURN(double d, ParseNumber(name, v, expected));
+  if (d < 0 || d > 1e9 || (d > 0 && d < 0.001)) return Bad(name, v, expected);
   return std::chrono::milliseconds(static_cast<int64_t>(std::llround(d * 1000)));
 }
 
@@ -160,19 +161,19 @@ StatusOr<EngineConfig> EngineConfig::FromProcessEnvironment() {
 
 Status EngineConfig::Validate() const {
   if (fusion_threshold_bytes < 0) {
-    return InvalidArgument("fusion threshold must be >= 0 bytes, got " +
+    return InvalidArgument("fusion threshold (KOROVOD_FUSION_THRESHOLD) must be >= 0 bytes, got " +
                            std::to_string(fusion_threshold_bytes));
   }
   if (!(cycle_time_ms > 0) || cycle_time_ms > 60000) {
-    return InvalidArgument("cycle time must be in (0, 60000] ms, got " +
+    return InvalidArgument("cycle time (KOROVOD_CYCLE_TIME) must be in (0, 60000] ms, got " +
                            std::to_string(cycle_time_ms));
   }
   if (cache_capacity < 0 || cache_capacity > (1 << 20)) {
-    return InvalidArgument("cache capacity must be in [0, 1048576], got " +
+    return InvalidArgument("cache capacity (KOROVOD_CACHE_CAPACITY) must be in [0, 1048576], got " +
                            std::to_string(cache_capacity));
   }
   if (stall_check.count() < 0 || stall_shutdown.count() < 0) {
-    return InvalidArgument("stall times must be >= 0");
+    return InvalidArgument("stall times (KOROVOD_STALL_*_TIME_SECONDS) must be >= 0");
   }
   if (stall_shutdown.count() > 0 && stall_check.count() > 0 && stall_shutdown <= stall_check) {
     return InvalidArgument("KOROVOD_STALL_SHUTDOWN_TIME_SECONDS (" +

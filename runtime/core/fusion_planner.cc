@@ -10,7 +10,7 @@ bool Fusable(const Response& r) {
 }
 
 bool Compatible(const Response& a, const Response& b) {
-  if (a.type != b.type || a.dtype != b.dtype) return false;
+  if (a.type != b.type || a.dtype != b.dtype || a.absent != b.absent) return false;
   if (a.type == OpType::kAllgather) return true;
   return a.op == b.op && a.prescale == b.prescale && a.postscale == b.postscale;
 }

@@ -14,7 +14,8 @@ struct FusedOp {
   uint64_t bytes = 0;          // fusion buffer bytes (allgather: the gathered output)
 };
 
-// Allreduces of one dtype, op and scaling, and allgathers of one dtype, are packed in list order
+// Allreduces of one dtype, op and scaling, and allgathers of one dtype (each with the same absent
+// ranks, so one divisor and one row layout serve the whole buffer), are packed in list order
 // up to `threshold_bytes` (0: no fusion), looking ahead past responses that do not match. Each
 // tensor starts at a 64-byte boundary in the buffer. Everything else runs alone.
 std::vector<FusedOp> PlanFusion(const std::vector<Response>& responses, int64_t threshold_bytes);

@@ -36,14 +36,11 @@ size_t RowElements(const TensorShape& trailing) {
   return static_cast<size_t>(NumElements(trailing));
 }
 
-int Contributors(const std::vector<bool>& joined) {
-  int n = 0;
-  for (bool j : joined) n += j ? 0 : 1;
-  return n;
-}
-
-bool AnyJoined(const std::vector<bool>& joined) {
-  return Contributors(joined) != static_cast<int>(joined.size());
+// Average over the ranks that contributed data: absent (joined) ranks add the identity (zero).
+void AverageOverContributors(const Response& r, int set_size, ReduceOp* op, double* postscale) {
+  if (r.op != ReduceOp::kAverage || r.absent.empty()) return;
+  *op = ReduceOp::kSum;
+  *postscale = r.postscale / static_cast<double>(set_size - static_cast<int>(r.absent.size()));
 }
 
 }  // namespace
@@ -76,14 +73,13 @@ void OpExecutor::End(std::vector<Item>& items) {
   for (auto& it : items) timeline_->End(it.response->name);
 }
 
-Status OpExecutor::Run(const ProcessSet& set, std::vector<Item>& items,
-                       const std::vector<bool>& joined, uint64_t* bytes) {
+Status OpExecutor::Run(const ProcessSet& set, std::vector<Item>& items, uint64_t* bytes) {
   const Response& head = *items.front().response;
   switch (head.type) {
     case OpType::kAllreduce:
-      return Allreduce(set, items, joined, bytes);
+      return Allreduce(set, items, bytes);
     case OpType::kAllgather:
-      return Allgather(set, items, joined, bytes);
+      return Allgather(set, items, bytes);
     case OpType::kBroadcast:
       return Broadcast(set, items.front(), bytes);
     case OpType::kAlltoall:
@@ -102,8 +98,7 @@ Status OpExecutor::Run(const ProcessSet& set, std::vector<Item>& items,
   }
 }
 
-Status OpExecutor::Allreduce(const ProcessSet& set, std::vector<Item>& items,
-                             const std::vector<bool>& joined, uint64_t* bytes) {
+Status OpExecutor::Allreduce(const ProcessSet& set, std::vector<Item>& items, uint64_t* bytes) {
   const Response& head = *items.front().response;
   const size_t esize = DataTypeSize(head.dtype);
   AllreduceOptions o;
@@ -112,11 +107,7 @@ Status OpExecutor::Allreduce(const ProcessSet& set, std::vector<Item>& items,
   o.prescale = head.prescale;
   o.postscale = head.postscale;
   o.set = &set;
-  if (head.op == ReduceOp::kAverage && AnyJoined(joined)) {
-    // Joined ranks contribute zeros: average over the ranks that contributed.
-    o.op = ReduceOp::kSum;
-    o.postscale = head.postscale / Contributors(joined);
-  }
+  AverageOverContributors(head, set.size(), &o.op, &o.postscale);
   // Unfused: straight from the input to the output, no staging copy.
   if (items.size() == 1) {
     Item& it = items.front();
@@ -200,19 +191,17 @@ Status OpExecutor::Allreduce(const ProcessSet& set, std::vector<Item>& items,
   return OkStatus();
 }
 
-Status OpExecutor::Allgather(const ProcessSet& set, std::vector<Item>& items,
-                             const std::vector<bool>& joined, uint64_t* bytes) {
+Status OpExecutor::Allgather(const ProcessSet& set, std::vector<Item>& items, uint64_t* bytes) {
   const int n = set.size();
   const int me = set.rank();
   const DataType dtype = items.front().response->dtype;
   const size_t esize = DataTypeSize(dtype);
-  // rows[k][r]: rows of tensor k from set rank r (joined ranks send none).
+  // rows[k][r]: rows of tensor k from set rank r (absent ranks send none).
   std::vector<std::vector<int64_t>> rows(items.size());
   std::vector<size_t> counts(n, 0);
   for (size_t k = 0; k < items.size(); ++k) {
     rows[k] = items[k].response->first_dims;
     for (int r = 0; r < n; ++r) {
-      if (joined[r]) rows[k][r] = 0;
       counts[r] += static_cast<size_t>(rows[k][r]) * RowElements(items[k].response->shape);
     }
   }
@@ -350,7 +339,7 @@ Status OpExecutor::Alltoall(const ProcessSet& set, Item& it, uint64_t* bytes) {
   const int n = set.size();
   const size_t row = RowElements(r.shape);
   const size_t esize = DataTypeSize(r.dtype);
-  PendingOp& op = *it.op;  // alltoall never runs with joined ranks (coordinator refuses)
+  PendingOp& op = *it.op;  // alltoall never runs with absent ranks (the coordinator refuses)
   std::vector<int64_t> send_rows = op.request.splits;
   std::vector<int64_t> recv_rows(n, 0);
   std::vector<Item> one{it};
@@ -420,6 +409,7 @@ Status OpExecutor::ReduceScatter(const ProcessSet& set, Item& it, uint64_t* byte
   o.prescale = r.prescale;
   o.postscale = r.postscale;
   o.set = &set;
+  AverageOverContributors(r, n, &o.op, &o.postscale);
   std::byte* out = nullptr;
   if (it.op != nullptr) {
     TensorShape shape{static_cast<int64_t>(mine / std::max<size_t>(row, 1))};

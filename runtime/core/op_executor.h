@@ -22,20 +22,17 @@ class OpExecutor {
 
   struct Item {
     const Response* response;
-    PendingOp* op;  // null: this rank has joined and contributes the op's identity
+    PendingOp* op;  // null: this rank joined without the tensor and contributes the identity
     Status status;  // per-op failure (e.g. the output allocator refused)
   };
-  // Runs items (one collective; several only for fused allreduce/allgather) on `set`. `joined[r]`:
-  // set rank r contributes nothing. Outputs land in each op's result or buffer. A non-OK return is
-  // a data plane failure: the communicator is broken. Adds tensor bytes moved to *bytes.
-  Status Run(const ProcessSet& set, std::vector<Item>& items, const std::vector<bool>& joined,
-             uint64_t* bytes);
+  // Runs items (one collective; several only for fused allreduce/allgather, which share their
+  // responses' `absent` ranks) on `set`. Outputs land in each op's result or buffer. A non-OK
+  // return is a data plane failure: the communicator is broken. Adds tensor bytes moved to *bytes.
+  Status Run(const ProcessSet& set, std::vector<Item>& items, uint64_t* bytes);
 
  private:
-  Status Allreduce(const ProcessSet& set, std::vector<Item>& items, const std::vector<bool>& joined,
-                   uint64_t* bytes);
-  Status Allgather(const ProcessSet& set, std::vector<Item>& items, const std::vector<bool>& joined,
-                   uint64_t* bytes);
+  Status Allreduce(const ProcessSet& set, std::vector<Item>& items, uint64_t* bytes);
+  Status Allgather(const ProcessSet& set, std::vector<Item>& items, uint64_t* bytes);
   Status Broadcast(const ProcessSet& set, Item& item, uint64_t* bytes);
   Status Alltoall(const ProcessSet& set, Item& item, uint64_t* bytes);
   Status ReduceScatter(const ProcessSet& set, Item& item, uint64_t* bytes);

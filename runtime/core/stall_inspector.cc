@@ -3,6 +3,15 @@
 #include <cstdio>
 
 namespace korovod {
+namespace {
+
+// Durations between time points, in the settings' unit: comparing in milliseconds cannot
+// overflow, whatever the configured times (converting those to nanoseconds could).
+std::chrono::milliseconds Since(Clock::time_point now, Clock::time_point then) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(now - then);
+}
+
+}  // namespace
 
 StallInspector::StallInspector(std::chrono::milliseconds check, std::chrono::milliseconds shutdown,
                                int set_id, int set_size)
@@ -25,7 +34,7 @@ std::optional<StallInspector::Finding> StallInspector::Check(
     const std::vector<bool>& joined) {
   if (check_.count() == 0 && shutdown_.count() == 0) return std::nullopt;
   const auto threshold = check_.count() > 0 ? check_ : shutdown_;
-  if (now - last_report_ < threshold && !(shutdown_.count() > 0)) return std::nullopt;
+  if (Since(now, last_report_) < threshold && !(shutdown_.count() > 0)) return std::nullopt;
 
   // missing[r]: the stalled tensors rank r has not submitted, with their age.
   std::vector<std::string> missing(set_size_);
@@ -35,7 +44,7 @@ std::optional<StallInspector::Finding> StallInspector::Check(
   double oldest = 0;
   for (const auto& [name, p] : pending_) {
     const double age = std::chrono::duration<double>(now - p.first_seen).count();
-    if (now - p.first_seen < threshold) continue;
+    if (Since(now, p.first_seen) < threshold) continue;
     bool someone_missing = false;
     for (int r = 0; r < set_size_; ++r) {
       if (p.reported[r] || joined[r]) continue;
@@ -51,10 +60,10 @@ std::optional<StallInspector::Finding> StallInspector::Check(
     }
     ++stalled;
     oldest = std::max(oldest, age);
-    if (shutdown_.count() > 0 && now - p.first_seen >= shutdown_) shutdown = true;
+    if (shutdown_.count() > 0 && Since(now, p.first_seen) >= shutdown_) shutdown = true;
   }
   if (stalled == 0) return std::nullopt;
-  const bool due = check_.count() > 0 && now - last_report_ >= check_;
+  const bool due = check_.count() > 0 && Since(now, last_report_) >= check_;
   if (!due && !shutdown) return std::nullopt;
   last_report_ = now;
 

@@ -8,6 +8,10 @@ namespace {
 
 constexpr uint32_t kRequestMagic = 0x6b765251;   // "kvRQ"
 constexpr uint32_t kResponseMagic = 0x6b765253;  // "kvRS"
+// The fewest bytes one encoded entry takes: a declared count above left / this is corrupt, and
+// is refused before anything is allocated for it.
+constexpr size_t kMinRequestBytes = 43;
+constexpr size_t kMinResponseBytes = 59;
 
 class Writer {
  public:
@@ -115,7 +119,9 @@ StatusOr<std::vector<Request>> DecodeRequests(const std::byte* data, size_t len)
   Reader rd(data, len);
   uint32_t magic = 0, n = 0;
   if (!rd.Get(magic) || magic != kRequestMagic) return Corrupt("bad request magic", rd.left());
-  if (!rd.Get(n) || n > rd.left()) return Corrupt("bad request count", rd.left());
+  if (!rd.Get(n) || n > rd.left() / kMinRequestBytes) {
+    return Corrupt("bad request count", rd.left());
+  }
   std::vector<Request> out(n);
   for (Request& r : out) {
     if (!rd.GetEnum(r.type, kMaxOpType) || !rd.GetString(r.name) ||
@@ -158,6 +164,7 @@ std::string EncodeResponses(const ResponseList& list) {
     w.Put(r.group_size);
     w.Put(r.last_joined_rank);
     w.PutVector(r.set_ranks);
+    w.PutVector(r.absent);
   }
   return w.Take();
 }
@@ -180,14 +187,17 @@ StatusOr<ResponseList> DecodeResponses(const std::byte* data, size_t len) {
     }
     list.tuning = t;
   }
-  if (!rd.Get(n) || n > rd.left()) return Corrupt("bad response count", rd.left());
+  if (!rd.Get(n) || n > rd.left() / kMinResponseBytes) {
+    return Corrupt("bad response count", rd.left());
+  }
   list.responses.resize(n);
   for (Response& r : list.responses) {
     if (!rd.GetEnum(r.type, kMaxOpType) || !rd.GetString(r.name) || !rd.GetString(r.error) ||
         !rd.GetEnum(r.dtype, kMaxDataType) || !rd.GetVector(r.shape) ||
         !rd.GetVector(r.first_dims) || !rd.GetEnum(r.op, kMaxReduceOp) || !rd.Get(r.prescale) ||
         !rd.Get(r.postscale) || !rd.Get(r.root) || !rd.GetString(r.group) ||
-        !rd.Get(r.group_size) || !rd.Get(r.last_joined_rank) || !rd.GetVector(r.set_ranks)) {
+        !rd.Get(r.group_size) || !rd.Get(r.last_joined_rank) || !rd.GetVector(r.set_ranks) ||
+        !rd.GetVector(r.absent)) {
       return Corrupt("truncated response", rd.left());
     }
   }

@@ -50,6 +50,9 @@ struct Response {
   int32_t group_size = 0;
   int32_t last_joined_rank = -1;
   std::vector<int32_t> set_ranks;
+  // Set ranks that had joined without submitting this tensor: they contribute the op's identity
+  // (allreduce, reducescatter) or no rows (allgather), and Average divides by the others.
+  std::vector<int32_t> absent;
 
   size_t ByteSize() const;  // tensor bytes this rank moves into a fusion buffer (allreduce)
 };

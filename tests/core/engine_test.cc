@@ -385,6 +385,45 @@ TEST(EngineJoin, JoinedRanksContributeIdentityAndLastJoinedIsReported) {
   ExpectEnginesOk(reports);
 }
 
+// A rank that submits a tensor and then joins still contributes that tensor's data: Average
+// divides by every rank that submitted it and its allgather rows are kept.
+TEST(EngineJoin, TensorSubmittedBeforeJoiningCarriesTheRanksData) {
+  auto reports = RunEngineRanks(Spec(3), [&](EngineRank& c) -> Status {
+    // Round 0 negotiates without joins (so later rounds run from the response cache); rounds 1
+    // and 2: rank 2 submits, then joins, while the others are still busy.
+    for (int round = 0; round < 3; ++round) {
+      if (c.rank() != 2 && round > 0) std::this_thread::sleep_for(300ms);
+      std::vector<float> in(4, static_cast<float>(c.rank() + 1)), avg;
+      std::vector<int32_t> rows(2, c.rank());
+      OpRequest g;
+      g.type = OpType::kAllgather;
+      g.name = "rows";
+      g.dtype = DataType::kInt32;
+      g.shape = {2};
+      g.input = rows.data();
+      KV_ASSIGN_OR_RETURN(OpHandle ha,
+                          c.engine().Submit(Allreduce("avg", in, avg, ReduceOp::kAverage)));
+      KV_ASSIGN_OR_RETURN(OpHandle hg, c.engine().Submit(g));
+      OpHandle hj;
+      if (round > 0) {
+        OpRequest j;
+        j.type = OpType::kJoin;
+        KV_ASSIGN_OR_RETURN(hj, c.engine().Submit(j));
+      }
+      KV_RETURN_IF_ERROR(ha.Wait(Deadline::After(60s)));
+      KV_RETURN_IF_ERROR(hg.Wait(Deadline::After(60s)));
+      if (hj.valid()) KV_RETURN_IF_ERROR(hj.Wait(Deadline::After(60s)));
+      const std::string r = " (round " + std::to_string(round) + ")";
+      c.Check(avg[3] == 2.0f, "average over all three ranks: " + std::to_string(avg[3]) + r);
+      c.Check(hg.result().shape == TensorShape({6}),
+              "every rank's rows: " + ShapeString(hg.result().shape) + r);
+    }
+    c.Check(c.engine().stats().cache_hits >= 4, "rounds 1 and 2 ran from the response cache");
+    return OkStatus();
+  });
+  ExpectEnginesOk(reports);
+}
+
 TEST(EngineOps, BroadcastAlltoallReducescatterBarrierAndProcessSets) {
   auto reports = RunEngineRanks(Spec(4, TransportKind::kShm), [&](EngineRank& c) -> Status {
     const int me = c.rank();
