@@ -1,5 +1,6 @@
 #include "bench/gradbench_options.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -93,8 +94,14 @@ flags:
   --peer-script PATH      default: the source tree's bench/peers/torch_gradient_exchange.py
   --bucket-mb MB          peer bucket cap (default 25, DDP's bucket_cap_mb)
   --first-bucket-mb MB    peer first bucket (default 1, like DDP)
+  --repeats R             launches per configuration, interleaved (default 1); the table
+                          shows the median over launches
+  --wait-quiet S          before each launch wait up to S s for the machine to be idle
+                          (< 10% busy over 1 s); rows carry quiet_wait_s, busy_before and
+                          foreign_cpu_frac (CPU used by other processes during the launch)
   --table                 print a readable table with the speedups instead of JSON rows
   --out FILE              also write all rows as one JSON list
+  --render FILE           print the table of FILE (a JSON list written by --out) and exit
   --timeout S             kill the ranks when one launch takes longer (default: from steps)
   --check-shapes          check the ResNet shapes against torchvision's counts, exit 0/1
   --print-shapes MODEL    print MODEL's gradient shapes (backward order) as JSON
@@ -141,10 +148,39 @@ std::optional<GradBenchOptions> ParseGradBenchArgs(int argc, char** argv,
       o.check_shapes = true;
       continue;
     }
-    if (i + 1 >= argc) {
-      return fail(a.starts_with("--") ? "missing value for " + std::string(a)
-                                      : "unexpected argument '" + std::string(a) + "'");
+    static const char* const kValueFlags[] = {"--models",
+                                              "--model",
+                                              "--transport",
+                                              "--transports",
+                                              "--modes",
+                                              "--mode",
+                                              "--ranks",
+                                              "--warmup",
+                                              "--steps",
+                                              "--compute-gap-us",
+                                              "--fusion-threshold",
+                                              "--cycle-time-ms",
+                                              "--autotune-log",
+                                              "--autotune-warmup",
+                                              "--autotune-cycles",
+                                              "--autotune-samples",
+                                              "--autotune-trials",
+                                              "--autotune-max-steps",
+                                              "--timeline",
+                                              "--python",
+                                              "--peer-script",
+                                              "--bucket-mb",
+                                              "--first-bucket-mb",
+                                              "--out",
+                                              "--timeout",
+                                              "--print-shapes",
+                                              "--repeats",
+                                              "--wait-quiet",
+                                              "--render"};
+    if (std::find(std::begin(kValueFlags), std::end(kValueFlags), a) == std::end(kValueFlags)) {
+      return fail("unknown flag '" + std::string(a) + "'");
     }
+    if (i + 1 >= argc) return fail("missing value for " + std::string(a));
     const std::string_view v = argv[++i];
     auto bad = [&](const char* what) {
       return fail("bad " + std::string(a) + " '" + std::string(v) + "' (" + what + ")");
@@ -239,12 +275,18 @@ std::optional<GradBenchOptions> ParseGradBenchArgs(int argc, char** argv,
       auto s = ParseDouble(v, 0);
       if (!s || *s <= 0) return bad("seconds > 0");
       o.timeout_s = *s;
+    } else if (a == "--repeats") {
+      if (!count(1, &o.repeats)) return bad("integer >= 1");
+    } else if (a == "--wait-quiet") {
+      auto w = ParseDouble(v, 0);
+      if (!w) return bad("seconds >= 0");
+      o.wait_quiet_s = *w;
+    } else if (a == "--render") {
+      o.render = v;
     } else if (a == "--print-shapes") {
       auto m = ParseResNet(v);
       if (!m) return bad("resnet50, resnet101");
       o.print_shapes = *m;
-    } else {
-      return fail("unknown flag '" + std::string(a) + "'");
     }
   }
   return o;

@@ -47,16 +47,21 @@ struct GradBenchOptions {
   bool peers_only = false;
   std::string python = "/usr/bin/python3";
   std::string peer_script;
-  double bucket_mib = 25;       // DDP's bucket_cap_mb
-  double first_bucket_mib = 1;  // DDP's first bucket (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES)
+  double bucket_mib = 25;  // DDP's bucket_cap_mb
+  double first_bucket_mib =
+      1;  // DDP's first bucket (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES)
 
-  bool table = false;  // readable table on stdout instead of JSON rows
-  std::string out;     // also write every row as a JSON list to this file
+  int repeats = 1;          // launches per configuration (interleaved); the table takes medians
+  double wait_quiet_s = 0;  // before each launch, wait up to this long for an idle machine
+
+  bool table = false;    // readable table on stdout instead of JSON rows
+  std::string out;       // also write every row as a JSON list to this file
   double timeout_s = 0;  // per launch; 0: derived from the step counts
 
   // One-shot actions instead of a measurement.
   bool check_shapes = false;
   std::optional<ResNetModel> print_shapes;
+  std::string render;  // print the table of this JSON list (an earlier --out) and exit
 };
 
 struct GradBenchUsageError {

@@ -37,8 +37,9 @@ int64_t GradientBuffers::Verify(int world, const std::vector<GradTensor>& tensor
       if (p[i] == want) continue;
       if (++bad <= 5) {
         char line[256];
-        std::snprintf(line, sizeof line, "%s%s[%lld] = %g, expected %g", report->empty() ? "" : "; ",
-                      tensors[t].name.c_str(), static_cast<long long>(i), static_cast<double>(p[i]),
+        std::snprintf(line, sizeof line, "%s%s[%lld] = %g, expected %g",
+                      report->empty() ? "" : "; ", tensors[t].name.c_str(),
+                      static_cast<long long>(i), static_cast<double>(p[i]),
                       static_cast<double>(want));
         *report += line;
       }

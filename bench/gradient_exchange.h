@@ -27,7 +27,7 @@ struct ExchangeRun {
   double gap_us = 0;
   int warmup = 3;
   int steps = 10;
-  EngineConfig engine;       // fusion/cycle/autotune/timeline already set for the mode
+  EngineConfig engine;  // fusion/cycle/autotune/timeline already set for the mode
   int autotune_max_steps = 400;
 };
 

@@ -533,7 +533,7 @@ Status Engine::Impl::RunSetCycle(SetState& s, bool world, bool* stop, std::strin
 Status Engine::Impl::ExecuteResponses(SetState& s, std::vector<Response>& responses,
                                       const std::vector<int>& cache_bits, bool any_joined) {
   if (responses.empty()) return OkStatus();
-  const auto plan = PlanFusion(responses, fusion_threshold);
+  const auto plan = PlanFusion(responses, fusion_threshold, config.fusion_tensor_max_bytes);
   if (timeline) {
     for (const Response& r : responses) {
       if (s.pending.count(r.name) != 0) {
@@ -697,13 +697,16 @@ StatusOr<std::unique_ptr<Engine>> Engine::Start(std::unique_ptr<Communicator> co
   // Every rank must run with the same settings: fusion plans and cache bits depend on them.
   struct Settings {
     int64_t fusion;
+    int64_t fusion_tensor_max;
     double cycle;
     int64_t cache;
     int64_t stall_check;
     int64_t stall_shutdown;
     int64_t autotune;
-  } mine{config.fusion_threshold_bytes, config.cycle_time_ms,          config.cache_capacity,
-         config.stall_check.count(),    config.stall_shutdown.count(), config.autotune ? 1 : 0};
+  } mine{config.fusion_threshold_bytes, config.fusion_tensor_max_bytes,
+         config.cycle_time_ms,          config.cache_capacity,
+         config.stall_check.count(),    config.stall_shutdown.count(),
+         config.autotune ? 1 : 0};
   std::vector<Settings> all(c.size());
   {
     constexpr size_t kWords = sizeof(Settings) / 8;
@@ -723,6 +726,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Start(std::unique_ptr<Communicator> co
                              std::to_string(b) + " on " + c.DescribePeer(r));
     };
     KV_RETURN_IF_ERROR(differs("KOROVOD_FUSION_THRESHOLD", all[0].fusion, all[r].fusion));
+    KV_RETURN_IF_ERROR(
+        differs("KOROVOD_FUSION_TENSOR_MAX", all[0].fusion_tensor_max, all[r].fusion_tensor_max));
     KV_RETURN_IF_ERROR(differs("KOROVOD_CYCLE_TIME", all[0].cycle, all[r].cycle));
     KV_RETURN_IF_ERROR(differs("KOROVOD_CACHE_CAPACITY", all[0].cache, all[r].cache));
     KV_RETURN_IF_ERROR(

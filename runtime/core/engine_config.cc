@@ -89,6 +89,9 @@ const std::vector<EngineVariable>& EngineVariables() {
   static const std::vector<EngineVariable> vars = {
       {"KOROVOD_FUSION_THRESHOLD", "64M",
        "Tensor Fusion buffer size in bytes (suffix K/M/G allowed); 0 disables fusion"},
+      {"KOROVOD_FUSION_TENSOR_MAX", "1M",
+       "tensors of at least this many bytes run alone, in place, never copied into the fusion "
+       "buffer; 0: no limit"},
       {"KOROVOD_CYCLE_TIME", "1", "background cycle time in milliseconds (> 0)"},
       {"KOROVOD_CACHE_CAPACITY", "1024", "response cache entries; 0 disables the cache"},
       {"KOROVOD_STALL_CHECK_TIME_SECONDS", "60",
@@ -112,6 +115,9 @@ StatusOr<EngineConfig> EngineConfig::FromEnvironment(const Getenv& getenv) {
   EngineConfig c;
   if (auto v = Lookup(getenv, "FUSION_THRESHOLD")) {
     KV_ASSIGN_OR_RETURN(c.fusion_threshold_bytes, ParseBytes(v->second, v->first));
+  }
+  if (auto v = Lookup(getenv, "FUSION_TENSOR_MAX")) {
+    KV_ASSIGN_OR_RETURN(c.fusion_tensor_max_bytes, ParseBytes(v->second, v->first));
   }
   if (auto v = Lookup(getenv, "CYCLE_TIME")) {
     KV_ASSIGN_OR_RETURN(c.cycle_time_ms,
@@ -160,6 +166,10 @@ StatusOr<EngineConfig> EngineConfig::FromProcessEnvironment() {
 }
 
 Status EngineConfig::Validate() const {
+  if (fusion_tensor_max_bytes < 0) {
+    return InvalidArgument("KOROVOD_FUSION_TENSOR_MAX must be >= 0 bytes, got " +
+                           std::to_string(fusion_tensor_max_bytes));
+  }
   if (fusion_threshold_bytes < 0) {
     return InvalidArgument("fusion threshold (KOROVOD_FUSION_THRESHOLD) must be >= 0 bytes, got " +
                            std::to_string(fusion_threshold_bytes));

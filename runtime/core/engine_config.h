@@ -18,6 +18,9 @@ namespace korovod {
 struct EngineConfig {
   // Tensor Fusion: ready tensors of one dtype/op/set are packed up to this many bytes; 0 disables.
   int64_t fusion_threshold_bytes = 64 << 20;
+  // Tensors of at least this many bytes are never staged in the fusion buffer (they run alone, in
+  // place: for them the two copies cost more than the latency fusion saves); 0: no limit.
+  int64_t fusion_tensor_max_bytes = 1 << 20;
   // Background cycle: how often ranks report ready tensors to the coordinator.
   double cycle_time_ms = 1.0;
   // Response cache entries (tensor names negotiated once, then agreed by bit vector); 0 disables.

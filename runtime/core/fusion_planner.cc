@@ -27,8 +27,13 @@ uint64_t FusionBytes(const Response& r) {
   return Padded(NumElements(r.shape) * esize);
 }
 
-std::vector<FusedOp> PlanFusion(const std::vector<Response>& responses, int64_t threshold_bytes) {
+std::vector<FusedOp> PlanFusion(const std::vector<Response>& responses, int64_t threshold_bytes,
+                                int64_t tensor_max_bytes) {
   const int n = static_cast<int>(responses.size());
+  auto packable = [&](const Response& r) {
+    return Fusable(r) &&
+           (tensor_max_bytes <= 0 || FusionBytes(r) < static_cast<uint64_t>(tensor_max_bytes));
+  };
   std::vector<FusedOp> plan;
   std::vector<bool> taken(n, false);
   const uint64_t threshold = threshold_bytes > 0 ? static_cast<uint64_t>(threshold_bytes) : 0;
@@ -39,9 +44,9 @@ std::vector<FusedOp> PlanFusion(const std::vector<Response>& responses, int64_t 
     op.responses.push_back(i);
     const Response& head = responses[i];
     op.bytes = Fusable(head) ? FusionBytes(head) : 0;
-    if (Fusable(head) && threshold > 0 && op.bytes < threshold) {
+    if (packable(head) && threshold > 0 && op.bytes < threshold) {
       for (int j = i + 1; j < n; ++j) {
-        if (taken[j] || !Fusable(responses[j]) || !Compatible(head, responses[j])) continue;
+        if (taken[j] || !packable(responses[j]) || !Compatible(head, responses[j])) continue;
         const uint64_t b = FusionBytes(responses[j]);
         if (op.bytes + b > threshold) continue;
         taken[j] = true;

@@ -18,7 +18,10 @@ struct FusedOp {
 // ranks, so one divisor and one row layout serve the whole buffer), are packed in list order
 // up to `threshold_bytes` (0: no fusion), looking ahead past responses that do not match. Each
 // tensor starts at a 64-byte boundary in the buffer. Everything else runs alone.
-std::vector<FusedOp> PlanFusion(const std::vector<Response>& responses, int64_t threshold_bytes);
+// Tensors of at least `tensor_max_bytes` (0: no limit) are not packed: staging them would cost two
+// copies for no saved latency; they run alone, in place.
+std::vector<FusedOp> PlanFusion(const std::vector<Response>& responses, int64_t threshold_bytes,
+                                int64_t tensor_max_bytes = 0);
 
 // Bytes a response occupies in a fusion buffer (padded to 64 bytes).
 uint64_t FusionBytes(const Response& r);

@@ -79,6 +79,8 @@ std::vector<VariableCase> EveryVariable() {
   return {
       {"KOROVOD_FUSION_THRESHOLD", "5M",
        [](const EngineConfig& c) { EXPECT_EQ(c.fusion_threshold_bytes, 5 << 20); }},
+      {"KOROVOD_FUSION_TENSOR_MAX", "256K",
+       [](const EngineConfig& c) { EXPECT_EQ(c.fusion_tensor_max_bytes, 256 << 10); }},
       {"KOROVOD_CYCLE_TIME", "2.5", [](const EngineConfig& c) { EXPECT_EQ(c.cycle_time_ms, 2.5); }},
       {"KOROVOD_CACHE_CAPACITY", "77",
        [](const EngineConfig& c) { EXPECT_EQ(c.cache_capacity, 77); }},

@@ -148,6 +148,19 @@ TEST(FusionPlannerTest, TensorExactlyAtTheThresholdRunsAlone) {
   EXPECT_EQ(GroupsOf(PlanFusion(rs, 512)), (Groups{{0}, {1}}));
 }
 
+// Tensors at or above the per-tensor cap run alone (in place) while the small ones around them
+// are still packed together.
+TEST(FusionPlannerTest, TensorsAtTheTensorCapRunAloneAndTheRestStillFuse) {
+  const std::vector<Response> list = {Allreduce(16), Allreduce(1024), Allreduce(16), Allreduce(16)};
+  // Cap 4 KiB: the 1024-float (4 KiB) tensor is at the cap.
+  const auto plan = PlanFusion(list, 1 << 20, 4096);
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(plan[0].responses, (std::vector<int>{0, 2, 3}));
+  EXPECT_EQ(plan[1].responses, (std::vector<int>{1}));
+  // Without a cap everything fits in one buffer.
+  EXPECT_EQ(PlanFusion(list, 1 << 20, 0).size(), 1u);
+}
+
 TEST(FusionPlannerTest, ThresholdZeroRunsEveryResponseAlone) {
   std::vector<Response> rs(5, Allreduce(1));
   EXPECT_EQ(GroupsOf(PlanFusion(rs, 0)), (Groups{{0}, {1}, {2}, {3}, {4}}));
