@@ -2,7 +2,6 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -37,10 +36,13 @@ TEST(DocsConfig, DocumentsNoVariableTheCodeDoesNotRead) {
   std::set<std::string> known;
   for (const EngineVariable& v : EngineVariables()) known.insert(v.name);
   const std::string section = Section();
-  std::regex var("`(KOROVOD_[A-Z_]+)`");
-  for (auto it = std::sregex_iterator(section.begin(), section.end(), var);
-       it != std::sregex_iterator(); ++it) {
-    EXPECT_TRUE(known.count((*it)[1].str())) << (*it)[1].str() << " is documented but not read";
+  // Every `KOROVOD_...` name in backquotes (no <regex>: GCC 12 warns inside it under ASan).
+  for (size_t at = section.find("`KOROVOD_"); at != std::string::npos;
+       at = section.find("`KOROVOD_", at + 1)) {
+    const size_t end = section.find('`', at + 1);
+    ASSERT_NE(end, std::string::npos);
+    const std::string name = section.substr(at + 1, end - at - 1);
+    EXPECT_TRUE(known.count(name)) << name << " is documented but not read";
   }
 }
 
