@@ -1,0 +1,108 @@
+#include "sidecar/protocol/heap_allocator.h"
+
+#include <iterator>
+#include <utility>
+
+namespace korovod::sidecar {
+
+HeapAllocator::HeapAllocator(uint64_t capacity, std::string name)
+    : capacity_(capacity / kAlignment * kAlignment), name_(std::move(name)) {
+  if (capacity_ > 0) InsertFree(0, capacity_);
+}
+
+void HeapAllocator::InsertFree(uint64_t offset, uint64_t bytes) {
+  free_.emplace(offset, bytes);
+  free_sizes_.insert(bytes);
+}
+
+void HeapAllocator::EraseFree(std::map<uint64_t, uint64_t>::iterator it) {
+  free_sizes_.erase(free_sizes_.find(it->second));
+  free_.erase(it);
+}
+
+StatusOr<uint64_t> HeapAllocator::Allocate(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t need = bytes == 0 ? kAlignment : bytes;
+  if (need > capacity_ || free_sizes_.empty() || need > *free_sizes_.rbegin()) {
+    return Unavailable(name_ + ": cannot allocate " + std::to_string(bytes) + " bytes (" +
+                       std::to_string(capacity_ - used_) + " of " + std::to_string(capacity_) +
+                       " bytes free, largest free block " +
+                       std::to_string(free_sizes_.empty() ? 0 : *free_sizes_.rbegin()) +
+                       "); results not yet released hold the rest");
+  }
+  need = (need + kAlignment - 1) / kAlignment * kAlignment;  // <= capacity_: no overflow
+  // First fit: the lowest-addressed free block that is large enough.
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    if (it->second < need) continue;
+    const uint64_t offset = it->first;
+    const uint64_t rest = it->second - need;
+    EraseFree(it);
+    if (rest > 0) InsertFree(offset + need, rest);
+    allocated_.emplace(offset, need);
+    used_ += need;
+    return offset;
+  }
+  return Internal(name_ + ": free-list sizes and blocks disagree");  // unreachable
+}
+
+Status HeapAllocator::Free(uint64_t offset) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto a = allocated_.find(offset);
+  if (a == allocated_.end()) {
+    // Inside a free block: already freed (or never allocated there).
+    auto f = free_.upper_bound(offset);
+    if (f != free_.begin()) {
+      --f;
+      if (offset < f->first + f->second) {
+        return InvalidArgument(name_ + ": double free of offset " + std::to_string(offset) +
+                               " (it is already free)");
+      }
+    }
+    return InvalidArgument(name_ + ": free of offset " + std::to_string(offset) +
+                           ", which is not the start of an allocated block");
+  }
+  uint64_t start = a->first;
+  uint64_t bytes = a->second;
+  allocated_.erase(a);
+  used_ -= bytes;
+  // Coalesce with the free neighbours on either side.
+  auto next = free_.lower_bound(start);
+  if (next != free_.end() && next->first == start + bytes) {
+    bytes += next->second;
+    auto victim = next++;
+    EraseFree(victim);
+  }
+  if (next != free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == start) {
+      start = prev->first;
+      bytes += prev->second;
+      EraseFree(prev);
+    }
+  }
+  InsertFree(start, bytes);
+  return OkStatus();
+}
+
+StatusOr<uint64_t> HeapAllocator::BlockBytes(uint64_t offset) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto a = allocated_.find(offset);
+  if (a == allocated_.end()) {
+    return InvalidArgument(name_ + ": no allocated block starts at offset " +
+                           std::to_string(offset));
+  }
+  return a->second;
+}
+
+HeapStats HeapAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  HeapStats s;
+  s.capacity = capacity_;
+  s.used_bytes = used_;
+  s.largest_free_block = free_sizes_.empty() ? 0 : *free_sizes_.rbegin();
+  s.allocations = allocated_.size();
+  s.free_blocks = free_.size();
+  return s;
+}
+
+}  // namespace korovod::sidecar
