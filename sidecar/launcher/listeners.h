@@ -1,0 +1,21 @@
+// Loopback listeners bound before any child starts: each sidecar inherits its own, so no port is
+// ever chosen and then raced for.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/common/status.h"
+#include "sidecar/launcher/unique_fd.h"
+
+namespace korovod::launcher {
+
+struct Listener {
+  UniqueFd fd;  // listening TCP socket on 127.0.0.1, close-on-exec
+  uint16_t port = 0;
+};
+
+// Binds and listens on `count` sockets at 127.0.0.1 port 0.
+StatusOr<std::vector<Listener>> BindLoopbackListeners(int count);
+
+}  // namespace korovod::launcher
