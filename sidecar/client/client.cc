@@ -1,0 +1,578 @@
+#include "sidecar/client/client.h"
+
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "korovod/sidecar/v1/sidecar.grpc.pb.h"
+#include "sidecar/daemon/wire_mapping.h"
+#include "sidecar/proto/grpc_status.h"
+#include "sidecar/proto/protocol_version.h"
+#include "sidecar/protocol/arena.h"
+#include "sidecar/protocol/heap_allocator.h"
+#include "sidecar/protocol/op_queue.h"
+#include "sidecar/protocol/record_validation.h"
+
+namespace korovod::sidecar {
+
+// What the client's objects share: the arena, the client heap allocator, the submission queue.
+class ClientCore {
+ public:
+  explicit ClientCore(std::unique_ptr<Arena> arena)
+      : arena_(std::move(arena)),
+        heap_(arena_->layout().client_heap.bytes, "client heap of arena " + arena_->name()),
+        submissions_(*arena_),
+        completions_(*arena_) {}
+
+  Arena& arena() { return *arena_; }
+  HeapAllocator& heap() { return heap_; }
+  CompletionQueue& completions() { return completions_; }  // the completion thread only
+
+  // Registers `state` under a fresh op id and pushes the record.
+  Status Submit(SubmissionRecord& r, std::shared_ptr<HandleState> state);
+  // Gives a result-heap block back to the sidecar (best effort).
+  void Release(uint64_t offset);
+  std::shared_ptr<HandleState> Take(uint64_t op_id);
+  std::vector<std::shared_ptr<HandleState>> TakeAll();
+
+ private:
+  std::unique_ptr<Arena> arena_;
+  HeapAllocator heap_;
+  std::mutex submit_mu_;
+  SubmissionQueue submissions_;
+  uint64_t next_op_id_ = 1;
+  uint64_t next_release_id_ = 1;
+  CompletionQueue completions_;
+  std::mutex pending_mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<HandleState>> pending_;
+};
+
+struct HandleState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+  TensorShape shape;
+  std::vector<int64_t> splits;
+  int last_joined_rank = -1;
+  std::span<const std::byte> output;
+  std::string name;
+  // Staging (plain-pointer ops): kept until the handle goes, the output copied out on completion.
+  ArenaBuffer staging_in;
+  ArenaBuffer staging_out;
+  void* copy_out = nullptr;
+  uint64_t copy_bytes = 0;
+  // A result-heap output, released when the handle goes.
+  std::shared_ptr<ClientCore> core;
+  bool result_block = false;
+  uint64_t result_offset = 0;
+
+  ~HandleState() {
+    if (result_block && core) core->Release(result_offset);
+  }
+  void Finish(Status s) {
+    std::lock_guard<std::mutex> lock(mu);
+    status = std::move(s);
+    done = true;
+    cv.notify_all();
+  }
+};
+
+Status ClientCore::Submit(SubmissionRecord& r, std::shared_ptr<HandleState> state) {
+  std::lock_guard<std::mutex> lock(submit_mu_);
+  r.op_id = next_op_id_++;
+  if (r.name_len == 0) {
+    KV_RETURN_IF_ERROR(
+        SetName(r, std::string(WireOpTypeName(r.op_type)) + ".client" + std::to_string(r.op_id)));
+  }
+  state->name = std::string(NameOf(r));
+  {
+    std::lock_guard<std::mutex> plock(pending_mu_);
+    pending_[r.op_id] = state;
+  }
+  Status s = submissions_.Push(r, Deadline::After(std::chrono::seconds(60)));
+  if (!s.ok()) {
+    std::lock_guard<std::mutex> plock(pending_mu_);
+    pending_.erase(r.op_id);
+    return s.WithContext("submitting " + state->name);
+  }
+  return OkStatus();
+}
+
+void ClientCore::Release(uint64_t offset) {
+  SubmissionRecord r{};
+  r.kind = RecordKind::kReleaseResult;
+  r.output_offset = offset;
+  std::lock_guard<std::mutex> lock(submit_mu_);
+  r.op_id = (uint64_t{1} << 63) | next_release_id_++;
+  (void)submissions_.Push(r, Deadline::After(std::chrono::seconds(5)));
+}
+
+std::shared_ptr<HandleState> ClientCore::Take(uint64_t op_id) {
+  std::lock_guard<std::mutex> lock(pending_mu_);
+  auto it = pending_.find(op_id);
+  if (it == pending_.end()) return nullptr;
+  auto s = std::move(it->second);
+  pending_.erase(it);
+  return s;
+}
+
+std::vector<std::shared_ptr<HandleState>> ClientCore::TakeAll() {
+  std::lock_guard<std::mutex> lock(pending_mu_);
+  std::vector<std::shared_ptr<HandleState>> out;
+  for (auto& [id, s] : pending_) out.push_back(std::move(s));
+  pending_.clear();
+  return out;
+}
+
+// ---- ArenaBuffer ----
+
+ArenaBuffer::ArenaBuffer(std::shared_ptr<ClientCore> core, uint64_t offset, uint64_t bytes,
+                         std::byte* data)
+    : core_(std::move(core)), offset_(offset), bytes_(bytes), data_(data) {}
+ArenaBuffer::~ArenaBuffer() { Reset(); }
+ArenaBuffer::ArenaBuffer(ArenaBuffer&& o) noexcept
+    : core_(std::move(o.core_)), offset_(o.offset_), bytes_(o.bytes_), data_(o.data_) {
+  o.core_ = nullptr;
+}
+ArenaBuffer& ArenaBuffer::operator=(ArenaBuffer&& o) noexcept {
+  if (this != &o) {
+    Reset();
+    core_ = std::move(o.core_);
+    o.core_ = nullptr;
+    offset_ = o.offset_;
+    bytes_ = o.bytes_;
+    data_ = o.data_;
+  }
+  return *this;
+}
+void ArenaBuffer::Reset() {
+  if (core_) (void)core_->heap().Free(offset_);
+  core_ = nullptr;
+}
+
+// ---- ClientHandle ----
+
+bool ClientHandle::Poll() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->done;
+}
+
+Status ClientHandle::Wait(Deadline deadline) const {
+  std::unique_lock<std::mutex> lock(state_->mu);
+  while (!state_->done) {
+    if (deadline.Expired()) {
+      return DeadlineExceeded("op " + state_->name + " did not complete before the deadline");
+    }
+    state_->cv.wait_for(lock, std::chrono::milliseconds(std::min(deadline.RemainingMs(), 100)));
+  }
+  return state_->status;
+}
+
+const TensorShape& ClientHandle::shape() const { return state_->shape; }
+std::span<const std::byte> ClientHandle::output() const { return state_->output; }
+const std::vector<int64_t>& ClientHandle::received_splits() const { return state_->splits; }
+int ClientHandle::last_joined_rank() const { return state_->last_joined_rank; }
+
+// ---- Client ----
+
+struct Client::Impl {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Sidecar::Stub> stub;
+  v1::HelloReply hello;
+  std::shared_ptr<ClientCore> core;
+  std::atomic<bool> stop{false};
+  std::thread completion_thread;
+
+  void RunCompletions();
+  void Complete(const CompletionRecord& c);
+  StatusOr<ClientHandle> Submit(SubmissionRecord& r, std::shared_ptr<HandleState> state) {
+    state->core = core;
+    Status s = core->Submit(r, state);
+    if (!s.ok()) return s;
+    return ClientHandle(std::move(state));
+  }
+  grpc::ClientContext* Context(grpc::ClientContext& ctx, std::chrono::seconds timeout) {
+    ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+    return &ctx;
+  }
+};
+
+void Client::Impl::RunCompletions() {
+  CompletionQueue& q = core->completions();
+  while (!stop.load()) {
+    CompletionRecord c;
+    Status s = q.Pop(&c, Deadline::After(std::chrono::milliseconds(100)));
+    if (s.ok()) {
+      Complete(c);
+      continue;
+    }
+    if (s.code() == StatusCode::kDeadlineExceeded) {
+      if (!core->arena().peer_alive())
+        s = Unavailable("the sidecar has shut down");
+      else
+        continue;
+    }
+    for (auto& st : core->TakeAll())
+      st->Finish(s.WithContext("sidecar arena " + core->arena().name()));
+    if (s.code() == StatusCode::kAborted || s.code() == StatusCode::kUnavailable) {
+      // The queue is closed: nothing more will come.
+      while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      return;
+    }
+  }
+}
+
+void Client::Impl::Complete(const CompletionRecord& c) {
+  auto state = core->Take(c.op_id);
+  if (state == nullptr) return;
+  Status s = ValidateCompletion(c, core->arena().layout());
+  if (s.ok()) s = StatusOf(c);
+  if (!s.ok()) {
+    state->Finish(std::move(s));
+    return;
+  }
+  Arena& arena = core->arena();
+  const bool in_results = (c.flags & kCompleteOutputInResultHeap) != 0;
+  std::byte* base = in_results ? arena.result_heap().data() : arena.client_heap().data();
+  state->shape.assign(c.dims, c.dims + c.ndims);
+  state->output = {base + c.output_offset, c.output_bytes};
+  if (in_results) {
+    state->result_block = true;
+    state->result_offset = c.output_offset;
+  }
+  if (c.flags & kCompleteSplitsInResultHeap) {
+    const auto* p =
+        reinterpret_cast<const int64_t*>(arena.result_heap().data() + c.received_splits_offset);
+    state->splits.assign(p, p + c.num_received_splits);
+    core->Release(c.received_splits_offset);
+  } else {
+    state->splits.assign(c.received_splits, c.received_splits + c.num_received_splits);
+  }
+  state->last_joined_rank = c.last_joined_rank;
+  if (state->copy_out != nullptr) {
+    std::memcpy(state->copy_out, state->output.data(),
+                std::min<uint64_t>(state->copy_bytes, state->output.size()));
+  }
+  state->Finish(OkStatus());
+}
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Client::~Client() {
+  impl_->stop.store(true);
+  if (impl_->completion_thread.joinable()) impl_->completion_thread.join();
+  for (auto& st : impl_->core->TakeAll()) st->Finish(Aborted("the client was closed"));
+}
+
+StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socket_path,
+                                                  std::chrono::milliseconds timeout,
+                                                  const std::string& client_name) {
+  auto impl = std::make_unique<Impl>();
+  impl->channel = grpc::CreateChannel("unix:" + socket_path, grpc::InsecureChannelCredentials());
+  impl->stub = v1::Sidecar::NewStub(impl->channel);
+  v1::HelloRequest req;
+  req.set_protocol_version(kSidecarProtocolVersion);
+  req.set_client_pid(static_cast<int32_t>(::getpid()));
+  req.set_client_name(client_name);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  ctx.set_wait_for_ready(true);
+  grpc::Status gs = impl->stub->Hello(&ctx, req, &impl->hello);
+  if (!gs.ok()) {
+    return FromGrpcStatus(gs).WithContext("Hello to the sidecar at " + socket_path);
+  }
+  auto arena = Arena::Open(impl->hello.arena_name());
+  if (!arena.ok()) return arena.status();
+  impl->core = std::make_shared<ClientCore>(std::move(*arena));
+  Impl* raw = impl.get();
+  impl->completion_thread = std::thread([raw] { raw->RunCompletions(); });
+  return std::make_unique<Client>(std::move(impl));
+}
+
+int Client::rank() const { return impl_->hello.rank(); }
+int Client::size() const { return impl_->hello.size(); }
+int Client::local_rank() const { return impl_->hello.local_rank(); }
+int Client::local_size() const { return impl_->hello.local_size(); }
+int Client::cross_rank() const { return impl_->hello.cross_rank(); }
+int Client::cross_size() const { return impl_->hello.cross_size(); }
+const std::string& Client::session_id() const { return impl_->hello.session_id(); }
+
+StatusOr<ArenaBuffer> Client::Allocate(uint64_t bytes) {
+  KV_ASSIGN_OR_RETURN(uint64_t off, impl_->core->heap().Allocate(bytes));
+  return ArenaBuffer(impl_->core, off, bytes, impl_->core->arena().client_heap().data() + off);
+}
+
+namespace {
+
+StatusOr<SubmissionRecord> BaseRecord(WireOpType type, DataType dtype, const TensorShape& shape,
+                                      const OpOptions& o) {
+  SubmissionRecord r{};
+  r.kind = RecordKind::kOp;
+  r.op_type = type;
+  r.dtype = dtype;
+  r.reduce_op = ToWireReduceOp(o.reduce_op);
+  if (shape.size() > static_cast<size_t>(kMaxDims)) {
+    return InvalidArgument("tensor " + o.name + " has more than " + std::to_string(kMaxDims) +
+                           " dimensions");
+  }
+  r.ndims = static_cast<uint8_t>(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) r.dims[i] = shape[i];
+  r.root = o.root;
+  r.process_set = o.process_set;
+  r.prescale = o.prescale;
+  r.postscale = o.postscale;
+  KV_RETURN_IF_ERROR(SetName(r, o.name));
+  return r;
+}
+
+uint64_t BytesOf(DataType dtype, const TensorShape& shape) {
+  return static_cast<uint64_t>(NumElements(shape)) * DataTypeSize(dtype);
+}
+
+Status CheckBuffer(const ArenaBuffer& b, uint64_t bytes, const char* what) {
+  if (!b.valid()) return InvalidArgument(std::string(what) + " is not an arena buffer");
+  if (b.size() < bytes) {
+    return InvalidArgument(std::string(what) + " holds " + std::to_string(b.size()) +
+                           " bytes, the tensor needs " + std::to_string(bytes));
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<ClientHandle> Client::Allreduce(const ArenaBuffer& input, const ArenaBuffer& output,
+                                         DataType dtype, const TensorShape& shape,
+                                         const OpOptions& options) {
+  const uint64_t bytes = BytesOf(dtype, shape);
+  KV_RETURN_IF_ERROR(CheckBuffer(input, bytes, "allreduce input"));
+  KV_RETURN_IF_ERROR(CheckBuffer(output, bytes, "allreduce output"));
+  KV_ASSIGN_OR_RETURN(SubmissionRecord r,
+                      BaseRecord(WireOpType::kAllreduce, dtype, shape, options));
+  r.input_offset = input.offset();
+  r.input_bytes = bytes;
+  r.output_offset = output.offset();
+  r.output_bytes = bytes;
+  return impl_->Submit(r, std::make_shared<HandleState>());
+}
+
+// Ops whose output goes to the result heap, from an arena input.
+static StatusOr<ClientHandle> ResultHeapOp(Client::Impl& impl, WireOpType type,
+                                           const ArenaBuffer& input, DataType dtype,
+                                           const TensorShape& shape,
+                                           const std::vector<int64_t>& splits,
+                                           const OpOptions& options,
+                                           std::shared_ptr<HandleState> state) {
+  const uint64_t bytes = BytesOf(dtype, shape);
+  KV_RETURN_IF_ERROR(CheckBuffer(input, bytes, WireOpTypeName(type)));
+  KV_ASSIGN_OR_RETURN(SubmissionRecord r, BaseRecord(type, dtype, shape, options));
+  r.input_offset = input.offset();
+  r.input_bytes = bytes;
+  r.flags = kSubmitOutputInResultHeap;
+  if (splits.size() > static_cast<size_t>(kMaxInlineSplits)) {
+    return Status(StatusCode::kUnimplemented, "more than 64 alltoall splits");
+  }
+  r.num_splits = static_cast<uint32_t>(splits.size());
+  for (size_t i = 0; i < splits.size(); ++i) r.splits[i] = splits[i];
+  return impl.Submit(r, std::move(state));
+}
+
+StatusOr<ClientHandle> Client::Allgather(const ArenaBuffer& input, DataType dtype,
+                                         const TensorShape& shape, const OpOptions& options) {
+  return ResultHeapOp(*impl_, WireOpType::kAllgather, input, dtype, shape, {}, options,
+                      std::make_shared<HandleState>());
+}
+
+StatusOr<ClientHandle> Client::Broadcast(const ArenaBuffer& tensor, DataType dtype,
+                                         const TensorShape& shape, const OpOptions& options) {
+  const uint64_t bytes = BytesOf(dtype, shape);
+  KV_RETURN_IF_ERROR(CheckBuffer(tensor, bytes, "broadcast tensor"));
+  KV_ASSIGN_OR_RETURN(SubmissionRecord r,
+                      BaseRecord(WireOpType::kBroadcast, dtype, shape, options));
+  r.input_offset = tensor.offset();
+  r.input_bytes = bytes;
+  r.output_offset = tensor.offset();
+  r.output_bytes = bytes;
+  return impl_->Submit(r, std::make_shared<HandleState>());
+}
+
+StatusOr<ClientHandle> Client::Alltoall(const ArenaBuffer& input, DataType dtype,
+                                        const TensorShape& shape,
+                                        const std::vector<int64_t>& splits,
+                                        const OpOptions& options) {
+  return ResultHeapOp(*impl_, WireOpType::kAlltoall, input, dtype, shape, splits, options,
+                      std::make_shared<HandleState>());
+}
+
+StatusOr<ClientHandle> Client::ReduceScatter(const ArenaBuffer& input, DataType dtype,
+                                             const TensorShape& shape, const OpOptions& options) {
+  return ResultHeapOp(*impl_, WireOpType::kReduceScatter, input, dtype, shape, {}, options,
+                      std::make_shared<HandleState>());
+}
+
+StatusOr<ClientHandle> Client::Allreduce(const void* input, void* output, DataType dtype,
+                                         const TensorShape& shape, const OpOptions& options) {
+  const uint64_t bytes = BytesOf(dtype, shape);
+  KV_ASSIGN_OR_RETURN(ArenaBuffer staging, Allocate(bytes));
+  std::memcpy(staging.data(), input, bytes);
+  KV_ASSIGN_OR_RETURN(SubmissionRecord r,
+                      BaseRecord(WireOpType::kAllreduce, dtype, shape, options));
+  r.input_offset = staging.offset();
+  r.input_bytes = bytes;
+  r.output_offset = staging.offset();
+  r.output_bytes = bytes;
+  auto state = std::make_shared<HandleState>();
+  state->staging_in = std::move(staging);
+  state->copy_out = output;
+  state->copy_bytes = bytes;
+  return impl_->Submit(r, std::move(state));
+}
+
+StatusOr<ClientHandle> Client::Broadcast(void* tensor, DataType dtype, const TensorShape& shape,
+                                         const OpOptions& options) {
+  const uint64_t bytes = BytesOf(dtype, shape);
+  KV_ASSIGN_OR_RETURN(ArenaBuffer staging, Allocate(bytes));
+  std::memcpy(staging.data(), tensor, bytes);
+  KV_ASSIGN_OR_RETURN(SubmissionRecord r,
+                      BaseRecord(WireOpType::kBroadcast, dtype, shape, options));
+  r.input_offset = staging.offset();
+  r.input_bytes = bytes;
+  r.output_offset = staging.offset();
+  r.output_bytes = bytes;
+  auto state = std::make_shared<HandleState>();
+  state->staging_in = std::move(staging);
+  state->copy_out = tensor;
+  state->copy_bytes = bytes;
+  return impl_->Submit(r, std::move(state));
+}
+
+static StatusOr<ClientHandle> StagedResultHeapOp(Client& client, Client::Impl& impl,
+                                                 WireOpType type, const void* input, DataType dtype,
+                                                 const TensorShape& shape,
+                                                 const std::vector<int64_t>& splits,
+                                                 const OpOptions& options) {
+  const uint64_t bytes = BytesOf(dtype, shape);
+  KV_ASSIGN_OR_RETURN(ArenaBuffer staging, client.Allocate(bytes));
+  std::memcpy(staging.data(), input, bytes);
+  auto state = std::make_shared<HandleState>();
+  const ArenaBuffer& in = state->staging_in = std::move(staging);
+  return ResultHeapOp(impl, type, in, dtype, shape, splits, options, std::move(state));
+}
+
+StatusOr<ClientHandle> Client::Allgather(const void* input, DataType dtype,
+                                         const TensorShape& shape, const OpOptions& options) {
+  return StagedResultHeapOp(*this, *impl_, WireOpType::kAllgather, input, dtype, shape, {},
+                            options);
+}
+
+StatusOr<ClientHandle> Client::Alltoall(const void* input, DataType dtype, const TensorShape& shape,
+                                        const std::vector<int64_t>& splits,
+                                        const OpOptions& options) {
+  return StagedResultHeapOp(*this, *impl_, WireOpType::kAlltoall, input, dtype, shape, splits,
+                            options);
+}
+
+StatusOr<ClientHandle> Client::ReduceScatter(const void* input, DataType dtype,
+                                             const TensorShape& shape, const OpOptions& options) {
+  return StagedResultHeapOp(*this, *impl_, WireOpType::kReduceScatter, input, dtype, shape, {},
+                            options);
+}
+
+StatusOr<std::vector<ClientHandle>> Client::GroupedAllreduce(
+    const std::vector<GroupTensor>& tensors, DataType dtype, const OpOptions& options) {
+  // Submitted as consecutive allreduces (the engine fuses ready tensors of one cycle).
+  std::vector<ClientHandle> handles;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    OpOptions o = options;
+    o.name = tensors[i].name.empty()
+                 ? (options.name.empty() ? std::string() : options.name + "." + std::to_string(i))
+                 : tensors[i].name;
+    KV_ASSIGN_OR_RETURN(ClientHandle h,
+                        Allreduce(tensors[i].input, tensors[i].output, dtype, tensors[i].shape, o));
+    handles.push_back(std::move(h));
+  }
+  return handles;
+}
+
+StatusOr<ClientHandle> Client::Barrier(const OpOptions& options) {
+  KV_ASSIGN_OR_RETURN(SubmissionRecord r,
+                      BaseRecord(WireOpType::kBarrier, DataType::kUint8, {}, options));
+  return impl_->Submit(r, std::make_shared<HandleState>());
+}
+
+StatusOr<ClientHandle> Client::Join(const OpOptions& options) {
+  KV_ASSIGN_OR_RETURN(SubmissionRecord r,
+                      BaseRecord(WireOpType::kJoin, DataType::kUint8, {}, options));
+  return impl_->Submit(r, std::make_shared<HandleState>());
+}
+
+StatusOr<int> Client::AddProcessSet(const std::vector<int>& ranks) {
+  v1::AddProcessSetRequest req;
+  for (int r : ranks) req.add_ranks(r);
+  v1::AddProcessSetReply reply;
+  grpc::ClientContext ctx;
+  grpc::Status s =
+      impl_->stub->AddProcessSet(impl_->Context(ctx, std::chrono::seconds(300)), req, &reply);
+  if (!s.ok()) return FromGrpcStatus(s);
+  return reply.id();
+}
+
+Status Client::StartTimeline(const std::string& path, bool mark_cycles) {
+  v1::StartTimelineRequest req;
+  req.set_path(path);
+  req.set_mark_cycles(mark_cycles);
+  v1::StartTimelineReply reply;
+  grpc::ClientContext ctx;
+  return FromGrpcStatus(
+      impl_->stub->StartTimeline(impl_->Context(ctx, std::chrono::seconds(30)), req, &reply));
+}
+
+Status Client::StopTimeline() {
+  v1::StopTimelineRequest req;
+  v1::StopTimelineReply reply;
+  grpc::ClientContext ctx;
+  return FromGrpcStatus(
+      impl_->stub->StopTimeline(impl_->Context(ctx, std::chrono::seconds(30)), req, &reply));
+}
+
+StatusOr<EngineStats> Client::GetStats() {
+  v1::GetStatsRequest req;
+  v1::GetStatsReply reply;
+  grpc::ClientContext ctx;
+  grpc::Status s =
+      impl_->stub->GetStats(impl_->Context(ctx, std::chrono::seconds(30)), req, &reply);
+  if (!s.ok()) return FromGrpcStatus(s);
+  const auto& p = reply.stats();
+  EngineStats e;
+  e.cycles = p.cycles();
+  e.busy_cycles = p.busy_cycles();
+  e.negotiation_ns = p.negotiation_ns();
+  e.execution_ns = p.execution_ns();
+  e.tensors = p.tensors();
+  e.collectives = p.collectives();
+  e.bytes = p.bytes();
+  e.cache_hits = p.cache_hits();
+  e.negotiated = p.negotiated();
+  e.full_negotiations = p.full_negotiations();
+  e.fusion_threshold_bytes = p.fusion_threshold_bytes();
+  e.cycle_time_ms = p.cycle_time_ms();
+  return e;
+}
+
+Status Client::Shutdown(const std::string& reason) {
+  v1::ShutdownRequest req;
+  req.set_reason(reason);
+  v1::ShutdownReply reply;
+  grpc::ClientContext ctx;
+  return FromGrpcStatus(
+      impl_->stub->Shutdown(impl_->Context(ctx, std::chrono::seconds(30)), req, &reply));
+}
+
+}  // namespace korovod::sidecar

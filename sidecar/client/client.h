@@ -1,0 +1,161 @@
+// Client: the C++ trainer-side library of the korovod sidecar. Connect opens a gRPC session over
+// the sidecar's unix socket (Hello, protocol version check) and maps the shared-memory arena it
+// names. Ops are submitted through the arena's submission queue and completed by a completion
+// thread; tensors either live in the arena already (ArenaBuffer: zero copy) or are copied in
+// from plain pointers (one memcpy in, one out). Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/common/data_type.h"
+#include "runtime/common/deadline.h"
+#include "runtime/common/status.h"
+#include "runtime/core/engine.h"
+#include "runtime/core/op_request.h"
+#include "runtime/reduce/reduce_op.h"
+
+namespace korovod::sidecar {
+
+class ClientCore;
+struct HandleState;
+
+// A block of the arena's client heap; freed when destroyed. Move-only.
+class ArenaBuffer {
+ public:
+  ArenaBuffer() = default;
+  ArenaBuffer(std::shared_ptr<ClientCore> core, uint64_t offset, uint64_t bytes, std::byte* data);
+  ~ArenaBuffer();
+  ArenaBuffer(ArenaBuffer&& o) noexcept;
+  ArenaBuffer& operator=(ArenaBuffer&& o) noexcept;
+  ArenaBuffer(const ArenaBuffer&) = delete;
+  ArenaBuffer& operator=(const ArenaBuffer&) = delete;
+
+  std::byte* data() const { return data_; }
+  uint64_t size() const { return bytes_; }
+  uint64_t offset() const { return offset_; }  // in the client heap
+  bool valid() const { return core_ != nullptr; }
+  template <typename T>
+  std::span<T> as() const {
+    return {reinterpret_cast<T*>(data_), bytes_ / sizeof(T)};
+  }
+
+ private:
+  void Reset();
+  std::shared_ptr<ClientCore> core_;
+  uint64_t offset_ = 0;
+  uint64_t bytes_ = 0;
+  std::byte* data_ = nullptr;
+};
+
+// One submitted op. The output of ops whose size is known only at completion (allgather,
+// alltoall, reducescatter) stays in the sidecar's result heap until the handle is destroyed.
+class ClientHandle {
+ public:
+  ClientHandle() = default;
+  explicit ClientHandle(std::shared_ptr<HandleState> s) : state_(std::move(s)) {}
+
+  bool Poll() const;
+  // The op's status, or DeadlineExceeded (the op stays in flight).
+  Status Wait(Deadline deadline = Deadline::Infinite()) const;
+  // After a successful Wait:
+  const TensorShape& shape() const;                     // output shape
+  std::span<const std::byte> output() const;            // result-heap or staged output bytes
+  const std::vector<int64_t>& received_splits() const;  // alltoall
+  int last_joined_rank() const;                         // join
+  bool valid() const { return state_ != nullptr; }
+
+ private:
+  std::shared_ptr<HandleState> state_;
+};
+
+struct OpOptions {
+  std::string name;  // the same on every rank; empty: named by op order
+  ReduceOp reduce_op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int root = 0;
+  int process_set = 0;
+};
+
+// A plain-pointer tensor of a grouped allreduce.
+struct GroupTensor {
+  const void* input = nullptr;
+  void* output = nullptr;
+  TensorShape shape;
+  std::string name;
+};
+
+class Client {
+ public:
+  static StatusOr<std::unique_ptr<Client>> Connect(
+      const std::string& socket_path,
+      std::chrono::milliseconds timeout = std::chrono::milliseconds(10000),
+      const std::string& client_name = "korovod C++ client");
+  ~Client();  // stops the completion thread and detaches from the arena
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  int rank() const;
+  int size() const;
+  int local_rank() const;
+  int local_size() const;
+  int cross_rank() const;
+  int cross_size() const;
+  const std::string& session_id() const;
+
+  StatusOr<ArenaBuffer> Allocate(uint64_t bytes);
+
+  // Zero copy: tensors in the arena. `output` may be `input` (in place).
+  StatusOr<ClientHandle> Allreduce(const ArenaBuffer& input, const ArenaBuffer& output,
+                                   DataType dtype, const TensorShape& shape,
+                                   const OpOptions& options = {});
+  StatusOr<ClientHandle> Allgather(const ArenaBuffer& input, DataType dtype,
+                                   const TensorShape& shape, const OpOptions& options = {});
+  StatusOr<ClientHandle> Broadcast(const ArenaBuffer& tensor, DataType dtype,
+                                   const TensorShape& shape, const OpOptions& options = {});
+  StatusOr<ClientHandle> Alltoall(const ArenaBuffer& input, DataType dtype,
+                                  const TensorShape& shape, const std::vector<int64_t>& splits,
+                                  const OpOptions& options = {});
+  StatusOr<ClientHandle> ReduceScatter(const ArenaBuffer& input, DataType dtype,
+                                       const TensorShape& shape, const OpOptions& options = {});
+
+  // Plain pointers: copied into a staging block; outputs of known size are copied to `output`
+  // on completion, the others are read from the handle.
+  StatusOr<ClientHandle> Allreduce(const void* input, void* output, DataType dtype,
+                                   const TensorShape& shape, const OpOptions& options = {});
+  StatusOr<ClientHandle> Allgather(const void* input, DataType dtype, const TensorShape& shape,
+                                   const OpOptions& options = {});
+  StatusOr<ClientHandle> Broadcast(void* tensor, DataType dtype, const TensorShape& shape,
+                                   const OpOptions& options = {});
+  StatusOr<ClientHandle> Alltoall(const void* input, DataType dtype, const TensorShape& shape,
+                                  const std::vector<int64_t>& splits,
+                                  const OpOptions& options = {});
+  StatusOr<ClientHandle> ReduceScatter(const void* input, DataType dtype, const TensorShape& shape,
+                                       const OpOptions& options = {});
+  StatusOr<std::vector<ClientHandle>> GroupedAllreduce(const std::vector<GroupTensor>& tensors,
+                                                       DataType dtype,
+                                                       const OpOptions& options = {});
+  StatusOr<ClientHandle> Barrier(const OpOptions& options = {});
+  StatusOr<ClientHandle> Join(const OpOptions& options = {});
+
+  // Control plane (gRPC).
+  StatusOr<int> AddProcessSet(const std::vector<int>& ranks);
+  Status StartTimeline(const std::string& path, bool mark_cycles = false);
+  Status StopTimeline();
+  StatusOr<EngineStats> GetStats();
+  Status Shutdown(const std::string& reason = {});
+
+  struct Impl;
+  explicit Client(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace korovod::sidecar

@@ -1,0 +1,371 @@
+#include "sidecar/daemon/op_loop.h"
+
+#include <signal.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "sidecar/daemon/wire_mapping.h"
+#include "sidecar/protocol/heap_allocator.h"
+#include "sidecar/protocol/op_queue.h"
+
+namespace korovod::sidecar {
+
+struct OpLoop::Session {
+  explicit Session(Arena& arena)
+      : submissions(arena),
+        completions(arena),
+        results(arena.layout().result_heap.bytes, "result heap of arena " + arena.name()),
+        result_base(arena.result_heap().data()) {}
+
+  SubmissionQueue submissions;  // op loop thread only
+  std::mutex mu;                // guards completions and alive
+  CompletionQueue completions;
+  bool alive = true;
+  HeapAllocator results;
+  std::byte* result_base;
+
+  // Pushes unless the session ended (its client is gone: the completion is discarded).
+  void Complete(const CompletionRecord& c) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!alive) return;
+    Status s = completions.Push(c, Deadline::After(std::chrono::seconds(5)));
+    if (!s.ok()) {
+      std::fprintf(stderr, "korovod-sidecar: dropping completion of op %llu: %s\n",
+                   static_cast<unsigned long long>(c.op_id), s.ToString().c_str());
+    }
+  }
+};
+
+namespace {
+
+void ResetQueue(QueueControl& q) {
+  q.head.value.store(0, std::memory_order_relaxed);
+  q.tail.value.store(0, std::memory_order_relaxed);
+  q.consumer_waiting.value.store(0, std::memory_order_relaxed);
+  q.producer_waiting.value.store(0, std::memory_order_relaxed);
+  q.closed.value.store(0, std::memory_order_release);
+}
+
+// What one submitted op needs until its completion (engine thread only after Submit).
+struct PendingOp {
+  uint64_t op_id = 0;
+  OpType type = OpType::kAllreduce;
+  DataType dtype = DataType::kFloat32;
+  int32_t process_set = 0;
+  uint64_t input_bytes = 0;
+  TensorShape known_shape;  // output shape when known at submission
+  bool output_in_result_heap = false;
+  bool result_allocated = false;  // output_offset is a result-heap block we own
+  uint64_t output_offset = 0;
+  uint64_t output_bytes = 0;
+  std::chrono::steady_clock::time_point start;
+  std::shared_ptr<OpLoop::Session> session;
+};
+
+}  // namespace
+
+OpLoop::OpLoop(Engine& engine, Arena& arena, EngineMetrics* metrics)
+    : engine_(engine), arena_(arena), metrics_(metrics) {
+  session_ = std::make_shared<Session>(arena_);
+}
+
+OpLoop::~OpLoop() { Stop(); }
+
+void OpLoop::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
+
+void OpLoop::Stop() {
+  stop_.store(true);
+  if (thread_.joinable()) thread_.join();
+}
+
+Status OpLoop::WaitReadyForClient(Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  // Ready: no client attached and the last one's queues were reset (a detaching client closes
+  // them; EndSession reopens them).
+  ArenaHeader& h = arena_.header();
+  while (client_seen_ || h.client_alive.value.load(std::memory_order_acquire) != 0 ||
+         h.submission.closed.value.load(std::memory_order_acquire) != 0 ||
+         h.completion.closed.value.load(std::memory_order_acquire) != 0) {
+    if (deadline.Expired()) {
+      return FailedPrecondition("arena " + arena_.name() + " already has a client attached (pid " +
+                                std::to_string(arena_.header().client_pid.value.load()) + ")");
+    }
+    cv_.wait_for(lock, std::chrono::milliseconds(20));
+  }
+  return OkStatus();
+}
+
+void OpLoop::ExpectClient(int pid) {
+  const bool visible = pid > 0 && ::kill(pid, 0) == 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  hello_pid_ = pid;
+  hello_pid_visible_ = visible;
+}
+
+void OpLoop::Run() {
+  auto next_check = std::chrono::steady_clock::now();
+  while (!stop_.load()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= next_check) {
+      CheckClient();
+      next_check = now + std::chrono::milliseconds(100);
+    }
+    SubmissionRecord record;
+    Status s = session_->submissions.Pop(&record, Deadline::After(std::chrono::milliseconds(100)));
+    if (s.ok()) {
+      Handle(record);
+    } else if (s.code() == StatusCode::kAborted) {
+      // Closed: the client detached. Notice it soon.
+      CheckClient();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    } else if (s.code() != StatusCode::kDeadlineExceeded) {
+      std::fprintf(stderr, "korovod-sidecar: %s\n", s.ToString().c_str());
+      EndSession("its submission queue is corrupt");
+    }
+  }
+}
+
+void OpLoop::CheckClient() {
+  ArenaHeader& h = arena_.header();
+  if (h.client_alive.value.load(std::memory_order_acquire) != 0) {
+    const auto pid = static_cast<pid_t>(h.client_pid.value.load(std::memory_order_relaxed));
+    if (pid <= 0) return;  // still attaching
+    const bool gone = ::kill(pid, 0) != 0 && errno == ESRCH;
+    if (!client_seen_) {
+      // The pid is only meaningful when the client runs in our pid namespace (in a pod without
+      // shareProcessNamespace it is not): use it only if it was visible when first seen.
+      std::lock_guard<std::mutex> lock(mu_);
+      client_seen_ = true;
+      client_pid_visible_ = !gone || (pid == hello_pid_ && hello_pid_visible_);
+      return;
+    }
+    if (client_pid_visible_ && gone) EndSession("its process exited");
+  } else if (client_seen_ || h.submission.closed.value.load(std::memory_order_acquire) != 0 ||
+             h.completion.closed.value.load(std::memory_order_acquire) != 0) {
+    EndSession("it detached");
+  }
+}
+
+void OpLoop::EndSession(const char* why) {
+  {
+    std::lock_guard<std::mutex> lock(session_->mu);
+    session_->alive = false;
+  }
+  ArenaHeader& h = arena_.header();
+  std::fprintf(stderr, "korovod-sidecar: client pid %u of arena %s is gone (%s); arena reset\n",
+               h.client_pid.value.load(), arena_.name().c_str(), why);
+  ResetQueue(h.submission);
+  ResetQueue(h.completion);
+  h.client_pid.value.store(0, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(mu_);
+  session_ = std::make_shared<Session>(arena_);
+  client_seen_ = false;
+  client_pid_visible_ = false;
+  arena_.ReleaseClient();
+  cv_.notify_all();
+}
+
+void OpLoop::Handle(const SubmissionRecord& record) {
+  auto op = ValidateSubmission(record, arena_.layout(), arena_.client_heap());
+  if (!op.ok()) {
+    CompletionRecord c{};
+    c.op_id = record.op_id;
+    SetStatus(c, op.status());
+    session_->Complete(c);
+    return;
+  }
+  if (op->kind == RecordKind::kReleaseResult) {
+    Status s = session_->results.Free(op->release_offset);
+    if (!s.ok()) std::fprintf(stderr, "korovod-sidecar: release: %s\n", s.ToString().c_str());
+    return;
+  }
+  Status s = SubmitOp(*op);
+  if (!s.ok()) {
+    CompletionRecord c{};
+    c.op_id = op->op_id;
+    SetStatus(c, s);
+    session_->Complete(c);
+  }
+}
+
+Status OpLoop::SubmitOp(const ValidatedOp& op) {
+  auto pending = std::make_shared<PendingOp>();
+  pending->op_id = op.op_id;
+  pending->type = ToOpType(op.type);
+  pending->dtype = op.dtype;
+  pending->process_set = op.process_set;
+  pending->input_bytes = op.input.bytes;
+  pending->output_in_result_heap = op.output_in_result_heap;
+  pending->start = std::chrono::steady_clock::now();
+  pending->session = session_;
+  Session& session = *session_;
+  std::byte* heap = arena_.client_heap().data();
+  const uint64_t elem = DataTypeSize(op.dtype);
+
+  OpRequest req;
+  req.type = pending->type;
+  req.name = op.name.empty()
+                 ? std::string(WireOpTypeName(op.type)) + ".op" + std::to_string(op.op_id)
+                 : op.name;
+  req.dtype = op.dtype;
+  req.shape = op.shape;
+  req.input = op.input.bytes > 0 ? heap + op.input.offset : nullptr;
+  req.op = ToReduceOp(op.reduce_op);
+  req.prescale = op.prescale;
+  req.postscale = op.postscale;
+  req.root = op.root;
+  req.splits = op.splits;
+  req.process_set = op.process_set;
+
+  // Places an output of known size: the client's range, or a new result-heap block.
+  auto place_known = [&](uint64_t bytes) -> Status {
+    pending->output_bytes = bytes;
+    if (op.output_in_result_heap) {
+      KV_ASSIGN_OR_RETURN(pending->output_offset, session.results.Allocate(bytes));
+      pending->result_allocated = true;
+      req.output = session.result_base + pending->output_offset;
+    } else {
+      if (op.output.bytes < bytes) {
+        return InvalidArgument("op " + std::to_string(op.op_id) + " (" + req.name +
+                               "): output range of " + std::to_string(op.output.bytes) +
+                               " bytes is smaller than the " + std::to_string(bytes) +
+                               " bytes of the output");
+      }
+      pending->output_offset = op.output.offset;
+      req.output = heap + op.output.offset;
+    }
+    return OkStatus();
+  };
+
+  switch (pending->type) {
+    case OpType::kAllreduce:
+    case OpType::kBroadcast:
+      pending->known_shape = op.shape;
+      KV_RETURN_IF_ERROR(place_known(op.input.bytes));
+      break;
+    case OpType::kReduceScatter: {
+      if (op.process_set != 0) {
+        if (op.output_in_result_heap) {
+          return Status(StatusCode::kUnimplemented,
+                        "reducescatter into the result heap is only supported on the world");
+        }
+      }
+      const int n = engine_.size();
+      const int r = engine_.rank();
+      const int64_t d0 = op.shape.empty() ? 1 : op.shape[0];
+      const int64_t rows = d0 / n + (r < d0 % n ? 1 : 0);
+      TensorShape out = op.shape.empty() ? TensorShape{rows} : op.shape;
+      if (!out.empty()) out[0] = rows;
+      pending->known_shape = out;
+      if (op.process_set == 0) {
+        KV_RETURN_IF_ERROR(place_known(static_cast<uint64_t>(NumElements(out)) * elem));
+      } else {
+        pending->output_offset = op.output.offset;
+        pending->output_bytes = op.output.bytes;
+        req.output = heap + op.output.offset;
+      }
+      break;
+    }
+    case OpType::kAllgather:
+    case OpType::kAlltoall: {
+      const bool in_results = op.output_in_result_heap;
+      const Region client_out = op.output;
+      Session* sp = &session;
+      std::string name = req.name;
+      req.allocate = [pending, sp, heap, client_out, in_results, elem,
+                      name](const TensorShape& shape) -> StatusOr<void*> {
+        const uint64_t bytes = static_cast<uint64_t>(NumElements(shape)) * elem;
+        pending->output_bytes = bytes;
+        if (in_results) {
+          KV_ASSIGN_OR_RETURN(pending->output_offset, sp->results.Allocate(bytes));
+          pending->result_allocated = true;
+          return static_cast<void*>(sp->result_base + pending->output_offset);
+        }
+        if (client_out.bytes < bytes) {
+          return InvalidArgument(name + ": output capacity of " + std::to_string(client_out.bytes) +
+                                 " bytes is smaller than the " + std::to_string(bytes) +
+                                 " bytes gathered (shape " + ShapeString(shape) + ")");
+        }
+        pending->output_offset = client_out.offset;
+        return static_cast<void*>(heap + client_out.offset);
+      };
+      break;
+    }
+    case OpType::kBarrier:
+    case OpType::kJoin:
+    case OpType::kAddProcessSet:
+      break;
+  }
+
+  EngineMetrics* metrics = metrics_;
+  auto done = [pending, metrics](const Status& status, const OpResult& result) {
+    Session& s = *pending->session;
+    CompletionRecord c{};
+    c.op_id = pending->op_id;
+    c.process_set_id = pending->process_set;
+    c.last_joined_rank = result.last_joined_rank;
+    Status st = status;
+    const bool learned = pending->type == OpType::kAllgather || pending->type == OpType::kAlltoall;
+    const TensorShape& shape = learned ? result.shape : pending->known_shape;
+    if (st.ok() && shape.size() > static_cast<size_t>(kMaxDims)) {
+      st = Internal("output has " + std::to_string(shape.size()) + " dimensions");
+    }
+    if (st.ok() && result.received_splits.size() > kMaxInlineSplits) {
+      auto block = s.results.Allocate(result.received_splits.size() * sizeof(int64_t));
+      if (!block.ok()) {
+        st = block.status();
+      } else {
+        std::memcpy(s.result_base + *block, result.received_splits.data(),
+                    result.received_splits.size() * sizeof(int64_t));
+        c.flags |= kCompleteSplitsInResultHeap;
+        c.received_splits_offset = *block;
+      }
+    } else {
+      for (size_t i = 0; i < result.received_splits.size(); ++i) {
+        c.received_splits[i] = result.received_splits[i];
+      }
+    }
+    c.num_received_splits = (st.ok() || !result.received_splits.empty())
+                                ? static_cast<uint32_t>(result.received_splits.size())
+                                : 0;
+    if (st.ok()) {
+      c.ndims = static_cast<uint8_t>(shape.size());
+      for (size_t i = 0; i < shape.size(); ++i) c.dims[i] = shape[i];
+      if (pending->type != OpType::kBarrier && pending->type != OpType::kJoin) {
+        c.output_offset = pending->output_offset;
+        c.output_bytes = pending->output_bytes;
+        if (pending->result_allocated) c.flags |= kCompleteOutputInResultHeap;
+      }
+    } else {
+      c.num_received_splits = 0;
+      if (c.flags & kCompleteSplitsInResultHeap) {
+        (void)s.results.Free(c.received_splits_offset);
+        c.flags = 0;
+      }
+      if (pending->result_allocated) (void)s.results.Free(pending->output_offset);
+    }
+    SetStatus(c, st);
+    if (metrics != nullptr && st.ok()) {
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - pending->start).count();
+      metrics->RecordOp(pending->type, pending->input_bytes, secs);
+    }
+    s.Complete(c);
+  };
+
+  auto handle = engine_.Submit(std::move(req), std::move(done));
+  if (!handle.ok()) {
+    if (pending->result_allocated) (void)session.results.Free(pending->output_offset);
+    return handle.status();
+  }
+  return OkStatus();
+}
+
+}  // namespace korovod::sidecar

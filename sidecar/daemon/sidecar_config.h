@@ -1,0 +1,43 @@
+// SidecarConfig: the korovod-sidecar's settings, read from the environment korovodrun (or the
+// operator) gives it (sidecar/launcher/README.md). Every error names the variable.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/common/status.h"
+#include "runtime/world/world.h"
+
+namespace korovod::sidecar {
+
+struct SidecarConfig {
+  int rank = 0;
+  int size = 0;
+  int local_rank = 0;
+  int local_size = 1;
+  int cross_rank = 0;
+  int cross_size = 1;
+  std::vector<PeerAddress> peers;          // KOROVOD_PEERS, one per rank
+  int listen_fd = -1;                      // KOROVOD_LISTEN_FD, or -1
+  std::string job_key_file;                // KOROVOD_JOB_KEY_FILE, or empty (unauthenticated)
+  std::string socket_path;                 // KOROVOD_SOCKET
+  std::string shm_prefix;                  // KOROVOD_SHM_PREFIX, e.g. "/korovod-<job>-"
+  int metrics_port = -1;                   // KOROVOD_METRICS_PORT; -1: no HTTP server, 0: ephemeral
+  std::chrono::seconds start_timeout{60};  // KOROVOD_START_TIMEOUT_SECONDS
+  int arena_heap_mib = 64;  // KOROVOD_ARENA_HEAP_MIB: each of the client and the result heap
+
+  std::string arena_name() const { return shm_prefix + "rank" + std::to_string(rank); }
+
+  static StatusOr<SidecarConfig> FromEnvironment(
+      const std::function<std::optional<std::string>(const std::string&)>& getenv);
+  static StatusOr<SidecarConfig> FromProcessEnvironment();
+};
+
+// Reads the job key file: refuses a file readable by group/others (0600 expected) and strips the
+// trailing newline.
+StatusOr<std::string> ReadJobKeyFile(const std::string& path);
+
+}  // namespace korovod::sidecar

@@ -1,0 +1,102 @@
+#include "sidecar/daemon/sidecar_service.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+
+#include "sidecar/proto/grpc_status.h"
+#include "sidecar/proto/protocol_version.h"
+
+namespace korovod::sidecar {
+namespace {
+
+Deadline DeadlineOf(const grpc::ServerContext* ctx, std::chrono::milliseconds cap) {
+  const auto grpc_deadline = ctx->deadline();
+  const auto capped = std::chrono::system_clock::now() + cap;
+  const auto at = std::min(grpc_deadline, capped);
+  const auto left = at - std::chrono::system_clock::now();
+  return Deadline::After(std::max(std::chrono::milliseconds(0),
+                                  std::chrono::duration_cast<std::chrono::milliseconds>(left)));
+}
+
+}  // namespace
+
+SidecarService::SidecarService(const SidecarConfig& config, Engine& engine, OpLoop& loop,
+                               std::string arena_name, uint64_t arena_bytes,
+                               std::function<void(const std::string&)> on_shutdown)
+    : config_(config),
+      engine_(engine),
+      loop_(loop),
+      arena_name_(std::move(arena_name)),
+      arena_bytes_(arena_bytes),
+      on_shutdown_(std::move(on_shutdown)) {}
+
+grpc::Status SidecarService::Hello(grpc::ServerContext* ctx, const v1::HelloRequest* req,
+                                   v1::HelloReply* reply) {
+  reply->set_protocol_version(kSidecarProtocolVersion);
+  Status s = CheckProtocolVersion(req->protocol_version(), kSidecarProtocolVersion);
+  if (!s.ok()) return ToGrpcStatus(s);
+  s = loop_.WaitReadyForClient(DeadlineOf(ctx, std::chrono::milliseconds(2000)));
+  if (!s.ok()) return ToGrpcStatus(s);
+  loop_.ExpectClient(req->client_pid());
+  static std::atomic<uint64_t> sessions{0};
+  reply->set_rank(config_.rank);
+  reply->set_size(config_.size);
+  reply->set_local_rank(config_.local_rank);
+  reply->set_local_size(config_.local_size);
+  reply->set_cross_rank(config_.cross_rank);
+  reply->set_cross_size(config_.cross_size);
+  reply->set_arena_name(arena_name_);
+  reply->set_arena_bytes(arena_bytes_);
+  reply->set_session_id("rank" + std::to_string(config_.rank) + "-session" +
+                        std::to_string(sessions.fetch_add(1) + 1));
+  return grpc::Status::OK;
+}
+
+grpc::Status SidecarService::AddProcessSet(grpc::ServerContext* ctx,
+                                           const v1::AddProcessSetRequest* req,
+                                           v1::AddProcessSetReply* reply) {
+  std::vector<int> ranks(req->ranks().begin(), req->ranks().end());
+  auto id = engine_.AddProcessSet(std::move(ranks), DeadlineOf(ctx, std::chrono::hours(24)));
+  if (!id.ok()) return ToGrpcStatus(id.status());
+  reply->set_id(*id);
+  return grpc::Status::OK;
+}
+
+grpc::Status SidecarService::StartTimeline(grpc::ServerContext*,
+                                           const v1::StartTimelineRequest* req,
+                                           v1::StartTimelineReply*) {
+  return ToGrpcStatus(engine_.StartTimeline(req->path(), req->mark_cycles()));
+}
+
+grpc::Status SidecarService::StopTimeline(grpc::ServerContext*, const v1::StopTimelineRequest*,
+                                          v1::StopTimelineReply*) {
+  return ToGrpcStatus(engine_.StopTimeline());
+}
+
+grpc::Status SidecarService::GetStats(grpc::ServerContext*, const v1::GetStatsRequest*,
+                                      v1::GetStatsReply* reply) {
+  const EngineStats s = engine_.stats();
+  v1::EngineStats* out = reply->mutable_stats();
+  out->set_cycles(s.cycles);
+  out->set_busy_cycles(s.busy_cycles);
+  out->set_negotiation_ns(s.negotiation_ns);
+  out->set_execution_ns(s.execution_ns);
+  out->set_tensors(s.tensors);
+  out->set_collectives(s.collectives);
+  out->set_bytes(s.bytes);
+  out->set_cache_hits(s.cache_hits);
+  out->set_negotiated(s.negotiated);
+  out->set_full_negotiations(s.full_negotiations);
+  out->set_fusion_threshold_bytes(s.fusion_threshold_bytes);
+  out->set_cycle_time_ms(s.cycle_time_ms);
+  return grpc::Status::OK;
+}
+
+grpc::Status SidecarService::Shutdown(grpc::ServerContext*, const v1::ShutdownRequest* req,
+                                      v1::ShutdownReply*) {
+  on_shutdown_(req->reason());
+  return grpc::Status::OK;
+}
+
+}  // namespace korovod::sidecar

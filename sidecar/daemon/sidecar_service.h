@@ -1,0 +1,44 @@
+// SidecarService: the trainer-facing gRPC service (korovod/sidecar/v1/sidecar.proto) over the
+// engine and the op loop.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "korovod/sidecar/v1/sidecar.grpc.pb.h"
+#include "runtime/core/engine.h"
+#include "sidecar/daemon/op_loop.h"
+#include "sidecar/daemon/sidecar_config.h"
+
+namespace korovod::sidecar {
+
+class SidecarService final : public v1::Sidecar::Service {
+ public:
+  // `on_shutdown` runs (on a gRPC thread) when a client asks the sidecar to stop; it must only
+  // signal the main thread. Everything must outlive the service.
+  SidecarService(const SidecarConfig& config, Engine& engine, OpLoop& loop, std::string arena_name,
+                 uint64_t arena_bytes, std::function<void(const std::string&)> on_shutdown);
+
+  grpc::Status Hello(grpc::ServerContext* ctx, const v1::HelloRequest* req,
+                     v1::HelloReply* reply) override;
+  grpc::Status AddProcessSet(grpc::ServerContext* ctx, const v1::AddProcessSetRequest* req,
+                             v1::AddProcessSetReply* reply) override;
+  grpc::Status StartTimeline(grpc::ServerContext* ctx, const v1::StartTimelineRequest* req,
+                             v1::StartTimelineReply* reply) override;
+  grpc::Status StopTimeline(grpc::ServerContext* ctx, const v1::StopTimelineRequest* req,
+                            v1::StopTimelineReply* reply) override;
+  grpc::Status GetStats(grpc::ServerContext* ctx, const v1::GetStatsRequest* req,
+                        v1::GetStatsReply* reply) override;
+  grpc::Status Shutdown(grpc::ServerContext* ctx, const v1::ShutdownRequest* req,
+                        v1::ShutdownReply* reply) override;
+
+ private:
+  const SidecarConfig& config_;
+  Engine& engine_;
+  OpLoop& loop_;
+  std::string arena_name_;
+  uint64_t arena_bytes_;
+  std::function<void(const std::string&)> on_shutdown_;
+};
+
+}  // namespace korovod::sidecar
