@@ -1,0 +1,220 @@
+// korovod._client: the C++ client (sidecar/client/client.h) for Python. Tensors are passed as raw
+// addresses (numpy/torch data_ptr) plus dtype and shape; the caller keeps them alive until the
+// handle completes. Waits release the GIL.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "sidecar/client/client.h"
+
+namespace py = pybind11;
+using namespace korovod;
+using namespace korovod::sidecar;
+
+namespace {
+
+void Check(const Status& s) {
+  if (!s.ok()) throw std::runtime_error(s.ToString());
+}
+template <typename T>
+T Take(StatusOr<T>&& s) {
+  if (!s.ok()) throw std::runtime_error(s.status().ToString());
+  return std::move(s).value();
+}
+
+OpOptions Options(const std::string& name, int op, double prescale, double postscale, int root,
+                  int process_set) {
+  OpOptions o;
+  o.name = name;
+  o.reduce_op = static_cast<ReduceOp>(op);
+  o.prescale = prescale;
+  o.postscale = postscale;
+  o.root = root;
+  o.process_set = process_set;
+  return o;
+}
+
+void* Ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
+
+}  // namespace
+
+PYBIND11_MODULE(_client, m) {
+  m.doc() = "korovod sidecar client (C++), wrapped for Python";
+
+  py::enum_<DataType>(m, "DataType")
+      .value("uint8", DataType::kUint8)
+      .value("int8", DataType::kInt8)
+      .value("int32", DataType::kInt32)
+      .value("int64", DataType::kInt64)
+      .value("float16", DataType::kFloat16)
+      .value("bfloat16", DataType::kBFloat16)
+      .value("float32", DataType::kFloat32)
+      .value("float64", DataType::kFloat64);
+
+  m.attr("SUM") = static_cast<int>(ReduceOp::kSum);
+  m.attr("AVERAGE") = static_cast<int>(ReduceOp::kAverage);
+  m.attr("MIN") = static_cast<int>(ReduceOp::kMin);
+  m.attr("MAX") = static_cast<int>(ReduceOp::kMax);
+  m.attr("PRODUCT") = static_cast<int>(ReduceOp::kProduct);
+
+  py::class_<ClientHandle>(m, "Handle")
+      .def("poll", &ClientHandle::Poll)
+      .def(
+          "wait",
+          [](const ClientHandle& h, double timeout_s) {
+            Status s;
+            {
+              py::gil_scoped_release release;
+              s = timeout_s < 0 ? h.Wait()
+                                : h.Wait(Deadline::After(std::chrono::milliseconds(
+                                  static_cast<int64_t>(timeout_s * 1000))));
+            }
+            Check(s);
+          },
+          py::arg("timeout_s") = -1.0)
+      .def_property_readonly("shape", [](const ClientHandle& h) { return h.shape(); })
+      .def_property_readonly("nbytes", [](const ClientHandle& h) { return h.output().size(); })
+      .def("output_bytes",
+           [](const ClientHandle& h) {
+             auto out = h.output();
+             return py::bytes(reinterpret_cast<const char*>(out.data()), out.size());
+           })
+      .def("copy_output",
+           [](const ClientHandle& h, uintptr_t dst, uint64_t nbytes) {
+             auto out = h.output();
+             if (nbytes != out.size())
+               throw std::runtime_error("copy_output: " + std::to_string(nbytes) +
+                                        " bytes given, output has " +
+                                        std::to_string(out.size()));
+             if (nbytes) std::memcpy(Ptr(dst), out.data(), nbytes);
+           })
+      .def_property_readonly("received_splits",
+                             [](const ClientHandle& h) { return h.received_splits(); })
+      .def_property_readonly("last_joined_rank", &ClientHandle::last_joined_rank);
+
+  py::class_<Client>(m, "Client")
+      .def_static(
+          "connect",
+          [](const std::string& path, double timeout_s) {
+            std::unique_ptr<Client> c;
+            {
+              py::gil_scoped_release release;
+              c = Take(Client::Connect(
+                  path, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)),
+                  "korovod Python client"));
+            }
+            return c;
+          },
+          py::arg("socket_path"), py::arg("timeout_s") = 10.0)
+      .def_property_readonly("rank", &Client::rank)
+      .def_property_readonly("size", &Client::size)
+      .def_property_readonly("local_rank", &Client::local_rank)
+      .def_property_readonly("local_size", &Client::local_size)
+      .def_property_readonly("cross_rank", &Client::cross_rank)
+      .def_property_readonly("cross_size", &Client::cross_size)
+      .def_property_readonly("session_id", &Client::session_id)
+      .def(
+          "allreduce",
+          [](Client& c, uintptr_t in, uintptr_t out, DataType dt, const TensorShape& shape,
+             const std::string& name, int op, double pre, double post, int ps) {
+            return Take(c.Allreduce(static_cast<const void*>(Ptr(in)), Ptr(out), dt, shape,
+                                    Options(name, op, pre, post, 0, ps)));
+          },
+          py::arg("input"), py::arg("output"), py::arg("dtype"), py::arg("shape"),
+          py::arg("name") = "", py::arg("op") = 0, py::arg("prescale") = 1.0,
+          py::arg("postscale") = 1.0, py::arg("process_set") = 0)
+      .def(
+          "grouped_allreduce",
+          [](Client& c, const std::vector<uintptr_t>& ins, const std::vector<uintptr_t>& outs,
+             const std::vector<TensorShape>& shapes, const std::vector<std::string>& names,
+             DataType dt, int op, double pre, double post, int ps) {
+            std::vector<GroupTensor> ts(ins.size());
+            for (size_t i = 0; i < ins.size(); ++i) {
+              ts[i].input = Ptr(ins[i]);
+              ts[i].output = Ptr(outs.at(i));
+              ts[i].shape = shapes.at(i);
+              if (i < names.size()) ts[i].name = names[i];
+            }
+            return Take(c.GroupedAllreduce(ts, dt, Options("", op, pre, post, 0, ps)));
+          },
+          py::arg("inputs"), py::arg("outputs"), py::arg("shapes"), py::arg("names"),
+          py::arg("dtype"), py::arg("op") = 0, py::arg("prescale") = 1.0,
+          py::arg("postscale") = 1.0, py::arg("process_set") = 0)
+      .def(
+          "allgather",
+          [](Client& c, uintptr_t in, DataType dt, const TensorShape& shape,
+             const std::string& name, int ps) {
+            return Take(c.Allgather(static_cast<const void*>(Ptr(in)), dt, shape,
+                                    Options(name, 0, 1, 1, 0, ps)));
+          },
+          py::arg("input"), py::arg("dtype"), py::arg("shape"), py::arg("name") = "",
+          py::arg("process_set") = 0)
+      .def(
+          "broadcast",
+          [](Client& c, uintptr_t t, DataType dt, const TensorShape& shape, int root,
+             const std::string& name, int ps) {
+            return Take(c.Broadcast(Ptr(t), dt, shape, Options(name, 0, 1, 1, root, ps)));
+          },
+          py::arg("tensor"), py::arg("dtype"), py::arg("shape"), py::arg("root"),
+          py::arg("name") = "", py::arg("process_set") = 0)
+      .def(
+          "alltoall",
+          [](Client& c, uintptr_t in, DataType dt, const TensorShape& shape,
+             const std::vector<int64_t>& splits, const std::string& name, int ps) {
+            return Take(c.Alltoall(static_cast<const void*>(Ptr(in)), dt, shape, splits,
+                                   Options(name, 0, 1, 1, 0, ps)));
+          },
+          py::arg("input"), py::arg("dtype"), py::arg("shape"), py::arg("splits"),
+          py::arg("name") = "", py::arg("process_set") = 0)
+      .def(
+          "reducescatter",
+          [](Client& c, uintptr_t in, DataType dt, const TensorShape& shape,
+             const std::string& name, int op, double pre, double post, int ps) {
+            return Take(c.ReduceScatter(static_cast<const void*>(Ptr(in)), dt, shape,
+                                        Options(name, op, pre, post, 0, ps)));
+          },
+          py::arg("input"), py::arg("dtype"), py::arg("shape"), py::arg("name") = "",
+          py::arg("op") = 0, py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
+          py::arg("process_set") = 0)
+      .def(
+          "barrier",
+          [](Client& c, int ps, const std::string& name) {
+            return Take(c.Barrier(Options(name, 0, 1, 1, 0, ps)));
+          },
+          py::arg("process_set") = 0, py::arg("name") = "")
+      .def(
+          "join",
+          [](Client& c, int ps, const std::string& name) {
+            return Take(c.Join(Options(name, 0, 1, 1, 0, ps)));
+          },
+          py::arg("process_set") = 0, py::arg("name") = "")
+      .def("add_process_set",
+           [](Client& c, const std::vector<int>& ranks) {
+             py::gil_scoped_release release;
+             return Take(c.AddProcessSet(ranks));
+           })
+      .def(
+          "start_timeline",
+          [](Client& c, const std::string& path, bool mark_cycles) {
+            py::gil_scoped_release release;
+            Check(c.StartTimeline(path, mark_cycles));
+          },
+          py::arg("path"), py::arg("mark_cycles") = false)
+      .def("stop_timeline",
+           [](Client& c) {
+             py::gil_scoped_release release;
+             Check(c.StopTimeline());
+           })
+      .def(
+          "shutdown",
+          [](Client& c, const std::string& reason) {
+            py::gil_scoped_release release;
+            Check(c.Shutdown(reason));
+          },
+          py::arg("reason") = "");
+}
