@@ -98,20 +98,6 @@ std::string MsCell(const std::vector<double>& us) {
 
 }  // namespace
 
-StepTimes StepTimesOf(std::vector<double> v) {
-  StepTimes s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  s.median = (n % 2) ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  s.min = v.front();
-  s.p90 = v[std::min(n - 1, static_cast<size_t>(std::ceil(0.9 * static_cast<double>(n))) - 1)];
-  double sum = 0;
-  for (double x : v) sum += x;
-  s.mean = sum / static_cast<double>(n);
-  return s;
-}
-
 Row StepRow(const std::string& peer, const std::string& transport, int ranks, uint64_t bytes,
             const StepTimes& t, int steps, int warmup, const std::string& algo) {
   auto us = [](double s) { return std::round(s * 1e9) / 1e3; };

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/sample_stats.h"
 #include "nlohmann/json.hpp"
 
 namespace korovod::bench {
@@ -15,10 +16,7 @@ using Row = nlohmann::ordered_json;
 
 // bench_common.h stats_of(): median (mean of the middle two for even counts), min, mean, and p90
 // = the ceil(0.9 n)-th smallest.
-struct StepTimes {
-  double median = 0, min = 0, mean = 0, p90 = 0;
-};
-StepTimes StepTimesOf(std::vector<double> seconds);
+using StepTimes = SampleStats;  // of the per-step times, in seconds
 
 // The schema's leading fields: peer, transport, ranks, bytes (gradient bytes per rank per step),
 // time_us (median exposed communication per step), algbw_gbps, busbw_gbps (2(N-1)/N), the

@@ -328,7 +328,7 @@ int RunExchangeRank(const ExchangeRun& run, const std::string& job_key, int rank
              {"mode", FusionModeName(run.mode)},
              {"error", "verification failed"}};
     } else {
-      row = StepRow("korovod", transport, world, grads.total_bytes(), StepTimesOf(step_max),
+      row = StepRow("korovod", transport, world, grads.total_bytes(), SampleStatsOf(step_max),
                     run.steps, run.warmup, algo);
       row["inplace"] = true;
       row["op"] = "gradient_exchange";

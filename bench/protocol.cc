@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/sample_stats.h"
 #include "runtime/collectives/collectives.h"
 
 #ifndef KOROVOD_VERSION
@@ -38,26 +39,6 @@ Status MaxDoubles(Communicator& comm, double* v, size_t n) {
   o.type = DataType::kFloat64;
   o.op = ReduceOp::kMax;
   return Allreduce(comm, o).WithContext("max-reduce of " + std::to_string(n) + " doubles");
-}
-
-struct Stats {
-  double median = 0, min = 0, mean = 0, p90 = 0;
-};
-
-// bench_common.h stats_of(): median of even counts is the mean of the middle two; p90 is the
-// ceil(0.9 n)-th smallest.
-Stats StatsOf(std::vector<double> v) {
-  Stats s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  s.median = (n % 2) ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  s.min = v.front();
-  s.p90 = v[std::min(n - 1, static_cast<size_t>(std::ceil(0.9 * static_cast<double>(n))) - 1)];
-  double sum = 0;
-  for (double x : v) sum += x;
-  s.mean = sum / static_cast<double>(n);
-  return s;
 }
 
 Status Verify(Communicator& comm, BenchOp& op, size_t bytes, const ProtocolOptions& opts,
@@ -147,7 +128,7 @@ Status MeasureSize(Communicator& comm, BenchOp& op, size_t bytes, const Protocol
   }
   // Per-iteration slowest rank: an op is done when its last rank is done.
   KV_RETURN_IF_ERROR(MaxDoubles(comm, t.data(), t.size()));
-  const Stats st = StatsOf(std::move(t));
+  const SampleStats st = SampleStatsOf(std::move(t));
   m->median_s = st.median;
   m->min_s = st.min;
   m->mean_s = st.mean;
