@@ -417,13 +417,15 @@ StatusOr<ClientHandle> Client::ReduceScatter(const ArenaBuffer& input, DataType 
                       std::make_shared<HandleState>());
 }
 
-StatusOr<ClientHandle> Client::Allreduce(const void* input, void* output, DataType dtype,
-                                         const TensorShape& shape, const OpOptions& options) {
+// Plain-pointer ops whose output has the input's shape: one copy into an arena block, the op in
+// place there, and one copy out to `output` on completion.
+static StatusOr<ClientHandle> StagedInPlaceOp(Client& client, Client::Impl& impl, WireOpType type,
+                                              const void* input, void* output, DataType dtype,
+                                              const TensorShape& shape, const OpOptions& options) {
   const uint64_t bytes = BytesOf(dtype, shape);
-  KV_ASSIGN_OR_RETURN(ArenaBuffer staging, Allocate(bytes));
+  KV_ASSIGN_OR_RETURN(ArenaBuffer staging, client.Allocate(bytes));
   std::memcpy(staging.data(), input, bytes);
-  KV_ASSIGN_OR_RETURN(SubmissionRecord r,
-                      BaseRecord(WireOpType::kAllreduce, dtype, shape, options));
+  KV_ASSIGN_OR_RETURN(SubmissionRecord r, BaseRecord(type, dtype, shape, options));
   r.input_offset = staging.offset();
   r.input_bytes = bytes;
   r.output_offset = staging.offset();
@@ -432,25 +434,19 @@ StatusOr<ClientHandle> Client::Allreduce(const void* input, void* output, DataTy
   state->staging_in = std::move(staging);
   state->copy_out = output;
   state->copy_bytes = bytes;
-  return impl_->Submit(r, std::move(state));
+  return impl.Submit(r, std::move(state));
+}
+
+StatusOr<ClientHandle> Client::Allreduce(const void* input, void* output, DataType dtype,
+                                         const TensorShape& shape, const OpOptions& options) {
+  return StagedInPlaceOp(*this, *impl_, WireOpType::kAllreduce, input, output, dtype, shape,
+                         options);
 }
 
 StatusOr<ClientHandle> Client::Broadcast(void* tensor, DataType dtype, const TensorShape& shape,
                                          const OpOptions& options) {
-  const uint64_t bytes = BytesOf(dtype, shape);
-  KV_ASSIGN_OR_RETURN(ArenaBuffer staging, Allocate(bytes));
-  std::memcpy(staging.data(), tensor, bytes);
-  KV_ASSIGN_OR_RETURN(SubmissionRecord r,
-                      BaseRecord(WireOpType::kBroadcast, dtype, shape, options));
-  r.input_offset = staging.offset();
-  r.input_bytes = bytes;
-  r.output_offset = staging.offset();
-  r.output_bytes = bytes;
-  auto state = std::make_shared<HandleState>();
-  state->staging_in = std::move(staging);
-  state->copy_out = tensor;
-  state->copy_bytes = bytes;
-  return impl_->Submit(r, std::move(state));
+  return StagedInPlaceOp(*this, *impl_, WireOpType::kBroadcast, tensor, tensor, dtype, shape,
+                         options);
 }
 
 static StatusOr<ClientHandle> StagedResultHeapOp(Client& client, Client::Impl& impl,
