@@ -836,7 +836,17 @@ Status CheckRequest(const OpRequest& r, int set_size, int set_rank) {
 
 StatusOr<std::vector<OpHandle>> Engine::SubmitGroup(std::vector<OpRequest> requests,
                                                     DoneCallback done) {
+  std::vector<DoneCallback> each(requests.size(), done);
+  return SubmitGroup(std::move(requests), std::move(each));
+}
+
+StatusOr<std::vector<OpHandle>> Engine::SubmitGroup(std::vector<OpRequest> requests,
+                                                    std::vector<DoneCallback> done) {
   if (requests.empty()) return InvalidArgument("empty group");
+  if (done.size() != requests.size()) {
+    return InvalidArgument("SubmitGroup: " + std::to_string(done.size()) + " callbacks for " +
+                           std::to_string(requests.size()) + " requests");
+  }
   Impl& im = *impl_;
   std::vector<std::unique_ptr<PendingOp>> ops;
   std::vector<OpHandle> handles;
@@ -882,7 +892,8 @@ StatusOr<std::vector<OpHandle>> Engine::SubmitGroup(std::vector<OpRequest> reque
     }
   }
   if (requests.size() > 1) group = requests.front().name + "+" + std::to_string(requests.size());
-  for (OpRequest& r : requests) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    OpRequest& r = requests[i];
     auto op = std::make_unique<PendingOp>();
     op->set_id = r.process_set;
     op->wire.type = r.type;
@@ -902,7 +913,7 @@ StatusOr<std::vector<OpHandle>> Engine::SubmitGroup(std::vector<OpRequest> reque
     }
     op->state = std::make_shared<OpState>();
     op->state->name = r.name;
-    op->state->callback = done;
+    op->state->callback = std::move(done[i]);
     op->request = std::move(r);
     im.in_flight.insert(std::to_string(op->set_id) + "/" + op->wire.name);
     if (op->wire.type == OpType::kJoin) im.joined_sets.insert(op->set_id);

@@ -61,6 +61,10 @@ class Engine {
   // Grouped allreduce: the tensors are released and fused together once all are ready everywhere.
   StatusOr<std::vector<OpHandle>> SubmitGroup(std::vector<OpRequest> requests,
                                               DoneCallback done = {});
+  // The same with one callback per request (`done[i]` for `requests[i]`; the callback does not
+  // say which tensor it completes, and a group's members may complete in any order).
+  StatusOr<std::vector<OpHandle>> SubmitGroup(std::vector<OpRequest> requests,
+                                              std::vector<DoneCallback> done);
 
   // Collective over the world: every rank calls it with the same ranks, in the same order relative
   // to other AddProcessSet calls. Returns the new set's id (> 0), the same on every rank.

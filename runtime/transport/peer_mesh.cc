@@ -1,25 +1,20 @@
 #include "runtime/transport/peer_mesh.h"
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/rand.h>
 #include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
 #include <thread>
 
+#include "runtime/transport/handshake.h"
+
 namespace korovod {
 namespace {
 
-constexpr char kHelloMagic[4] = {'K', 'V', 'R', 'D'};
-constexpr uint32_t kProtocolVersion = 1;
 constexpr uint32_t kControlMagic = 0x5443564b;  // "KVCT"
 constexpr size_t kMaxReason = 2048;
 enum ControlType : uint32_t { kGoodbye = 1, kAbort = 2 };
@@ -30,42 +25,8 @@ struct ControlHeader {
 };
 constexpr auto kHandshakeTimeout = std::chrono::milliseconds(5000);
 
-using Digest = std::array<unsigned char, 32>;
-
-struct Hello {
-  char magic[4];
-  uint32_t version;
-  int32_t from;
-  int32_t to;
-  int32_t stream;
-  int32_t world;
-  unsigned char nonce[32];
-};
-
-struct Challenge {
-  unsigned char nonce[32];
-  Digest proof;
-};
-
-Digest Proof(const std::string& key, const char* role, const Hello& hello,
-             const unsigned char* nonce) {
-  unsigned char msg[16 + sizeof(Hello) + 32] = {};
-  std::strncpy(reinterpret_cast<char*>(msg), role, 16);
-  std::memcpy(msg + 16, &hello, sizeof hello);
-  std::memcpy(msg + 16 + sizeof hello, nonce, 32);
-  Digest out{};
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), msg, sizeof msg, out.data(), &len);
-  return out;
-}
-
-bool SameDigest(const Digest& a, const Digest& b) {
-  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
-}
-
-Status RandomNonce(unsigned char* out) {
-  if (RAND_bytes(out, 32) != 1) return Internal("RAND_bytes failed");
-  return OkStatus();
+Deadline HandshakeDeadline(const Deadline& overall) {
+  return Deadline(std::min(overall.at(), Clock::now() + kHandshakeTimeout));
 }
 
 }  // namespace
@@ -81,7 +42,8 @@ std::string PeerMesh::Describe(int peer) const {
   return "rank " + std::to_string(peer) + " (" + peers_[peer].ToString() + ")";
 }
 
-StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const WorldOptions& options, int streams) {
+StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const WorldOptions& options, int streams,
+                                                      const DialPlanner& plan) {
   const int size = static_cast<int>(options.peers.size());
   const int rank = options.rank;
   if (size <= 0) return InvalidArgument("world has no ranks");
@@ -108,7 +70,9 @@ StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const WorldOptions& option
 
   // Accept connections from higher ranks on a thread while this one dials the lower ranks.
   // A peer holding another key is refused, and the rest carry on, so that every rank, not only
-  // the first to meet it, learns which rank has the wrong key.
+  // the first to meet it, learns which rank has the wrong key. Preflight probes (a higher rank
+  // checking that an address of ours works) are answered and closed; one that gives up halfway
+  // is not mistaken for a peer with another key.
   std::atomic<bool> stop{false};  // dialing failed: stop accepting
   std::mutex mu;
   Status accept_status, auth_status;
@@ -135,20 +99,23 @@ StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const WorldOptions& option
         continue;
       }
       Fd fd = std::move(accepted).value();
-      const Deadline hs = Deadline(std::min(deadline.at(), Clock::now() + kHandshakeTimeout));
-      Hello hello{};
-      if (!ReadFull(fd.get(), &hello, sizeof hello, hs, "a connecting peer").ok()) continue;
+      const Deadline hs = HandshakeDeadline(deadline);
+      auto read = ReadHello(fd.get(), hs);
+      if (!read.ok()) {
+        if (read.status().code() == StatusCode::kInvalidArgument) {
+          std::lock_guard<std::mutex> lock(mu);
+          rejections += "; rejected " + read.status().message();
+        }
+        continue;  // a connection that closed or stalled before its hello: not a peer yet
+      }
+      const Hello& hello = read.value();
+      const bool probe = hello.stream == kProbeStream;
       std::string reject;
-      if (std::memcmp(hello.magic, kHelloMagic, 4) != 0) {
-        reject = "a connection that is not a korovod peer";
-      } else if (hello.version != kProtocolVersion) {
-        reject = "rank " + std::to_string(hello.from) + " speaks protocol version " +
-                 std::to_string(hello.version) + ", this rank " + std::to_string(kProtocolVersion);
-      } else if (hello.to != rank || hello.world != size || hello.from <= rank ||
-                 hello.from >= size || hello.stream < 0 || hello.stream >= links) {
+      if (hello.to != rank || hello.world != size || hello.from <= rank || hello.from >= size ||
+          (!probe && (hello.stream < 0 || hello.stream >= links))) {
         reject = "rank " + std::to_string(hello.from) + " with an unexpected world (to rank " +
                  std::to_string(hello.to) + ", size " + std::to_string(hello.world) + ")";
-      } else if (mesh->conns_[hello.from][hello.stream].valid()) {
+      } else if (!probe && mesh->conns_[hello.from][hello.stream].valid()) {
         reject = "a duplicate connection claiming to be rank " + std::to_string(hello.from);
       }
       if (!reject.empty()) {
@@ -156,32 +123,32 @@ StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const WorldOptions& option
         rejections += "; rejected " + reject;
         continue;
       }
-      Challenge ch{};
-      if (!RandomNonce(ch.nonce).ok()) continue;
-      ch.proof = Proof(options.job_key, "acceptor", hello, ch.nonce);
       const std::string who = mesh->Describe(hello.from);
-      Digest their{};
-      if (!WriteFull(fd.get(), &ch, sizeof ch, hs, who).ok()) continue;
-      if (Status s = ReadFull(fd.get(), their.data(), their.size(), hs, who); !s.ok()) {
-        if (s.code() == StatusCode::kDeadlineExceeded) continue;
+      const AcceptOutcome outcome = AnswerHello(fd.get(), options.job_key, hello, hs, who);
+      if (outcome == AcceptOutcome::kFailed) continue;
+      if (probe) {
+        // Whatever became of a probe, the real connections are still to come: a prober with
+        // another key reports that itself, and we keep it only for a later timeout message.
+        if (outcome != AcceptOutcome::kAuthenticated) {
+          std::lock_guard<std::mutex> lock(mu);
+          rejections +=
+              "; " + who + "'s preflight probe " +
+              (outcome == AcceptOutcome::kWrongKey ? "presented a wrong job key"
+                                                   : "hung up on this rank's proof of the job key");
+        }
+        continue;  // answered; the prober closes it
+      }
+      if (outcome == AcceptOutcome::kHungUp || outcome == AcceptOutcome::kWrongKey) {
         // A peer that passed the hello hangs up on our proof only when its key differs: fail
         // now, naming it, rather than waiting out the connect deadline.
         std::lock_guard<std::mutex> lock(mu);
         if (auth_status.ok()) {
-          auth_status = PermissionDenied(me + ": " + who +
-                                         " rejected this rank's proof of the job key (the job "
-                                         "keys differ)");
-        }
-        refused[hello.from] = true;
-        continue;
-      }
-      const bool ok = SameDigest(their, Proof(options.job_key, "connector", hello, ch.nonce));
-      const char verdict = ok ? 1 : 0;
-      (void)WriteFull(fd.get(), &verdict, 1, hs, who);
-      if (!ok) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (auth_status.ok()) {
-          auth_status = PermissionDenied(me + ": " + who + " presented a wrong job key");
+          auth_status =
+              PermissionDenied(me + ": " + who +
+                               (outcome == AcceptOutcome::kHungUp
+                                    ? " rejected this rank's proof of the job key (the job keys "
+                                      "differ)"
+                                    : " presented a wrong job key"));
         }
         refused[hello.from] = true;
         continue;
@@ -207,52 +174,28 @@ StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const WorldOptions& option
     }
   });
 
-  Status dial_status;
+  // The planner runs while the acceptor answers, so higher ranks can probe this one meanwhile.
+  std::vector<PeerAddress> dial = options.peers;
+  Status dial_status = plan ? plan(dial, deadline) : OkStatus();
   Status dial_auth_status;
   for (int p = 0; p < rank && dial_status.ok(); ++p) {
-    const std::string who = mesh->Describe(p);
+    const std::string who = "rank " + std::to_string(p) + " (" + dial[p].ToString() + ")";
     for (int s = 0; s < links && dial_status.ok(); ++s) {
-      auto conn = ConnectTcp(options.peers[p], deadline);
+      auto conn = ConnectTcp(dial[p], deadline);
       if (!conn.ok()) {
         dial_status = Status(conn.status().code(),
                              me + " could not reach " + who + ": " + conn.status().message());
         break;
       }
       Fd fd = std::move(conn).value();
-      Hello hello{};
-      std::memcpy(hello.magic, kHelloMagic, 4);
-      hello.version = kProtocolVersion;
-      hello.from = rank;
-      hello.to = p;
-      hello.stream = s;
-      hello.world = size;
-      dial_status = RandomNonce(hello.nonce);
-      if (!dial_status.ok()) break;
-      Challenge ch{};
-      const Deadline hs = Deadline(std::min(deadline.at(), Clock::now() + kHandshakeTimeout));
-      dial_status = WriteFull(fd.get(), &hello, sizeof hello, hs, who);
-      if (dial_status.ok()) dial_status = ReadFull(fd.get(), &ch, sizeof ch, hs, who);
-      if (!dial_status.ok()) {
-        dial_status = dial_status.WithContext(me + " handshake with " + who);
-        break;
-      }
-      if (!SameDigest(ch.proof, Proof(options.job_key, "acceptor", hello, ch.nonce))) {
-        if (dial_auth_status.ok()) {
-          dial_auth_status =
-              PermissionDenied(me + ": " + who + " failed to prove the job key (wrong job key)");
-        }
+      Status hs = DialHandshake(fd.get(), options.job_key, rank, p, s, size,
+                                HandshakeDeadline(deadline), who);
+      if (hs.code() == StatusCode::kPermissionDenied) {
+        if (dial_auth_status.ok()) dial_auth_status = PermissionDenied(me + ": " + hs.message());
         break;  // on to the next peer, which learns of the mismatch from us too
       }
-      const Digest mine = Proof(options.job_key, "connector", hello, ch.nonce);
-      char verdict = 0;
-      dial_status = WriteFull(fd.get(), mine.data(), mine.size(), hs, who);
-      if (dial_status.ok()) dial_status = ReadFull(fd.get(), &verdict, 1, hs, who);
-      if (!dial_status.ok() || verdict != 1) {
-        if (dial_auth_status.ok()) {
-          dial_auth_status =
-              PermissionDenied(me + ": " + who + " rejected this rank's job key (wrong job key)");
-        }
-        dial_status = OkStatus();
+      if (!hs.ok()) {
+        dial_status = hs.WithContext(me + " handshake with " + who);
         break;
       }
       mesh->conns_[p][s] = std::move(fd);
@@ -265,12 +208,29 @@ StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const WorldOptions& option
   KV_RETURN_IF_ERROR(dial_status);
   KV_RETURN_IF_ERROR(accept_status);
 
+  for (int p = 0; p < rank; ++p) mesh->peers_[p] = dial[p];
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
     for (int s = 0; s < links; ++s) KV_RETURN_IF_ERROR(SetNonBlocking(mesh->fd(p, s), true));
     mesh->watched_[p] = true;
   }
   return mesh;
+}
+
+Status PeerMesh::Probe(const PeerAddress& addr, const std::string& job_key, int from, int to,
+                       int world, Deadline connect_deadline, Deadline deadline) {
+  const std::string who = "rank " + std::to_string(to) + " (" + addr.ToString() + ")";
+  KV_ASSIGN_OR_RETURN(Fd fd, ConnectTcp(addr, connect_deadline));
+  return DialHandshake(fd.get(), job_key, from, to, kProbeStream, world,
+                       HandshakeDeadline(deadline), who);
+}
+
+std::string PeerMesh::LocalIp(int peer) const {
+  return peer == rank_ ? "" : SocketIp(conns_[peer][streams_].get(), /*local=*/true);
+}
+
+std::string PeerMesh::RemoteIp(int peer) const {
+  return peer == rank_ ? "" : SocketIp(conns_[peer][streams_].get(), /*local=*/false);
 }
 
 namespace {

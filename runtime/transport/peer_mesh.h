@@ -3,6 +3,7 @@
 // notices when a peer process dies.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,11 +17,24 @@ namespace korovod {
 
 class PeerMesh {
  public:
+  // Chooses the addresses to dial: may replace peers[p] for the lower ranks p. Runs once, after
+  // this rank started answering connections and probes and before it dials anyone.
+  using DialPlanner = std::function<Status(std::vector<PeerAddress>& peers, Deadline deadline)>;
+
   // Opens `streams` data connections and one control connection to every peer: rank r dials
   // every lower rank and accepts from every higher one. Each connection runs a mutual HMAC-SHA256
-  // challenge on the job key before it is used. Fails within options.connect_timeout with an
-  // error naming the peer; a peer holding another key is a PermissionDenied naming it.
-  static StatusOr<std::unique_ptr<PeerMesh>> Connect(const WorldOptions& options, int streams);
+  // challenge on the job key before it is used (runtime/transport/handshake.h). Fails within
+  // options.connect_timeout with an error naming the peer; a peer holding another key is a
+  // PermissionDenied naming it. `plan`, if set, picks the dial addresses first (preflight).
+  static StatusOr<std::unique_ptr<PeerMesh>> Connect(const WorldOptions& options, int streams,
+                                                     const DialPlanner& plan = nullptr);
+
+  // A preflight probe: connects to `addr` (retrying refusals until connect_deadline) and runs the
+  // handshake as rank `from` reaching rank `to` without becoming a mesh connection; the listener
+  // there (this class's acceptor) answers and both sides close. OK proves the address reaches a
+  // rank holding the job key; PermissionDenied means the keys differ.
+  static Status Probe(const PeerAddress& addr, const std::string& job_key, int from, int to,
+                      int world, Deadline connect_deadline, Deadline deadline);
 
   // Tells every peer this rank is leaving on purpose (unless it aborted), then closes.
   ~PeerMesh();
@@ -33,6 +47,13 @@ class PeerMesh {
   int streams() const { return streams_; }
   int fd(int peer, int stream) const { return conns_[peer][stream].get(); }
   std::string Describe(int peer) const;  // "rank 2 (10.0.0.2:5000)"
+  // The address `p` is named by: as dialed for the lower ranks.
+  const PeerAddress& peer(int p) const { return peers_[p]; }
+  // Renames `peer` in messages (the address a higher rank actually came from). Before use only.
+  void SetPeerAddress(int p, PeerAddress a) { peers_[p] = std::move(a); }
+  // The IPs at this end and at the peer's end of the connection to `peer` ("" for self).
+  std::string LocalIp(int peer) const;
+  std::string RemoteIp(int peer) const;
 
   // The control connection carries only small framed messages (goodbye, abort with its reason),
   // never tensor bytes, so a peer's last word can always be read. -1 for self and for peers that

@@ -18,7 +18,8 @@ namespace {
 
 constexpr uint64_t kSegmentMagic = 0x4b56534d31ull;  // "KVSM1"
 constexpr int kSleepSliceMs = 50;  // re-check the deadline and peer liveness this often
-constexpr size_t kNameBytes = 64;
+// A segment name on the wire between ranks: NAME_MAX plus the NUL.
+constexpr size_t kNameBytes = 256;
 
 // Counters live on their own cache lines so the two sides do not false-share.
 struct alignas(64) PaddedCounter {
@@ -129,13 +130,20 @@ ShmTransport::~ShmTransport() = default;
 
 StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(std::shared_ptr<PeerMesh> mesh,
                                                              size_t slot_bytes, int slots,
-                                                             WaitPolicy wait, Deadline deadline) {
+                                                             WaitPolicy wait, Deadline deadline,
+                                                             const std::string& name_prefix) {
   if (slot_bytes < 4096 || slot_bytes % 64 != 0) {
     return InvalidArgument("shm_slot_bytes must be a multiple of 64 and at least 4096, got " +
                            std::to_string(slot_bytes));
   }
   if (slots < 2 || slots > 1024) {
     return InvalidArgument("shm_slots must be in [2, 1024], got " + std::to_string(slots));
+  }
+  if (name_prefix.size() < 2 || name_prefix.size() > kMaxNamePrefixBytes ||
+      name_prefix.front() != '/' || name_prefix.find('/', 1) != std::string::npos) {
+    return InvalidArgument("shm_prefix \"" + name_prefix + "\" must be \"/\" and 1 to " +
+                           std::to_string(kMaxNamePrefixBytes - 1) +
+                           " more characters without \"/\"");
   }
   auto t = std::make_unique<ShmTransport>(mesh, slot_bytes, slots, wait);
   const int me = mesh->rank();
@@ -146,7 +154,7 @@ StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(std::shared_ptr<Pee
   unsigned char nonce[8];
   if (RAND_bytes(nonce, sizeof nonce) != 1) return Internal("RAND_bytes failed");
   char name[kNameBytes] = {};
-  std::snprintf(name, sizeof name, "/korovod-%d-r%d-%02x%02x%02x%02x%02x%02x%02x%02x",
+  std::snprintf(name, sizeof name, "%s%d-r%d-%02x%02x%02x%02x%02x%02x%02x%02x", name_prefix.c_str(),
                 static_cast<int>(::getpid()), me, nonce[0], nonce[1], nonce[2], nonce[3], nonce[4],
                 nonce[5], nonce[6], nonce[7]);
   KV_ASSIGN_OR_RETURN(t->segments_[me], MapSegment(name, seg_bytes, true));

@@ -18,12 +18,15 @@ class SharedMapping;  // one rank's segment, mapped here
 
 class ShmTransport : public Transport {
  public:
-  // Creates this rank's segment, trades segment names with every peer over the mesh, maps
-  // theirs, and unlinks its own once all peers have it mapped (nothing is left in /dev/shm, even
-  // if a rank is killed later).
+  // Creates this rank's segment, named `name_prefix` + "<pid>-r<rank>-<random>", trades segment
+  // names with every peer over the mesh, maps theirs, and unlinks its own once all peers have it
+  // mapped (nothing is left in /dev/shm, even if a rank is killed later). `name_prefix`: "/" and
+  // at most kMaxNamePrefixBytes - 1 more characters, no other "/".
   static StatusOr<std::unique_ptr<ShmTransport>> Create(std::shared_ptr<PeerMesh> mesh,
                                                         size_t slot_bytes, int slots,
-                                                        WaitPolicy wait, Deadline deadline);
+                                                        WaitPolicy wait, Deadline deadline,
+                                                        const std::string& name_prefix);
+  static constexpr size_t kMaxNamePrefixBytes = 201;
   ShmTransport(std::shared_ptr<PeerMesh> mesh, size_t slot_bytes, int slots, WaitPolicy wait);
   ~ShmTransport() override;
 

@@ -176,4 +176,18 @@ StatusOr<uint16_t> LocalPort(int fd) {
   return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
 }
 
+std::string SocketIp(int fd, bool local) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  auto* sa = reinterpret_cast<sockaddr*>(&ss);
+  if ((local ? ::getsockname(fd, sa, &len) : ::getpeername(fd, sa, &len)) != 0) return "";
+  char buf[INET6_ADDRSTRLEN] = {};
+  const void* addr =
+      ss.ss_family == AF_INET
+          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&ss)->sin_addr)
+          : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr);
+  if (::inet_ntop(ss.ss_family, addr, buf, sizeof buf) == nullptr) return "";
+  return buf;
+}
+
 }  // namespace korovod

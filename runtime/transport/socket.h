@@ -56,4 +56,7 @@ Status ReadFull(int fd, void* data, size_t len, Deadline deadline, const std::st
 // Local port of a bound socket (for tests that listen on port 0).
 StatusOr<uint16_t> LocalPort(int fd);
 
+// Numeric IP of a connected socket's local (or remote) end, e.g. "10.0.0.2"; "" if unknown.
+std::string SocketIp(int fd, bool local);
+
 }  // namespace korovod

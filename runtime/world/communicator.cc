@@ -9,6 +9,8 @@
 #include "runtime/transport/peer_mesh.h"
 #include "runtime/transport/shm_transport.h"
 #include "runtime/transport/tcp_transport.h"
+#include "runtime/world/preflight.h"
+#include "runtime/world/world_table.h"
 
 namespace korovod {
 namespace {
@@ -50,35 +52,66 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(const WorldOptions&
   if (options.connect_timeout.count() <= 0 || options.op_timeout.count() <= 0) {
     return InvalidArgument("connect_timeout and op_timeout must be positive");
   }
-  TransportKind kind = options.transport;
-  if (kind == TransportKind::kAuto) {
-    kind = AllOnOneHost(options.peers) ? TransportKind::kShm : TransportKind::kTcp;
+  const bool with_table = !options.ranks.empty();
+  if (with_table && options.ranks.size() != options.peers.size()) {
+    return InvalidArgument("WorldOptions.ranks has " + std::to_string(options.ranks.size()) +
+                           " entries but peers " + std::to_string(options.peers.size()));
   }
-  if (kind == TransportKind::kShm && !AllOnOneHost(options.peers)) {
+  // With a world table the node ids say who shares a machine (host strings differ per address).
+  const bool one_host = with_table ? AllOnOneNode(options.ranks) : AllOnOneHost(options.peers);
+  TransportKind kind = options.transport;
+  if (kind == TransportKind::kAuto) kind = one_host ? TransportKind::kShm : TransportKind::kTcp;
+  if (kind == TransportKind::kShm && !one_host) {
     return InvalidArgument(
         "the shm transport needs every rank on one host, but peers name "
         "several hosts");
   }
   int local_ranks = 0;  // ranks competing for this host's cores
-  for (const PeerAddress& p : options.peers) {
-    if (p.host == options.peers[options.rank].host) ++local_ranks;
+  for (int r = 0; r < static_cast<int>(options.peers.size()); ++r) {
+    const bool same = with_table ? options.ranks[r].node == options.ranks[options.rank].node
+                                 : options.peers[r].host == options.peers[options.rank].host;
+    if (same) ++local_ranks;
   }
   WaitPolicy wait = WaitPolicy::For(local_ranks, CoreCount());
   if (options.spin_us >= 0) wait.spin = std::chrono::microseconds(options.spin_us);
   const int streams = kind == TransportKind::kTcp ? options.tcp_streams : 1;
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<PeerMesh> mesh_owned, PeerMesh::Connect(options, streams));
+  PeerMesh::DialPlanner plan;
+  if (with_table) {
+    plan = [&options](std::vector<PeerAddress>& peers, Deadline deadline) {
+      return ChooseDialAddresses(options, peers, deadline);
+    };
+  }
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<PeerMesh> mesh_owned,
+                      PeerMesh::Connect(options, streams, plan));
   std::shared_ptr<PeerMesh> mesh = std::move(mesh_owned);
+  // Preflight may have chosen other addresses than peers[]: errors name the ones in use.
+  WorldOptions effective = options;
+  std::vector<LinkEnds> ends(effective.peers.size());
+  for (int p = 0; p < mesh->size(); ++p) {
+    ends[p] = {mesh->LocalIp(p), mesh->RemoteIp(p)};
+    // A higher rank chose which of our addresses to dial and came from its address on that
+    // network: name it by that one rather than by its first candidate.
+    const bool from_candidate =
+        with_table && p > options.rank &&
+        std::any_of(options.ranks[p].addresses.begin(), options.ranks[p].addresses.end(),
+                    [&](const CandidateAddress& a) { return a.host == ends[p].remote_ip; });
+    if (from_candidate) mesh->SetPeerAddress(p, {ends[p].remote_ip, options.peers[p].port});
+    effective.peers[p] = mesh->peer(p);
+  }
 
   std::unique_ptr<Transport> transport;
   if (kind == TransportKind::kShm) {
     KV_ASSIGN_OR_RETURN(auto shm,
                         ShmTransport::Create(mesh, options.shm_slot_bytes, options.shm_slots, wait,
-                                             Deadline::After(options.connect_timeout)));
+                                             Deadline::After(options.connect_timeout),
+                                             options.shm_prefix));
     transport = std::move(shm);
   } else {
     transport = std::make_unique<TcpTransport>(mesh, options.tcp_stripe_min, wait);
   }
-  return std::make_unique<Communicator>(options, std::move(transport));
+  auto comm = std::make_unique<Communicator>(std::move(effective), std::move(transport));
+  comm->link_ends_ = std::move(ends);
+  return comm;
 }
 
 std::string Communicator::DescribePeer(int r) const {

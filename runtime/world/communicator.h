@@ -22,11 +22,18 @@ class PhaseObserver {
   virtual void PhaseEnd() = 0;
 };
 
+// The two ends of this rank's connection to a peer, as IPs ("" for self or when unknown).
+struct LinkEnds {
+  std::string local_ip;
+  std::string remote_ip;
+};
+
 class Communicator {
  public:
   // Connects to every peer within options.connect_timeout: listens on peers[rank], dials the
   // others, authenticates each connection and sets up the transport. The error names the rank
-  // and host:port that could not be reached.
+  // and host:port that could not be reached. With options.ranks (a world table) preflight first
+  // picks the address of each rank it dials; options().peers then holds those choices.
   static StatusOr<std::unique_ptr<Communicator>> Create(const WorldOptions& options);
 
   // Wraps an already connected transport (Create does this; tests may inject their own).
@@ -39,6 +46,10 @@ class Communicator {
   int size() const { return static_cast<int>(options_.peers.size()); }
   const WorldOptions& options() const { return options_; }
   const PeerAddress& peer(int rank) const { return options_.peers[rank]; }
+  // The IPs at both ends of the connection to `rank` (Create fills them; empty otherwise).
+  LinkEnds link_ends(int rank) const {
+    return rank < static_cast<int>(link_ends_.size()) ? link_ends_[rank] : LinkEnds{};
+  }
   std::string DescribePeer(int rank) const;  // "rank 3 (10.0.0.3:5000)"
   const ProcessSet& world() const { return world_; }
   Transport& transport() { return *transport_; }
@@ -79,6 +90,7 @@ class Communicator {
   std::vector<size_t> scratch_size_ = {0, 0};
   Status broken_;
   PhaseObserver* phase_observer_ = nullptr;
+  std::vector<LinkEnds> link_ends_;
 };
 
 }  // namespace korovod

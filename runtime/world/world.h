@@ -14,6 +14,20 @@ struct PeerAddress {
   std::string ToString() const { return host + ":" + std::to_string(port); }
 };
 
+// One address a rank can be reached at, and the network interface it belongs to on that rank.
+struct CandidateAddress {
+  std::string iface;  // e.g. "eth1"; empty when not known (a world file may leave it out)
+  std::string host;   // IPv4 address (or a name resolvable on every rank)
+};
+
+// A rank as a rendezvous or a world file describes it (runtime/world/world_table.h).
+struct RankEntry {
+  std::string host_name;  // the rank's host, for messages
+  std::string node;       // equal on ranks that share a machine and network namespace
+  uint16_t port = 0;      // the rank's data listen port
+  std::vector<CandidateAddress> addresses;  // in order of preference
+};
+
 enum class TransportKind {
   kAuto,  // shared memory when every rank is on this host, TCP otherwise
   kTcp,
@@ -26,6 +40,13 @@ struct WorldOptions {
 
   // A socket already bound and listening on peers[rank] (tests pre-bind port 0); -1: bind here.
   int listen_fd = -1;
+  // Optional, indexed by rank (from a rendezvous or a world file): every rank's candidate
+  // addresses. When set, preflight (runtime/world/preflight.h) dials each lower rank over the
+  // first of its addresses that connects and authenticates, and peers[] of those ranks becomes
+  // that choice; an unreachable rank fails naming its host and every address and interface tried.
+  std::vector<RankEntry> ranks;
+  // Preflight: how long one connection attempt to one candidate address may take.
+  std::chrono::milliseconds probe_attempt_timeout{2000};
   // Shared secret: every peer connection proves knowledge of it (HMAC-SHA256 challenge) before
   // any tensor byte is accepted. Empty means the job runs unauthenticated.
   std::string job_key;
@@ -40,6 +61,10 @@ struct WorldOptions {
   // Shared memory: a ring of slots per directed pair.
   size_t shm_slot_bytes = 256 * 1024;
   int shm_slots = 8;
+  // The start of the segments' names: "/" and at most 200 more characters, no other "/". A
+  // launcher that unlinks every name with its job's prefix then also removes the segment of a
+  // rank it killed before the segment was unlinked (ShmTransport unlinks it once all peers map it).
+  std::string shm_prefix = "/korovod-";
   // Allreduce switches from recursive doubling to the ring at this many bytes (bench/ measures
   // the crossover; see docs/benchmarks.md).
   size_t small_allreduce_max_bytes = 0;  // 0: the transport's measured default

@@ -10,6 +10,8 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "korovod/sidecar/v1/sidecar.grpc.pb.h"
 #include "sidecar/daemon/wire_mapping.h"
@@ -37,17 +39,28 @@ class ClientCore {
 
   // Registers `state` under a fresh op id and pushes the record.
   Status Submit(SubmissionRecord& r, std::shared_ptr<HandleState> state);
+  // The records of one grouped allreduce: a fresh group id, pushed back to back (one lock, so
+  // groups of concurrent callers do not interleave). If a push fails, the members already pushed
+  // never run (the sidecar holds an incomplete group until this client detaches), so none of the
+  // group stays pending here: the call fails as a whole.
+  Status SubmitGroup(std::vector<SubmissionRecord>& records,
+                     const std::vector<std::shared_ptr<HandleState>>& states);
   // Gives a result-heap block back to the sidecar (best effort).
   void Release(uint64_t offset);
   std::shared_ptr<HandleState> Take(uint64_t op_id);
   std::vector<std::shared_ptr<HandleState>> TakeAll();
 
  private:
+  // Under submit_mu_: a fresh op id (and default name) for `r`, `state` pending under it.
+  Status Register(SubmissionRecord& r, const std::shared_ptr<HandleState>& state);
+  void Unregister(uint64_t op_id);
+
   std::unique_ptr<Arena> arena_;
   HeapAllocator heap_;
   std::mutex submit_mu_;
   SubmissionQueue submissions_;
   uint64_t next_op_id_ = 1;
+  uint64_t next_group_id_ = 1;
   uint64_t next_release_id_ = 1;
   CompletionQueue completions_;
   std::mutex pending_mu_;
@@ -85,25 +98,52 @@ struct HandleState {
   }
 };
 
-Status ClientCore::Submit(SubmissionRecord& r, std::shared_ptr<HandleState> state) {
-  std::lock_guard<std::mutex> lock(submit_mu_);
+Status ClientCore::Register(SubmissionRecord& r, const std::shared_ptr<HandleState>& state) {
   r.op_id = next_op_id_++;
   if (r.name_len == 0) {
     KV_RETURN_IF_ERROR(
         SetName(r, std::string(WireOpTypeName(r.op_type)) + ".client" + std::to_string(r.op_id)));
   }
   state->name = std::string(NameOf(r));
-  {
-    std::lock_guard<std::mutex> plock(pending_mu_);
-    pending_[r.op_id] = state;
-  }
+  std::lock_guard<std::mutex> plock(pending_mu_);
+  pending_[r.op_id] = state;
+  return OkStatus();
+}
+
+void ClientCore::Unregister(uint64_t op_id) {
+  std::lock_guard<std::mutex> plock(pending_mu_);
+  pending_.erase(op_id);
+}
+
+Status ClientCore::Submit(SubmissionRecord& r, std::shared_ptr<HandleState> state) {
+  std::lock_guard<std::mutex> lock(submit_mu_);
+  KV_RETURN_IF_ERROR(Register(r, state));
   Status s = submissions_.Push(r, Deadline::After(std::chrono::seconds(60)));
   if (!s.ok()) {
-    std::lock_guard<std::mutex> plock(pending_mu_);
-    pending_.erase(r.op_id);
+    Unregister(r.op_id);
     return s.WithContext("submitting " + state->name);
   }
   return OkStatus();
+}
+
+Status ClientCore::SubmitGroup(std::vector<SubmissionRecord>& records,
+                               const std::vector<std::shared_ptr<HandleState>>& states) {
+  std::lock_guard<std::mutex> lock(submit_mu_);
+  const uint64_t group_id = next_group_id_++;
+  Status s;
+  size_t registered = 0;
+  for (; registered < records.size() && s.ok(); ++registered) {
+    records[registered].group_id = group_id;
+    records[registered].group_size = static_cast<uint32_t>(records.size());
+    s = Register(records[registered], states[registered]);
+  }
+  for (size_t i = 0; i < records.size() && s.ok(); ++i) {
+    s = submissions_.Push(records[i], Deadline::After(std::chrono::seconds(60)));
+    if (!s.ok()) s = s.WithContext("submitting " + states[i]->name + " of a grouped allreduce");
+  }
+  if (s.ok()) return s;
+  for (size_t i = 0; i < registered; ++i) Unregister(records[i].op_id);
+  return s;
 }
 
 void ClientCore::Release(uint64_t offset) {
@@ -215,10 +255,10 @@ void Client::Impl::RunCompletions() {
       continue;
     }
     if (s.code() == StatusCode::kDeadlineExceeded) {
-      if (!core->arena().peer_alive())
-        s = Unavailable("the sidecar has shut down");
-      else
-        continue;
+      if (core->arena().peer_alive()) continue;
+      // The sidecar may have pushed its last completions right before it went: read them first.
+      while (q.TryPop(&c)) Complete(c);
+      s = Unavailable("the sidecar has shut down");
     }
     for (auto& st : core->TakeAll())
       st->Finish(s.WithContext("sidecar arena " + core->arena().name()));
@@ -418,10 +458,11 @@ StatusOr<ClientHandle> Client::ReduceScatter(const ArenaBuffer& input, DataType 
 }
 
 // Plain-pointer ops whose output has the input's shape: one copy into an arena block, the op in
-// place there, and one copy out to `output` on completion.
-static StatusOr<ClientHandle> StagedInPlaceOp(Client& client, Client::Impl& impl, WireOpType type,
-                                              const void* input, void* output, DataType dtype,
-                                              const TensorShape& shape, const OpOptions& options) {
+// place there, and one copy out to `output` on completion. Returns the record to push and the
+// handle state that owns the staging block.
+static StatusOr<std::pair<SubmissionRecord, std::shared_ptr<HandleState>>> StageInPlace(
+    Client& client, WireOpType type, const void* input, void* output, DataType dtype,
+    const TensorShape& shape, const OpOptions& options) {
   const uint64_t bytes = BytesOf(dtype, shape);
   KV_ASSIGN_OR_RETURN(ArenaBuffer staging, client.Allocate(bytes));
   std::memcpy(staging.data(), input, bytes);
@@ -434,7 +475,15 @@ static StatusOr<ClientHandle> StagedInPlaceOp(Client& client, Client::Impl& impl
   state->staging_in = std::move(staging);
   state->copy_out = output;
   state->copy_bytes = bytes;
-  return impl.Submit(r, std::move(state));
+  return std::make_pair(r, std::move(state));
+}
+
+static StatusOr<ClientHandle> StagedInPlaceOp(Client& client, Client::Impl& impl, WireOpType type,
+                                              const void* input, void* output, DataType dtype,
+                                              const TensorShape& shape, const OpOptions& options) {
+  KV_ASSIGN_OR_RETURN(auto staged,
+                      StageInPlace(client, type, input, output, dtype, shape, options));
+  return impl.Submit(staged.first, std::move(staged.second));
 }
 
 StatusOr<ClientHandle> Client::Allreduce(const void* input, void* output, DataType dtype,
@@ -483,17 +532,29 @@ StatusOr<ClientHandle> Client::ReduceScatter(const void* input, DataType dtype,
 
 StatusOr<std::vector<ClientHandle>> Client::GroupedAllreduce(
     const std::vector<GroupTensor>& tensors, DataType dtype, const OpOptions& options) {
-  // Submitted as consecutive allreduces (the engine fuses ready tensors of one cycle).
-  std::vector<ClientHandle> handles;
+  // One group on the wire: the sidecar hands the members to the engine together, so they are
+  // negotiated and fused as one (and fail as one).
+  if (tensors.empty()) return InvalidArgument("grouped allreduce of no tensors");
+  if (tensors.size() > kMaxGroupSize) {
+    return InvalidArgument("grouped allreduce of " + std::to_string(tensors.size()) +
+                           " tensors (at most " + std::to_string(kMaxGroupSize) + ")");
+  }
+  std::vector<SubmissionRecord> records;
+  std::vector<std::shared_ptr<HandleState>> states;
   for (size_t i = 0; i < tensors.size(); ++i) {
     OpOptions o = options;
     o.name = tensors[i].name.empty()
                  ? (options.name.empty() ? std::string() : options.name + "." + std::to_string(i))
                  : tensors[i].name;
-    KV_ASSIGN_OR_RETURN(ClientHandle h,
-                        Allreduce(tensors[i].input, tensors[i].output, dtype, tensors[i].shape, o));
-    handles.push_back(std::move(h));
+    KV_ASSIGN_OR_RETURN(auto staged, StageInPlace(*this, WireOpType::kAllreduce, tensors[i].input,
+                                                  tensors[i].output, dtype, tensors[i].shape, o));
+    records.push_back(staged.first);
+    staged.second->core = impl_->core;
+    states.push_back(std::move(staged.second));
   }
+  KV_RETURN_IF_ERROR(impl_->core->SubmitGroup(records, states));
+  std::vector<ClientHandle> handles;
+  for (auto& st : states) handles.emplace_back(std::move(st));
   return handles;
 }
 

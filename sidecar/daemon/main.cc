@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -16,6 +17,11 @@
 #include "runtime/core/engine.h"
 #include "runtime/core/engine_config.h"
 #include "runtime/world/communicator.h"
+#include "runtime/world/host_identity.h"
+#include "runtime/world/interfaces.h"
+#include "runtime/world/link_probe.h"
+#include "runtime/world/startup_summary.h"
+#include "runtime/world/world_discovery.h"
 #include "sidecar/daemon/op_loop.h"
 #include "sidecar/daemon/sidecar_config.h"
 #include "sidecar/daemon/sidecar_service.h"
@@ -32,11 +38,8 @@ int Fail(const Status& s) {
   return 1;
 }
 
-std::string HostName() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
-  return buf;
-}
+// Bytes per timed round of the start-up link probe: a few MiB, well under a second per link.
+constexpr size_t kLinkProbeBytes = 2 << 20;
 
 int Main() {
   // Signals are taken synchronously by the main thread (sigtimedwait); block them before any
@@ -52,11 +55,14 @@ int Main() {
   if (!config.ok()) return Fail(config.status());
   const SidecarConfig& cfg = *config;
 
+  // Rendezvous, preflight, the mesh and the link probe all end by this one deadline.
+  const Deadline start = Deadline::After(cfg.start_timeout);
   WorldOptions world;
   world.rank = cfg.rank;
   world.peers = cfg.peers;
   world.listen_fd = cfg.listen_fd;
   world.connect_timeout = cfg.start_timeout;
+  world.shm_prefix = cfg.shm_prefix;  // korovodrun unlinks the job's prefix if a rank is killed
   if (!cfg.job_key_file.empty()) {
     auto key = ReadJobKeyFile(cfg.job_key_file);
     if (!key.ok()) return Fail(key.status());
@@ -65,9 +71,44 @@ int Main() {
   auto engine_config = EngineConfig::FromProcessEnvironment();
   if (!engine_config.ok()) return Fail(engine_config.status());
 
+  DiscoveredWorld discovered;  // owns the data listener in coordinator / world file mode
+  if (cfg.peers.empty()) {
+    DiscoveryOptions d;
+    d.rank = cfg.rank;
+    d.size = cfg.size;
+    d.coordinator = cfg.coordinator;
+    d.world_file = cfg.world_file;
+    d.iface = cfg.iface;
+    d.job_key = world.job_key;
+    d.listen_fd = cfg.listen_fd;
+    d.data_port = static_cast<uint16_t>(cfg.data_port);
+    d.timeout = cfg.start_timeout;
+    auto found = DiscoverWorld(d);
+    if (!found.ok()) return Fail(found.status());
+    discovered = std::move(found).value();
+    ApplyDiscoveredWorld(discovered, world);
+    world.connect_timeout = std::chrono::milliseconds(std::max(1, start.RemainingMs()));
+  } else if (!cfg.iface.empty()) {
+    std::fprintf(stderr,
+                 "korovod-sidecar: rank %d: warning: KOROVOD_IFACE=%s ignored: KOROVOD_PEERS "
+                 "names every peer's address\n",
+                 cfg.rank, cfg.iface.c_str());
+  }
+
   auto comm = Communicator::Create(world);
   if (!comm.ok()) return Fail(comm.status().WithContext("rank " + std::to_string(cfg.rank)));
+  discovered.listener.Reset();  // every peer is connected: nobody dials this rank any more
   const std::string transport = (*comm)->transport_name();
+  const std::string listen_address = (*comm)->peer(cfg.rank).ToString();
+  const Deadline probe_deadline(std::max(start.at(), Clock::now() + std::chrono::seconds(5)));
+  auto rates = ProbeRingLinks(**comm, kLinkProbeBytes, probe_deadline);
+  if (!rates.ok()) return Fail(rates.status().WithContext("rank " + std::to_string(cfg.rank)));
+  auto interfaces = ListInterfaces();
+  std::fprintf(stderr, "%s\n",
+               FormatStartupSummary(**comm, *rates,
+                                    interfaces.ok() ? *interfaces : std::vector<NetInterface>{},
+                                    LocalHostName())
+                   .c_str());
   auto engine = Engine::Start(std::move(*comm), *engine_config);
   if (!engine.ok()) return Fail(engine.status());
 
@@ -84,6 +125,7 @@ int Main() {
   auto metrics = EngineMetrics::Create(registry);
   if (!metrics.ok()) return Fail(metrics.status());
   EngineMetrics* metrics_ptr = metrics->get();
+  for (const LinkRate& r : *rates) metrics_ptr->SetPeerBandwidth(r.peer, r.bytes_per_second);
   Engine* engine_ptr = engine->get();
   std::unique_ptr<HealthServer> health;
   if (cfg.metrics_port >= 0) {
@@ -133,8 +175,8 @@ int Main() {
   std::fprintf(stderr,
                "korovod-sidecar: rank %d/%d on %s: transport %s, listening on %s, %d peers, "
                "socket %s, arena %s (%llu bytes), metrics port %d\n",
-               cfg.rank, cfg.size, HostName().c_str(), transport.c_str(),
-               cfg.peers[cfg.rank].ToString().c_str(), cfg.size - 1, cfg.socket_path.c_str(),
+               cfg.rank, cfg.size, LocalHostName().c_str(), transport.c_str(),
+               listen_address.c_str(), cfg.size - 1, cfg.socket_path.c_str(),
                (*arena)->name().c_str(),
                static_cast<unsigned long long>((*arena)->layout().total_bytes),
                health ? health->port() : -1);
@@ -153,8 +195,9 @@ int Main() {
   }
 
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  loop.Stop();
+  // Engine first: ops in flight fail and are answered while the op loop still serves the arena.
   (*engine)->Shutdown();
+  loop.Stop();
   ::unlink(cfg.socket_path.c_str());
   if (health) health->Stop();
   return 0;

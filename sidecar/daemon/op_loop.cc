@@ -29,11 +29,13 @@ struct OpLoop::Session {
   HeapAllocator results;
   std::byte* result_base;
 
-  // Pushes unless the session ended (its client is gone: the completion is discarded).
-  void Complete(const CompletionRecord& c) {
+  // Pushes unless the session ended (its client is gone: the completion is discarded). A client
+  // that reads nothing gets `wait` to make room.
+  void Complete(const CompletionRecord& c,
+                Deadline wait = Deadline::After(std::chrono::seconds(5))) {
     std::lock_guard<std::mutex> lock(mu);
     if (!alive) return;
-    Status s = completions.Push(c, Deadline::After(std::chrono::seconds(5)));
+    Status s = completions.Push(c, wait);
     if (!s.ok()) {
       std::fprintf(stderr, "korovod-sidecar: dropping completion of op %llu: %s\n",
                    static_cast<unsigned long long>(c.op_id), s.ToString().c_str());
@@ -130,6 +132,34 @@ void OpLoop::Run() {
       EndSession("its submission queue is corrupt");
     }
   }
+  Drain();
+}
+
+void OpLoop::Drain() {
+  // Ops the loop will never submit are answered rather than left to the client's detection of a
+  // dead sidecar: what is still in the submission queue, and members of incomplete groups.
+  ArenaHeader& h = arena_.header();
+  const Deadline until = Deadline::After(kDrainTimeout);
+  auto attached = [&] { return h.client_alive.value.load(std::memory_order_acquire) != 0; };
+  if (attached()) {
+    const Status why = Aborted("korovod-sidecar rank " + std::to_string(engine_.rank()) +
+                               " shut down before the op ran");
+    SubmissionRecord record;
+    while (session_->submissions.TryPop(&record)) {
+      if (record.kind == RecordKind::kOp) Fail(record.op_id, why, until);
+    }
+    for (uint64_t id : groups_.HeldOpIds()) Fail(id, why, until);
+  }
+  groups_.Clear();
+  // Completions pushed just before the arena closes are read by a live client only if it gets
+  // to them first: a client that sees the sidecar gone fails what it is still waiting for. So an
+  // attached client gets a bounded moment to read every completion.
+  while (attached() &&
+         h.completion.head.value.load(std::memory_order_acquire) !=
+             h.completion.tail.value.load(std::memory_order_acquire) &&
+         !until.Expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 void OpLoop::CheckClient() {
@@ -159,8 +189,12 @@ void OpLoop::EndSession(const char* why) {
     session_->alive = false;
   }
   ArenaHeader& h = arena_.header();
-  std::fprintf(stderr, "korovod-sidecar: client pid %u of arena %s is gone (%s); arena reset\n",
-               h.client_pid.value.load(), arena_.name().c_str(), why);
+  // Members of groups that never filled up never reached the engine: nothing else holds them.
+  const size_t dropped = groups_.Clear();
+  std::fprintf(stderr, "korovod-sidecar: client pid %u of arena %s is gone (%s); arena reset%s%s\n",
+               h.client_pid.value.load(), arena_.name().c_str(), why,
+               dropped > 0 ? ", incomplete grouped allreduces dropped: " : "",
+               dropped > 0 ? std::to_string(dropped).c_str() : "");
   ResetQueue(h.submission);
   ResetQueue(h.completion);
   h.client_pid.value.store(0, std::memory_order_relaxed);
@@ -172,13 +206,23 @@ void OpLoop::EndSession(const char* why) {
   cv_.notify_all();
 }
 
+void OpLoop::Fail(uint64_t op_id, const Status& s, Deadline wait) {
+  CompletionRecord c{};
+  c.op_id = op_id;
+  SetStatus(c, s);
+  session_->Complete(c, wait);
+}
+
 void OpLoop::Handle(const SubmissionRecord& record) {
   auto op = ValidateSubmission(record, arena_.layout(), arena_.client_heap());
   if (!op.ok()) {
-    CompletionRecord c{};
-    c.op_id = record.op_id;
-    SetStatus(c, op.status());
-    session_->Complete(c);
+    Fail(record.op_id, op.status());
+    // A refused member still counts toward its group, so that the others fail instead of waiting
+    // for it. The raw group fields are plain integers, range-checked here.
+    if (record.kind == RecordKind::kOp && record.group_size > 1 &&
+        record.group_size <= kMaxGroupSize) {
+      Apply(groups_.AddRefused(record.op_id, record.group_id, record.group_size, op.status()));
+    }
     return;
   }
   if (op->kind == RecordKind::kReleaseResult) {
@@ -186,16 +230,72 @@ void OpLoop::Handle(const SubmissionRecord& record) {
     if (!s.ok()) std::fprintf(stderr, "korovod-sidecar: release: %s\n", s.ToString().c_str());
     return;
   }
+  if (op->group_size > 1) {
+    Apply(groups_.Add(std::move(*op)));
+    return;
+  }
   Status s = SubmitOp(*op);
-  if (!s.ok()) {
-    CompletionRecord c{};
-    c.op_id = op->op_id;
-    SetStatus(c, s);
-    session_->Complete(c);
+  if (!s.ok()) Fail(op->op_id, s);
+}
+
+void OpLoop::Apply(GroupAssembler::Outcome outcome) {
+  for (uint64_t id : outcome.failed) Fail(id, outcome.error);
+  if (!outcome.ready.empty()) SubmitGroup(std::move(outcome.ready));
+}
+
+struct OpLoop::Prepared {
+  OpRequest req;
+  DoneCallback done;
+  std::shared_ptr<PendingOp> pending;
+};
+
+void OpLoop::Unprepare(Prepared& p) {
+  if (p.pending->result_allocated) {
+    (void)p.pending->session->results.Free(p.pending->output_offset);
+    p.pending->result_allocated = false;
   }
 }
 
 Status OpLoop::SubmitOp(const ValidatedOp& op) {
+  KV_ASSIGN_OR_RETURN(Prepared p, Prepare(op));
+  auto handle = engine_.Submit(std::move(p.req), std::move(p.done));
+  if (!handle.ok()) {
+    Unprepare(p);
+    return handle.status();
+  }
+  return OkStatus();
+}
+
+void OpLoop::SubmitGroup(std::vector<ValidatedOp> ops) {
+  std::vector<Prepared> prepared;
+  Status s;
+  for (const ValidatedOp& op : ops) {
+    auto p = Prepare(op);
+    if (!p.ok()) {
+      s = p.status();
+      break;
+    }
+    prepared.push_back(std::move(*p));
+  }
+  if (s.ok()) {
+    std::vector<OpRequest> reqs;
+    std::vector<DoneCallback> dones;
+    for (Prepared& p : prepared) {
+      reqs.push_back(std::move(p.req));
+      dones.push_back(std::move(p.done));
+    }
+    auto handles = engine_.SubmitGroup(std::move(reqs), std::move(dones));
+    if (handles.ok()) return;
+    s = handles.status();
+  }
+  // The engine took none of them: every member fails with the one error.
+  for (Prepared& p : prepared) Unprepare(p);
+  s = s.WithContext("grouped allreduce (group id " + std::to_string(ops.front().group_id) + ", " +
+                    std::to_string(ops.size()) + " members)");
+  for (const ValidatedOp& op : ops) Fail(op.op_id, s);
+}
+
+StatusOr<OpLoop::Prepared> OpLoop::Prepare(const ValidatedOp& op) {
   auto pending = std::make_shared<PendingOp>();
   pending->op_id = op.op_id;
   pending->type = ToOpType(op.type);
@@ -360,12 +460,7 @@ Status OpLoop::SubmitOp(const ValidatedOp& op) {
     s.Complete(c);
   };
 
-  auto handle = engine_.Submit(std::move(req), std::move(done));
-  if (!handle.ok()) {
-    if (pending->result_allocated) (void)session.results.Free(pending->output_offset);
-    return handle.status();
-  }
-  return OkStatus();
+  return Prepared{std::move(req), std::move(done), std::move(pending)};
 }
 
 }  // namespace korovod::sidecar

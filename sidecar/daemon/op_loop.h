@@ -1,20 +1,24 @@
 // OpLoop: serves the arena's submission queue. One thread pops SubmissionRecords, validates them,
-// turns them into engine OpRequests with pointers into the arena and submits them; the engine's
-// DoneCallback answers with a CompletionRecord. Each attached client is a session: when the
+// turns them into engine OpRequests with pointers into the arena and submits them (the members of
+// a grouped allreduce together, once all have arrived); the engine's DoneCallback answers with a
+// CompletionRecord. Each attached client is a session: when the
 // client goes away (detached, or its pid is gone), the session ends, its pending completions are
 // discarded and the queues and result heap are reset so that a new client can attach.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "runtime/common/deadline.h"
 #include "runtime/common/status.h"
 #include "runtime/core/engine.h"
+#include "sidecar/daemon/group_assembler.h"
 #include "sidecar/http/engine_metrics.h"
 #include "sidecar/protocol/arena.h"
 #include "sidecar/protocol/record_validation.h"
@@ -30,7 +34,11 @@ class OpLoop {
   OpLoop& operator=(const OpLoop&) = delete;
 
   void Start();
+  // Stops serving. Shut the engine down first: every op in flight is then answered (the engine
+  // fails it) while the loop still runs, and Stop answers what it never submitted and gives an
+  // attached client up to kDrainTimeout to read the completions before the arena closes.
   void Stop();
+  static constexpr std::chrono::milliseconds kDrainTimeout{2000};
 
   // Waits (until `deadline`) until the arena has no client attached and its queues are fresh,
   // so that a new client may Open it. Hello calls this.
@@ -44,10 +52,22 @@ class OpLoop {
 
  private:
   void Run();
+  void Drain();  // op loop thread, once stopped
   void CheckClient();
   void EndSession(const char* why);
   void Handle(const SubmissionRecord& record);
+  // Completes `op_id` of the current session with an error (waiting until `wait` for room).
+  void Fail(uint64_t op_id, const Status& s,
+            Deadline wait = Deadline::After(std::chrono::seconds(5)));
+  // Applies what a group member led to: errors, and a whole group to submit.
+  void Apply(GroupAssembler::Outcome outcome);
+  // The engine request, completion callback and output placement of one op (Prepare), undone
+  // (Unprepare: a result-heap output freed) when the engine refuses it.
+  struct Prepared;
+  StatusOr<Prepared> Prepare(const ValidatedOp& op);
+  void Unprepare(Prepared& p);
   Status SubmitOp(const ValidatedOp& op);
+  void SubmitGroup(std::vector<ValidatedOp> ops);
 
   Engine& engine_;
   Arena& arena_;
@@ -58,6 +78,7 @@ class OpLoop {
   std::mutex mu_;
   std::condition_variable cv_;
   std::shared_ptr<Session> session_;  // replaced by EndSession (op loop thread only)
+  GroupAssembler groups_;             // the session's incomplete groups (op loop thread only)
   bool client_seen_ = false;          // the current session has had a client attached
   bool client_pid_visible_ = false;   // its pid was alive in our pid namespace when first seen
   int hello_pid_ = 0;                 // ExpectClient

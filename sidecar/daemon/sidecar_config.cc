@@ -45,21 +45,20 @@ StatusOr<int> Optional(const GetEnv& getenv, const std::string& var, long long l
   return static_cast<int>(n);
 }
 
-StatusOr<std::vector<PeerAddress>> ParsePeers(const std::string& text) {
+StatusOr<std::vector<PeerAddress>> ParsePeers(const std::string& text, const std::string& var) {
   std::vector<PeerAddress> peers;
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
     const size_t colon = item.rfind(':');
     if (colon == std::string::npos || colon == 0) {
-      return InvalidArgument("KOROVOD_PEERS entry \"" + item + "\" is not host:port");
+      return InvalidArgument(var + " entry \"" + item + "\" is not host:port");
     }
     std::string host = item.substr(0, colon);
     if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
       host = host.substr(1, host.size() - 2);
     }
-    auto port =
-        ParseInt("KOROVOD_PEERS port of \"" + item + "\"", item.substr(colon + 1), 1, 65535);
+    auto port = ParseInt(var + " port of \"" + item + "\"", item.substr(colon + 1), 1, 65535);
     if (!port.ok()) return port.status();
     peers.push_back(PeerAddress{host, static_cast<uint16_t>(*port)});
   }
@@ -76,13 +75,32 @@ StatusOr<SidecarConfig> SidecarConfig::FromEnvironment(const GetEnv& getenv) {
   KV_ASSIGN_OR_RETURN(c.local_rank, Optional(getenv, "KOROVOD_LOCAL_RANK", 0, c.local_size - 1, 0));
   KV_ASSIGN_OR_RETURN(c.cross_size, Optional(getenv, "KOROVOD_CROSS_SIZE", 1, c.size, 1));
   KV_ASSIGN_OR_RETURN(c.cross_rank, Optional(getenv, "KOROVOD_CROSS_RANK", 0, c.cross_size - 1, 0));
-  auto peers = getenv("KOROVOD_PEERS");
-  if (!peers || peers->empty()) return InvalidArgument("KOROVOD_PEERS is not set");
-  KV_ASSIGN_OR_RETURN(c.peers, ParsePeers(*peers));
-  if (static_cast<int>(c.peers.size()) != c.size) {
-    return InvalidArgument("KOROVOD_PEERS has " + std::to_string(c.peers.size()) +
-                           " entries but KOROVOD_SIZE is " + std::to_string(c.size));
+  const std::string peers = getenv("KOROVOD_PEERS").value_or("");
+  const std::string coordinator = getenv("KOROVOD_COORDINATOR").value_or("");
+  c.world_file = getenv("KOROVOD_WORLD_FILE").value_or("");
+  const int sources = !peers.empty() + !coordinator.empty() + !c.world_file.empty();
+  if (sources != 1) {
+    return InvalidArgument(
+        std::string(sources == 0 ? "none" : "more than one") +
+        " of KOROVOD_PEERS, KOROVOD_COORDINATOR and KOROVOD_WORLD_FILE is set; exactly one says "
+        "where the peers are");
   }
+  if (!peers.empty()) {
+    KV_ASSIGN_OR_RETURN(c.peers, ParsePeers(peers, "KOROVOD_PEERS"));
+    if (static_cast<int>(c.peers.size()) != c.size) {
+      return InvalidArgument("KOROVOD_PEERS has " + std::to_string(c.peers.size()) +
+                             " entries but KOROVOD_SIZE is " + std::to_string(c.size));
+    }
+  }
+  if (!coordinator.empty()) {
+    KV_ASSIGN_OR_RETURN(auto parsed, ParsePeers(coordinator, "KOROVOD_COORDINATOR"));
+    if (parsed.size() != 1) {
+      return InvalidArgument("KOROVOD_COORDINATOR=" + coordinator + " is not one host:port");
+    }
+    c.coordinator = parsed.front();
+  }
+  c.iface = getenv("KOROVOD_IFACE").value_or("");
+  KV_ASSIGN_OR_RETURN(c.data_port, Optional(getenv, "KOROVOD_DATA_PORT", 0, 65535, 0));
   KV_ASSIGN_OR_RETURN(c.listen_fd, Optional(getenv, "KOROVOD_LISTEN_FD", 0, 1 << 20, -1));
   if (c.listen_fd >= 0 && ::fcntl(c.listen_fd, F_GETFD) < 0) {
     return InvalidArgument("KOROVOD_LISTEN_FD=" + std::to_string(c.listen_fd) +

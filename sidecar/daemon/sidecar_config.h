@@ -20,7 +20,12 @@ struct SidecarConfig {
   int local_size = 1;
   int cross_rank = 0;
   int cross_size = 1;
+  // Where the peers are: exactly one of KOROVOD_PEERS, KOROVOD_COORDINATOR, KOROVOD_WORLD_FILE.
   std::vector<PeerAddress> peers;          // KOROVOD_PEERS, one per rank
+  std::optional<PeerAddress> coordinator;  // KOROVOD_COORDINATOR: rendezvous host:port (rank 0)
+  std::string world_file;                  // KOROVOD_WORLD_FILE
+  std::string iface;                       // KOROVOD_IFACE: the one interface to use, or empty
+  int data_port = 0;                       // KOROVOD_DATA_PORT (coordinator mode; 0: any)
   int listen_fd = -1;                      // KOROVOD_LISTEN_FD, or -1
   std::string job_key_file;                // KOROVOD_JOB_KEY_FILE, or empty (unauthenticated)
   std::string socket_path;                 // KOROVOD_SOCKET

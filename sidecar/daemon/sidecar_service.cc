@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <string>
+#include <utility>
 
 #include "sidecar/proto/grpc_status.h"
 #include "sidecar/proto/protocol_version.h"
@@ -93,10 +96,30 @@ grpc::Status SidecarService::GetStats(grpc::ServerContext*, const v1::GetStatsRe
   return grpc::Status::OK;
 }
 
-grpc::Status SidecarService::Shutdown(grpc::ServerContext*, const v1::ShutdownRequest* req,
-                                      v1::ShutdownReply*) {
-  on_shutdown_(req->reason());
-  return grpc::Status::OK;
+namespace {
+
+// Answers OK, then runs `after` once gRPC is done with the call (the reply sent, or the caller
+// gone). gRPC owns the reactor until OnDone, its last callback.
+class ReplyThen final : public grpc::ServerUnaryReactor {
+ public:
+  explicit ReplyThen(std::function<void()> after) : after_(std::move(after)) {
+    Finish(grpc::Status::OK);
+  }
+  void OnDone() override {
+    after_();
+    delete this;
+  }
+
+ private:
+  std::function<void()> after_;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* SidecarService::Shutdown(grpc::CallbackServerContext*,
+                                                   const v1::ShutdownRequest* req,
+                                                   v1::ShutdownReply*) {
+  return new ReplyThen([this, reason = req->reason()] { on_shutdown_(reason); });
 }
 
 }  // namespace korovod::sidecar

@@ -12,10 +12,13 @@
 
 namespace korovod::sidecar {
 
-class SidecarService final : public v1::Sidecar::Service {
+// Shutdown is served through gRPC's callback API, the rest synchronously: only a callback
+// handler learns when its reply has been sent.
+class SidecarService final : public v1::Sidecar::WithCallbackMethod_Shutdown<v1::Sidecar::Service> {
  public:
-  // `on_shutdown` runs (on a gRPC thread) when a client asks the sidecar to stop; it must only
-  // signal the main thread. Everything must outlive the service.
+  // `on_shutdown` runs (on a gRPC thread) when a client asks the sidecar to stop, once the reply
+  // to that client is out (the server shutdown it leads to would otherwise cancel the reply); it
+  // must only signal the main thread. Everything must outlive the service.
   SidecarService(const SidecarConfig& config, Engine& engine, OpLoop& loop, std::string arena_name,
                  uint64_t arena_bytes, std::function<void(const std::string&)> on_shutdown);
 
@@ -29,8 +32,9 @@ class SidecarService final : public v1::Sidecar::Service {
                             v1::StopTimelineReply* reply) override;
   grpc::Status GetStats(grpc::ServerContext* ctx, const v1::GetStatsRequest* req,
                         v1::GetStatsReply* reply) override;
-  grpc::Status Shutdown(grpc::ServerContext* ctx, const v1::ShutdownRequest* req,
-                        v1::ShutdownReply* reply) override;
+  grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* ctx,
+                                     const v1::ShutdownRequest* req,
+                                     v1::ShutdownReply* reply) override;
 
  private:
   const SidecarConfig& config_;

@@ -553,6 +553,35 @@ TEST(EngineSubmit, CompletionCallbackRunsOnceWithStatusAndResult) {
   ExpectEnginesOk(reports);
 }
 
+TEST(EngineSubmit, GroupCallbacksArePerRequest) {
+  auto reports = RunEngineRanks(Spec(2), [&](EngineRank& c) -> Status {
+    std::vector<std::vector<float>> in(3), out(3);
+    std::vector<OpRequest> reqs;
+    std::mutex mu;
+    std::vector<int> calls(3, 0);
+    std::vector<DoneCallback> done;
+    for (int k = 0; k < 3; ++k) {
+      in[k].assign(4 + k, static_cast<float>(k));
+      out[k].resize(in[k].size());
+      reqs.push_back(Allreduce("per_request." + std::to_string(k), in[k], out[k]));
+      done.push_back([&, k](const Status& s, const OpResult&) {
+        std::lock_guard<std::mutex> lock(mu);
+        calls[k] += s.ok() ? 1 : 100;
+      });
+    }
+    auto mismatched = c.engine().SubmitGroup(reqs, std::vector<DoneCallback>(2));
+    c.Check(!mismatched.ok() && mismatched.status().message().find("2 callbacks for 3 requests") !=
+                                    std::string::npos,
+            "callback count checked");
+    KV_ASSIGN_OR_RETURN(auto handles, c.engine().SubmitGroup(std::move(reqs), std::move(done)));
+    for (auto& h : handles) KV_RETURN_IF_ERROR(h.Wait(Deadline::After(60s)));
+    std::lock_guard<std::mutex> lock(mu);
+    c.Check(calls == std::vector<int>({1, 1, 1}), "each request's own callback, once");
+    return OkStatus();
+  });
+  ExpectEnginesOk(reports);
+}
+
 TEST(EngineConfigCheck, RanksWithDifferentSettingsFailToStartNamingTheSetting) {
   EngineWorldSpec spec = Spec(2);
   spec.customize = [](int rank, EngineConfig& c) {

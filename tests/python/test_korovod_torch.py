@@ -43,6 +43,13 @@ def test_collectives(np_):
         assert "[%d] rank %d OK" % (r, r) in out, out
 
 
+@pytest.mark.parametrize("np_", [2, 3])
+def test_grouped_allreduce(np_):
+    out = run(np_, os.path.join(HERE, "grouped_worker.py"))
+    for r in range(np_):
+        assert "[%d] rank %d grouped OK" % (r, r) in out, out
+
+
 @pytest.mark.parametrize("passes,compression", [(1, "none"), (2, "none"), (1, "fp16")])
 def test_distributed_optimizer_keeps_replicas_identical(passes, compression):
     out = run(2, os.path.join(HERE, "optimizer_worker.py"), passes, compression)
@@ -78,3 +85,19 @@ def test_digits_example_matches_single_process(tmp_path):
     ref, dist = json.loads(ref_json.read_text()), json.loads(dist_json.read_text())
     key = next(k for k in ("test_accuracy", "test_acc", "accuracy") if k in ref)
     assert abs(ref[key] - dist[key]) <= 0.01 * (100 if ref[key] > 1 else 1), (ref, dist)
+
+
+@pytest.mark.parametrize("module", ["korovod.torch", "horovod.torch"])
+def test_synthetic_benchmark_example(tmp_path, module):
+    example = os.path.join(REPO, "examples", "pytorch_synthetic_benchmark.py")
+    script = tmp_path / "synthetic.py"
+    # The horovod variant is Horovod's own import line: the script must run unchanged on it.
+    script.write_text(open(example).read().replace("import korovod.torch as hvd",
+                                                   "import %s as hvd" % module))
+    out = run(2, script, "--model", "mlp", "--num-warmup-batches", "2", "--num-iters", "3",
+              "--num-batches-per-iter", "2", "--fp16-allreduce")
+    assert "[0] Number of ranks: 2" in out, out
+    assert len(re.findall(r"^\[0\] Iter #\d: [0-9.]+ img/sec per rank$", out, re.M)) == 3, out
+    total = re.search(r"^\[0\] Total img/sec on 2 rank\(s\): ([0-9.]+) \+-", out, re.M)
+    assert total and float(total.group(1)) > 0, out
+    assert "[1] " not in out, "only rank 0 prints: " + out

@@ -317,8 +317,32 @@ def _check_group(tensors):
         raise ValueError("korovod: grouped allreduce needs tensors of one dtype")
 
 
+class _GroupHandle:
+    """The member handles of one grouped allreduce, polled and waited on as one handle."""
+
+    def __init__(self, handles):
+        self._handles = handles
+
+    def poll(self):
+        return all(h.poll() for h in self._handles)
+
+    def wait(self):
+        # Every member is waited for before an error is raised: until then the sidecar may still
+        # copy a result into a member's tensor.
+        error = None
+        for h in self._handles:
+            try:
+                h.wait()
+            except RuntimeError as e:
+                error = error or e
+        if error is not None:
+            raise error
+
+
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
+    """Starts one grouped allreduce: the sidecar hands the tensors to the engine as one group,
+    negotiated and fused together (Horovod's grouped_allreduce)."""
     _check_group(tensors)
     op = _op(op, average)
     bufs = [t if t.is_contiguous() else t.contiguous() for t in tensors]
@@ -328,14 +352,12 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
                                 [list(b.shape) for b in bufs], names, _dtype(bufs[0]), op,
                                 float(prescale_factor), float(postscale_factor),
                                 _psid(process_set))
-    def finish_all(_h, ts=tensors, bs=bufs, rest=hs[1:]):
-        for h in rest:
-            h.wait()
+    def finish_all(_h, ts=tensors, bs=bufs):
         for t, b in zip(ts, bs):
             if t is not b:
                 t.copy_(b)
         return list(ts)
-    return _register(hs[0], finish_all)
+    return _register(_GroupHandle(hs), finish_all)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,

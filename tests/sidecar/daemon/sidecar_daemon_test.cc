@@ -1,285 +1,26 @@
 // Starts real korovod-sidecar processes with korovodrun's environment contract and drives them
 // with korovod_client from forked trainer processes.
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <functional>
-#include <sstream>
+#include <optional>
 #include <string>
-#include <thread>
+#include <utility>
 #include <vector>
 
 #include "sidecar/client/client.h"
 #include "sidecar/daemon/sidecar_config.h"
+#include "tests/sidecar/daemon/sidecar_test_job.h"
 
 namespace korovod::sidecar {
 namespace {
 
 using namespace std::chrono_literals;
-
-// In forked trainers: report and exit non-zero (gtest assertions do not cross fork).
-#define TCHECK(cond)                                                                      \
-  do {                                                                                    \
-    if (!(cond)) {                                                                        \
-      std::fprintf(stderr, "trainer %d: %s:%d: check failed: %s\n", ::getpid(), __FILE__, \
-                   __LINE__, #cond);                                                      \
-      std::_Exit(1);                                                                      \
-    }                                                                                     \
-  } while (0)
-#define TOK(expr)                                                                                \
-  do {                                                                                           \
-    const ::korovod::Status _s = (expr);                                                         \
-    if (!_s.ok()) {                                                                              \
-      std::fprintf(stderr, "trainer %d: %s:%d: %s: %s\n", ::getpid(), __FILE__, __LINE__, #expr, \
-                   _s.ToString().c_str());                                                       \
-      std::_Exit(1);                                                                             \
-    }                                                                                            \
-  } while (0)
-
-template <typename T>
-T Must(StatusOr<T> v) {
-  if (!v.ok()) {
-    std::fprintf(stderr, "trainer %d: %s\n", ::getpid(), v.status().ToString().c_str());
-    std::_Exit(1);
-  }
-  return std::move(v).value();
-}
-
-int ListenOnLoopback(int* port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(fd, 64) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  *port = ntohs(a.sin_port);
-  return fd;
-}
-
-int FreePort() {
-  int port = 0;
-  int fd = ListenOnLoopback(&port);
-  ::close(fd);
-  return port;
-}
-
-std::string HttpGet(int port, const std::string& path, int* status) {
-  *status = 0;
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    ::close(fd);
-    return {};
-  }
-  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
-  (void)!::write(fd, req.data(), req.size());
-  std::string resp;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof(buf))) > 0) resp.append(buf, n);
-  ::close(fd);
-  if (resp.size() > 12) *status = std::atoi(resp.c_str() + 9);
-  return resp;
-}
-
-// A job of `n` sidecars on this host.
-class Job {
- public:
-  explicit Job(int n) : n_(n) {
-    char tmpl[] = "/tmp/kvsd-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
-    static int counter = 0;
-    prefix_ = "/kvsdtest-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-";
-    key_file_ = dir_ + "/job.key";
-    {
-      std::ofstream k(key_file_);
-      k << std::string(64, 'a') << "\n";
-    }
-    ::chmod(key_file_.c_str(), 0600);
-    std::vector<int> fds(n);
-    std::string peers;
-    for (int r = 0; r < n; ++r) {
-      int port = 0;
-      fds[r] = ListenOnLoopback(&port);
-      peers += (r ? "," : "") + std::string("127.0.0.1:") + std::to_string(port);
-      metrics_ports_.push_back(FreePort());
-    }
-    for (int r = 0; r < n; ++r) {
-      std::vector<std::string> env = {
-          "KOROVOD_RANK=" + std::to_string(r),
-          "KOROVOD_SIZE=" + std::to_string(n),
-          "KOROVOD_LOCAL_RANK=" + std::to_string(r),
-          "KOROVOD_LOCAL_SIZE=" + std::to_string(n),
-          "KOROVOD_CROSS_RANK=0",
-          "KOROVOD_CROSS_SIZE=1",
-          "KOROVOD_PEERS=" + peers,
-          "KOROVOD_LISTEN_FD=" + std::to_string(fds[r]),
-          "KOROVOD_JOB_KEY_FILE=" + key_file_,
-          "KOROVOD_SOCKET=" + socket(r),
-          "KOROVOD_SHM_PREFIX=" + prefix_,
-          "KOROVOD_METRICS_PORT=" + std::to_string(metrics_ports_[r]),
-          "KOROVOD_START_TIMEOUT_SECONDS=20",
-          "KOROVOD_ARENA_HEAP_MIB=4",
-          "PATH=/usr/bin:/bin",
-      };
-      std::vector<char*> envp;
-      for (auto& e : env) envp.push_back(e.data());
-      envp.push_back(nullptr);
-      const std::string log = dir_ + "/rank" + std::to_string(r) + ".log";
-      char* argv[] = {const_cast<char*>(KOROVOD_SIDECAR_BIN), nullptr};
-      pid_t pid = ::fork();
-      if (pid == 0) {
-        ::fcntl(fds[r], F_SETFD, 0);
-        int logfd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        ::dup2(logfd, 2);
-        ::execve(argv[0], argv, envp.data());
-        std::_Exit(127);
-      }
-      pids_.push_back(pid);
-    }
-    for (int fd : fds) ::close(fd);
-  }
-
-  ~Job() {
-    for (pid_t p : pids_) {
-      if (p > 0) ::kill(p, SIGTERM);
-    }
-    for (size_t r = 0; r < pids_.size(); ++r) {
-      if (pids_[r] <= 0) continue;
-      int st = 0;
-      if (!WaitPid(pids_[r], 10s, &st)) {
-        ::kill(pids_[r], SIGKILL);
-        ::waitpid(pids_[r], &st, 0);
-        ADD_FAILURE() << "sidecar " << r << " did not exit on SIGTERM\n" << Log(r);
-      } else {
-        EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
-            << "sidecar " << r << " status " << st << "\n"
-            << Log(r);
-      }
-      struct stat sb {};
-      EXPECT_NE(::stat(socket(r).c_str(), &sb), 0) << "socket left behind";
-    }
-    // Nothing of the job may stay in /dev/shm.
-    const std::string name = prefix_.substr(1);
-    if (DIR* d = ::opendir("/dev/shm")) {
-      while (dirent* e = ::readdir(d)) {
-        if (std::string(e->d_name).rfind(name, 0) == 0) {
-          ADD_FAILURE() << "left in /dev/shm: " << e->d_name;
-          ::unlink((std::string("/dev/shm/") + e->d_name).c_str());
-        }
-      }
-      ::closedir(d);
-    }
-    std::string cmd = "rm -rf " + dir_;
-    (void)!std::system(cmd.c_str());
-  }
-
-  static bool WaitPid(pid_t pid, std::chrono::milliseconds timeout, int* st) {
-    const auto end = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < end) {
-      if (::waitpid(pid, st, WNOHANG) == pid) return true;
-      std::this_thread::sleep_for(5ms);
-    }
-    return false;
-  }
-
-  // Waits for every sidecar's socket (korovodrun's readiness signal).
-  ::testing::AssertionResult WaitReady() {
-    const auto end = std::chrono::steady_clock::now() + 20s;
-    for (int r = 0; r < n_; ++r) {
-      struct stat sb {};
-      while (::stat(socket(r).c_str(), &sb) != 0) {
-        int st = 0;
-        if (::waitpid(pids_[r], &st, WNOHANG) == pids_[r]) {
-          pids_[r] = -1;
-          return ::testing::AssertionFailure() << "sidecar " << r << " exited: " << Log(r);
-        }
-        if (std::chrono::steady_clock::now() > end) {
-          return ::testing::AssertionFailure() << "sidecar " << r << " not ready: " << Log(r);
-        }
-        std::this_thread::sleep_for(10ms);
-      }
-      if ((sb.st_mode & 0777) != 0660) {
-        return ::testing::AssertionFailure() << "socket mode " << std::oct << (sb.st_mode & 0777);
-      }
-    }
-    return ::testing::AssertionSuccess();
-  }
-
-  // Runs `trainer(rank)` in one forked process per rank; true if all exit 0.
-  ::testing::AssertionResult RunTrainers(const std::function<void(int)>& trainer) {
-    std::vector<pid_t> kids;
-    for (int r = 0; r < n_; ++r) {
-      pid_t pid = ::fork();
-      if (pid == 0) {
-        trainer(r);
-        std::_Exit(0);
-      }
-      kids.push_back(pid);
-    }
-    ::testing::AssertionResult result = ::testing::AssertionSuccess();
-    for (int r = 0; r < n_; ++r) {
-      int st = 0;
-      if (!WaitPid(kids[r], 30s, &st)) {
-        ::kill(kids[r], SIGKILL);
-        ::waitpid(kids[r], &st, 0);
-        result = ::testing::AssertionFailure() << "trainer " << r << " timed out\n" << Log(r);
-      } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        result = ::testing::AssertionFailure() << "trainer " << r << " failed (" << st << ")\n"
-                                               << Log(r);
-      }
-    }
-    return result;
-  }
-
-  // Waits for sidecar r to exit on its own; true with exit status 0.
-  bool ExitsCleanly(int r, std::chrono::milliseconds timeout) {
-    int st = 0;
-    if (!WaitPid(pids_[r], timeout, &st)) return false;
-    pids_[r] = -1;
-    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
-  }
-
-  std::string socket(int r) const { return dir_ + "/rank" + std::to_string(r) + ".sock"; }
-  int metrics_port(int r) const { return metrics_ports_[r]; }
-  pid_t pid(int r) const { return pids_[r]; }
-  std::string Log(int r) const {
-    std::ifstream in(dir_ + "/rank" + std::to_string(r) + ".log");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
-
- private:
-  int n_;
-  std::string dir_;
-  std::string prefix_;
-  std::string key_file_;
-  std::vector<pid_t> pids_;
-  std::vector<int> metrics_ports_;
-};
+using daemon_test::HttpGet;
+using daemon_test::Job;
+using daemon_test::Must;
 
 // The ops every trainer of an n-rank job runs.
 void RunOps(int rank, const std::string& socket) {
@@ -480,6 +221,37 @@ TEST(SidecarDaemonTest, ShutdownRpcStopsTheSidecar) {
   EXPECT_TRUE(job.ExitsCleanly(0, 10s)) << job.Log(0);
   struct stat sb {};
   EXPECT_NE(::stat(job.socket(0).c_str(), &sb), 0);
+}
+
+// A trainer that asks for shutdown with ops still in flight gets each of them answered by the
+// sidecar (Aborted, naming the shutdown) before the sidecar goes, and its peer's op in flight
+// fails the same way; nobody hangs or learns it only from the sidecar's disappearance.
+TEST(SidecarDaemonTest, ShutdownRpcAnswersOpsInFlight) {
+  Job job(2);
+  ASSERT_TRUE(job.WaitReady());
+  EXPECT_TRUE(job.RunTrainers([&](int r) {
+    auto client = Must(Client::Connect(job.socket(r), 10s));
+    TOK(Must(client->Barrier({.name = "start"})).Wait(Deadline::After(10s)));
+    std::vector<float> a(8, 1.0f), b(8);
+    // Never matched by the other rank: in flight until the engine stops.
+    ClientHandle h = Must(client->Allreduce(a.data(), b.data(), DataType::kFloat32, {8},
+                                            {.name = "only_rank" + std::to_string(r)}));
+    std::vector<ClientHandle> more;
+    if (r == 0) {
+      for (int i = 0; i < 16; ++i) {
+        more.push_back(Must(client->Allreduce(a.data(), b.data(), DataType::kFloat32, {8},
+                                              {.name = "burst" + std::to_string(i)})));
+      }
+      TOK(client->Shutdown("test with ops in flight"));
+    }
+    more.push_back(h);
+    for (ClientHandle& op : more) {
+      const Status s = op.Wait(Deadline::After(20s));
+      TCHECK(s.code() == StatusCode::kAborted);
+      TCONTAINS(s.message(), "shut down");
+    }
+  }));
+  EXPECT_TRUE(job.ExitsCleanly(0, 10s)) << job.Log(0);
 }
 
 TEST(SidecarConfigTest, ErrorsNameTheVariable) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "gtest/gtest.h"
@@ -281,6 +282,72 @@ TEST_F(KorovodrunTest, SidecarKilledBySignalLeavesNoSharedMemory) {
       << r.err;
   ExpectNoProcessesLeft();
   ExpectCleanedUp();
+}
+
+// The real korovod-sidecar of `rank` among korovodrun's children (by its environment), or -1.
+pid_t RealSidecarOf(pid_t launcher, int rank) {
+  for (const std::string& entry : ListDir("/proc")) {
+    if (entry.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat("/proc/" + entry + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const size_t paren = text.rfind(')');
+    if (paren == std::string::npos || text.find("(korovod-sidecar)") == std::string::npos) continue;
+    std::istringstream rest(text.substr(paren + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid != launcher) continue;
+    std::ifstream env("/proc/" + entry + "/environ");
+    std::string vars((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>());
+    const std::string want = "KOROVOD_RANK=" + std::to_string(rank);
+    if (vars.find('\0' + want + '\0') != std::string::npos || vars.rfind(want + '\0', 0) == 0) {
+      return std::stoi(entry);
+    }
+  }
+  return -1;
+}
+
+// The shared-memory objects a process maps ("/name"; unlinked ones too).
+std::set<std::string> MappedShmNames(pid_t pid) {
+  std::set<std::string> names;
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    const size_t at = line.find("/dev/shm/");
+    if (at != std::string::npos) names.insert(line.substr(at + 8, line.find(' ', at) - at - 8));
+  }
+  return names;
+}
+
+// Real sidecars: every shared-memory object of the job (arenas and the transport's segments)
+// carries the job's prefix, so a sidecar SIGKILLed mid-run leaves nothing in /dev/shm.
+TEST_F(KorovodrunTest, RealSidecarKilledMidRunLeavesNoSharedMemory) {
+  const std::string file = reports_.path() + "/prefix$KOROVOD_RANK";
+  const std::string trainer = "echo \"$KOROVOD_SHM_PREFIX\" > " + file + ".tmp && mv " + file +
+                              ".tmp " + file + " && " + SleepingTrainer();
+  RunningLauncher l({"--sidecar", KOROVOD_SIDECAR_PATH, "-np", "2", "/bin/sh", "-c", trainer},
+                    Env({{"KOROVOD_ARENA_HEAP_MIB", "4"}}));
+  ASSERT_TRUE(l.WaitUntil([&] { return FilesStartingWith("trainer") == 2; }, 30));
+  std::string prefix;
+  std::ifstream(reports_.path() + "/prefix0") >> prefix;
+  ASSERT_EQ(prefix.rfind("/korovod-", 0), 0u) << prefix;
+  const pid_t victim = RealSidecarOf(l.pid(), 1);
+  ASSERT_GT(victim, 0);
+  // Its arena and the segments of both ranks' shm transport, all under the job's prefix.
+  const std::set<std::string> mapped = MappedShmNames(victim);
+  EXPECT_EQ(mapped.size(), 3u);
+  for (const std::string& name : mapped) EXPECT_EQ(name.rfind(prefix, 0), 0u) << name;
+  EXPECT_EQ(mapped.count(prefix + "rank1"), 1u);
+  EXPECT_FALSE(ShmEntriesWithPrefix(prefix).empty());  // the arenas, until cleanup
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  auto r = l.Finish();
+  EXPECT_EQ(r.status.code, 1) << r.err;
+  EXPECT_TRUE(Contains(r.err, "korovodrun: rank 1 sidecar was killed by signal 9 (SIGKILL)\n"))
+      << r.err;
+  EXPECT_TRUE(ShmEntriesWithPrefix(prefix).empty())
+      << "left in /dev/shm: " << ShmEntriesWithPrefix(prefix)[0];
+  EXPECT_TRUE(ListDir(tmp_.path()).empty()) << "left in TMPDIR: " << ListDir(tmp_.path())[0];
+  ExpectNoProcessesLeft();
 }
 
 TEST_F(KorovodrunTest, SidecarWithoutSocketTimesOut) {

@@ -12,8 +12,12 @@
 #include <random>
 #include <vector>
 
+#include "tests/sidecar/protocol/protocol_test_util.h"
+
 namespace korovod::sidecar {
 namespace {
+
+using testing::FloatSumAllreduce;
 
 constexpr uint64_t kHeap = 1 << 20;
 
@@ -28,21 +32,9 @@ ArenaLayout Layout() {
 
 // allreduce of float32 [4, 8] named "grad", op id 42, input at 0, output at 4096.
 SubmissionRecord Allreduce() {
-  SubmissionRecord r{};
-  r.op_id = 42;
-  r.kind = RecordKind::kOp;
-  r.op_type = WireOpType::kAllreduce;
-  r.dtype = DataType::kFloat32;
+  SubmissionRecord r = FloatSumAllreduce(42, {4, 8}, 0, 4096);
   r.reduce_op = WireReduceOp::kAverage;
-  r.ndims = 2;
-  r.dims[0] = 4;
-  r.dims[1] = 8;
-  r.prescale = 1.0;
   r.postscale = 0.5;
-  r.input_offset = 0;
-  r.input_bytes = 128;
-  r.output_offset = 4096;
-  r.output_bytes = 128;
   EXPECT_TRUE(SetName(r, "grad").ok());
   return r;
 }

@@ -1,0 +1,108 @@
+#include "runtime/transport/handshake.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include <array>
+#include <cstring>
+
+#include "runtime/transport/socket.h"
+
+namespace korovod {
+namespace {
+
+constexpr char kHelloMagic[4] = {'K', 'V', 'R', 'D'};
+constexpr uint32_t kProtocolVersion = 1;
+
+using Digest = std::array<unsigned char, 32>;
+
+struct Challenge {
+  unsigned char nonce[32];
+  Digest proof;
+};
+
+// The role is part of the MAC, so an acceptor's proof can never be replayed as a dialer's.
+Digest Proof(const std::string& key, const char* role, const Hello& hello,
+             const unsigned char* nonce) {
+  unsigned char msg[16 + sizeof(Hello) + 32] = {};
+  std::strncpy(reinterpret_cast<char*>(msg), role, 16);
+  std::memcpy(msg + 16, &hello, sizeof hello);
+  std::memcpy(msg + 16 + sizeof hello, nonce, 32);
+  Digest out{};
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), msg, sizeof msg, out.data(), &len);
+  return out;
+}
+
+bool SameDigest(const Digest& a, const Digest& b) {
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+Status RandomNonce(unsigned char* out) {
+  if (RAND_bytes(out, 32) != 1) return Internal("RAND_bytes failed");
+  return OkStatus();
+}
+
+}  // namespace
+
+Status DialHandshake(int fd, const std::string& key, int from, int to, int stream, int world,
+                     Deadline deadline, const std::string& who) {
+  Hello hello{};
+  std::memcpy(hello.magic, kHelloMagic, 4);
+  hello.version = kProtocolVersion;
+  hello.from = from;
+  hello.to = to;
+  hello.stream = stream;
+  hello.world = world;
+  KV_RETURN_IF_ERROR(RandomNonce(hello.nonce));
+  Challenge ch{};
+  KV_RETURN_IF_ERROR(WriteFull(fd, &hello, sizeof hello, deadline, who));
+  KV_RETURN_IF_ERROR(ReadFull(fd, &ch, sizeof ch, deadline, who));
+  if (!SameDigest(ch.proof, Proof(key, "acceptor", hello, ch.nonce))) {
+    // Hanging up without a proof tells the acceptor the keys differ.
+    return PermissionDenied(who + " failed to prove the job key (wrong job key)");
+  }
+  const Digest mine = Proof(key, "connector", hello, ch.nonce);
+  char verdict = 0;
+  Status s = WriteFull(fd, mine.data(), mine.size(), deadline, who);
+  if (s.ok()) s = ReadFull(fd, &verdict, 1, deadline, who);
+  if (!s.ok() || verdict != 1) {
+    return PermissionDenied(who + " rejected this rank's job key (wrong job key)");
+  }
+  return OkStatus();
+}
+
+StatusOr<Hello> ReadHello(int fd, Deadline deadline) {
+  Hello hello{};
+  KV_RETURN_IF_ERROR(ReadFull(fd, &hello, sizeof hello, deadline, "a connecting peer"));
+  if (std::memcmp(hello.magic, kHelloMagic, 4) != 0) {
+    return InvalidArgument("a connection that is not a korovod peer");
+  }
+  if (hello.version != kProtocolVersion) {
+    return InvalidArgument("rank " + std::to_string(hello.from) + " speaks protocol version " +
+                           std::to_string(hello.version) + ", this rank " +
+                           std::to_string(kProtocolVersion));
+  }
+  return hello;
+}
+
+AcceptOutcome AnswerHello(int fd, const std::string& key, const Hello& hello, Deadline deadline,
+                          const std::string& who) {
+  Challenge ch{};
+  if (!RandomNonce(ch.nonce).ok()) return AcceptOutcome::kFailed;
+  ch.proof = Proof(key, "acceptor", hello, ch.nonce);
+  Digest their{};
+  if (!WriteFull(fd, &ch, sizeof ch, deadline, who).ok()) return AcceptOutcome::kFailed;
+  if (Status s = ReadFull(fd, their.data(), their.size(), deadline, who); !s.ok()) {
+    return s.code() == StatusCode::kDeadlineExceeded ? AcceptOutcome::kFailed
+                                                     : AcceptOutcome::kHungUp;
+  }
+  const bool ok = SameDigest(their, Proof(key, "connector", hello, ch.nonce));
+  const char verdict = ok ? 1 : 0;
+  (void)WriteFull(fd, &verdict, 1, deadline, who);
+  return ok ? AcceptOutcome::kAuthenticated : AcceptOutcome::kWrongKey;
+}
+
+}  // namespace korovod

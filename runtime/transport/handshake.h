@@ -1,0 +1,53 @@
+// Handshake: the mutual HMAC-SHA256 challenge on the job key that every korovod TCP connection
+// runs before it carries anything (mesh streams, preflight probes, rendezvous registrations).
+//
+// The dialer opens with a Hello (who it is, whom it wants, what the connection is for, a nonce);
+// the acceptor answers with its own nonce and its proof of the key; the dialer checks that proof
+// and sends its own; the acceptor answers with a one-byte verdict. Neither side sends a proof
+// before it has the other's nonce, so a recorded exchange cannot be replayed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/common/deadline.h"
+#include "runtime/common/status.h"
+
+namespace korovod {
+
+// What a connection is for, carried in the Hello's stream field: >= 0 is a mesh stream.
+inline constexpr int32_t kProbeStream = -1;       // preflight reachability probe (closed after)
+inline constexpr int32_t kRendezvousStream = -2;  // registration with the rendezvous coordinator
+
+// The dialer's opening message (wire layout, fixed size).
+struct Hello {
+  char magic[4];
+  uint32_t version;
+  int32_t from;    // the dialer's rank
+  int32_t to;      // the rank it means to reach
+  int32_t stream;  // mesh stream index, kProbeStream or kRendezvousStream
+  int32_t world;   // world size as the dialer knows it
+  unsigned char nonce[32];
+};
+
+// Dialer side: sends the Hello and completes the challenge within `deadline`. PermissionDenied
+// naming `who` when the job keys differ (whichever side noticed); other failures are the socket's.
+Status DialHandshake(int fd, const std::string& key, int from, int to, int stream, int world,
+                     Deadline deadline, const std::string& who);
+
+// Acceptor side, first half: reads the Hello. InvalidArgument (with a text fit for "rejected
+// ...") when it is not a korovod Hello of this protocol version; the socket's error otherwise.
+StatusOr<Hello> ReadHello(int fd, Deadline deadline);
+
+enum class AcceptOutcome {
+  kAuthenticated,  // the dialer proved the key; the verdict "ok" was sent
+  kWrongKey,       // the dialer's proof was wrong; the verdict "refused" was sent
+  kHungUp,         // the dialer closed after seeing our proof: it holds another key (or gave up)
+  kFailed,         // timeout or socket error before the dialer's proof arrived
+};
+
+// Acceptor side, second half: answers a Hello the caller accepted.
+AcceptOutcome AnswerHello(int fd, const std::string& key, const Hello& hello, Deadline deadline,
+                          const std::string& who);
+
+}  // namespace korovod

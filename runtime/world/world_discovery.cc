@@ -1,0 +1,71 @@
+#include "runtime/world/world_discovery.h"
+
+#include "runtime/world/host_identity.h"
+#include "runtime/world/interfaces.h"
+#include "runtime/world/rendezvous.h"
+#include "runtime/world/world_table.h"
+
+namespace korovod {
+namespace {
+
+constexpr int kListenBacklog = 128;
+
+Status BindListener(const DiscoveryOptions& o, uint16_t port, DiscoveredWorld& w) {
+  if (o.listen_fd >= 0) {
+    w.listen_fd = o.listen_fd;
+    return OkStatus();
+  }
+  auto l = ListenTcp("0.0.0.0", port, kListenBacklog);
+  if (!l.ok()) {
+    return l.status().WithContext("rank " + std::to_string(o.rank) + ": data listener");
+  }
+  w.listener = std::move(l).value();
+  w.listen_fd = w.listener.get();
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<DiscoveredWorld> DiscoverWorld(const DiscoveryOptions& o) {
+  if (o.coordinator.has_value() == !o.world_file.empty()) {
+    return InvalidArgument("world discovery needs exactly one of a coordinator and a world file");
+  }
+  DiscoveredWorld w;
+  if (!o.world_file.empty()) {
+    KV_ASSIGN_OR_RETURN(w.ranks, ReadWorldFile(o.world_file, o.size));
+    if (!o.iface.empty()) {
+      KV_RETURN_IF_ERROR(RestrictToInterface(w.ranks, o.iface, "world file " + o.world_file));
+    }
+    ApplyLoopbackRule(w.ranks);
+    KV_RETURN_IF_ERROR(BindListener(o, w.ranks[o.rank].port, w));
+    return w;
+  }
+  KV_ASSIGN_OR_RETURN(std::vector<NetInterface> interfaces, ListInterfaces());
+  RendezvousOptions r;
+  r.rank = o.rank;
+  r.size = o.size;
+  r.coordinator = *o.coordinator;
+  r.coordinator_listen_fd = o.coordinator_listen_fd;
+  r.job_key = o.job_key;
+  r.timeout = o.timeout;
+  r.self.host_name = LocalHostName();
+  r.self.node = LocalNodeId();
+  auto candidates = SelectCandidates(interfaces, o.iface);
+  if (!candidates.ok()) {
+    return candidates.status().WithContext("rank " + std::to_string(o.rank) + " (host " +
+                                           r.self.host_name + ")");
+  }
+  r.self.addresses = std::move(candidates).value();
+  KV_RETURN_IF_ERROR(BindListener(o, o.data_port, w));
+  KV_ASSIGN_OR_RETURN(r.self.port, LocalPort(w.listen_fd));
+  KV_ASSIGN_OR_RETURN(w.ranks, Rendezvous(r));
+  return w;
+}
+
+void ApplyDiscoveredWorld(const DiscoveredWorld& world, WorldOptions& options) {
+  options.peers = FirstChoicePeers(world.ranks);
+  options.ranks = world.ranks;
+  options.listen_fd = world.listen_fd;
+}
+
+}  // namespace korovod
