@@ -70,6 +70,9 @@ TEST(SidecarLog, NotableLines) {
   EXPECT_TRUE(IsNotableSidecarLine("Stall inspector: rank 2"));
   EXPECT_TRUE(IsNotableSidecarLine("warning: slow"));
   EXPECT_FALSE(IsNotableSidecarLine("connected to rank 1 over lo, 9.1 GB/s"));
+  EXPECT_TRUE(IsNotableSidecarLine(
+      "korovod: rank 1/2 host vm iface lo addr 127.0.0.1:46889 transport shm: next rank 0 "
+      "(127.0.0.1) 127.0.0.1 (lo) 1.69 GB/s"));
 }
 
 TEST(SidecarLog, QuietShowsNotableAndTailOnFailure) {
