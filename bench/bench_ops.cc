@@ -2,25 +2,13 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdint>
 #include <cstring>
+#include <span>
 #include <string>
+#include <vector>
 
 namespace korovod::bench {
-
-StatusOr<AlignedBuffer> AlignedBuffer::Allocate(size_t bytes) {
-  // Page alignment like the peers' posix_memalign(4096): vector loads and the shm copies then
-  // never straddle a page because of where the buffer happened to start.
-  constexpr size_t kAlign = 4096;
-  const size_t rounded = std::max<size_t>(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
-  AlignedBuffer b;
-  b.data_.reset(static_cast<std::byte*>(std::aligned_alloc(kAlign, rounded)));
-  if (!b.data_) {
-    return Internal("cannot allocate " + std::to_string(bytes) + " bytes for a benchmark buffer");
-  }
-  std::memset(b.data_.get(), 0, rounded);
-  b.size_ = bytes;
-  return b;
-}
 
 namespace {
 
@@ -99,8 +87,12 @@ class OpBase : public BenchOp {
  public:
   // Public so the derived ops can inherit it (inherited constructors keep the base's access);
   // OpBase itself is abstract.
-  OpBase(Communicator& comm, DataType type)
-      : comm_(comm), type_(type), elem_(DataTypeSize(type)), n_(comm.size()), rank_(comm.rank()) {}
+  OpBase(BenchWorld& world, DataType type)
+      : world_(world),
+        type_(type),
+        elem_(DataTypeSize(type)),
+        n_(world.size()),
+        rank_(world.rank()) {}
 
  protected:
   // Elements per rank block for ops whose buffer is N blocks (allgather output, alltoall,
@@ -108,8 +100,8 @@ class OpBase : public BenchOp {
   // one element per rank so the smallest sizes still exercise every pair.
   size_t BlockElems(size_t bytes) const { return std::max<size_t>(1, bytes / elem_ / n_); }
 
-  void Fill(AlignedBuffer& b, size_t first, size_t count, double v) const {
-    std::byte* p = b.data() + first * elem_;
+  void Fill(std::byte* base, size_t first, size_t count, double v) const {
+    std::byte* p = base + first * elem_;
     const uint64_t bits = Encode(type_, v);
     switch (elem_) {
       case 1:
@@ -128,9 +120,9 @@ class OpBase : public BenchOp {
   }
 
   // Adds the mismatches of elements [first, first+count) against v to *r.
-  void CheckRange(const AlignedBuffer& b, size_t first, size_t count, double v,
+  void CheckRange(const std::byte* base, size_t first, size_t count, double v,
                   CheckResult* r) const {
-    const std::byte* p = b.data() + first * elem_;
+    const std::byte* p = base + first * elem_;
     const uint64_t bits = Encode(type_, v);
     size_t first_bad = 0, bad = 0;
     switch (elem_) {
@@ -156,103 +148,56 @@ class OpBase : public BenchOp {
     r->checked += count;
   }
 
-  // Overwrites element `index` with expected+1, like the peers' fault injection.
-  void Corrupt(AlignedBuffer& b, size_t index, double expected) const {
+  // Overwrites element `index` with expected+1, like the peers' fault injection. The output may
+  // be read-only to us (a sidecar's result heap), so the corruption goes into a private copy.
+  std::span<const std::byte> Corrupt(std::span<const std::byte> out, size_t index,
+                                     double expected) {
+    corrupted_.assign(out.begin(), out.end());
     const uint64_t bits = Encode(type_, expected + 1);
-    std::memcpy(b.data() + index * elem_, &bits, elem_);  // little-endian: low bytes first
+    std::memcpy(corrupted_.data() + index * elem_, &bits, elem_);  // little-endian: low bytes
+    return corrupted_;
   }
 
-  StatusOr<AlignedBuffer> Alloc(size_t bytes) const { return AlignedBuffer::Allocate(bytes); }
-
-  Communicator& comm_;
+  BenchWorld& world_;
   const DataType type_;
   const size_t elem_;
   const int n_;
   const int rank_;
+
+ private:
+  std::vector<std::byte> corrupted_;
 };
 
 // In place, like the peers (MPI_IN_PLACE, gloo, torch): the output overwrites the input.
 class AllreduceOp final : public OpBase {
  public:
-  AllreduceOp(Communicator& comm, DataType type, AllreduceAlgorithm algo)
-      : OpBase(comm, type), algo_(algo) {}
+  AllreduceOp(BenchWorld& world, DataType type, AllreduceAlgorithm algo)
+      : OpBase(world, type), algo_(algo) {}
   const char* name() const override { return "allreduce"; }
   bool inplace() const override { return true; }
   double BusFactor(int n) const override { return 2.0 * (n - 1) / n; }
   size_t RoundBytes(size_t requested) const override { return requested; }
   Status Prepare(size_t bytes) override {
     count_ = bytes / elem_;
-    KV_ASSIGN_OR_RETURN(buf_, Alloc(bytes));
+    KV_ASSIGN_OR_RETURN(buf_, world_.Allocate(bytes));
     return OkStatus();
   }
-  void FillForVerify() override { Fill(buf_, 0, count_, rank_ + 1); }
-  Status Run() override {
-    AllreduceOptions o;
-    o.input = buf_.data();
-    o.output = buf_.data();
-    o.count = count_;
-    o.type = type_;
-    o.op = ReduceOp::kSum;
-    o.algorithm = algo_;
-    return Allreduce(comm_, o);
-  }
+  void FillForVerify() override { Fill(buf_->data(), 0, count_, rank_ + 1); }
+  Status Run() override { return world_.Allreduce(*buf_, count_, type_, algo_); }
   CheckResult Check(bool inject_fault) override {
     const double expect = n_ * (n_ + 1) / 2.0;
-    if (inject_fault) Corrupt(buf_, count_ - 1, expect);
+    std::span<const std::byte> out(buf_->data(), count_ * elem_);
+    if (inject_fault) out = Corrupt(out, count_ - 1, expect);
     CheckResult r;
-    CheckRange(buf_, 0, count_, expect, &r);
+    CheckRange(out.data(), 0, count_, expect, &r);
     return r;
   }
-  void Release() override { buf_ = AlignedBuffer(); }
+  void Release() override { buf_.reset(); }
 
  private:
   const AllreduceAlgorithm algo_;
   size_t count_ = 0;
-  AlignedBuffer buf_;
-};
-
-// bytes = the output (N blocks), as nccl-tests' all_gather_perf reports it.
-class AllgatherOp final : public OpBase {
- public:
-  using OpBase::OpBase;
-  const char* name() const override { return "allgather"; }
-  bool inplace() const override { return false; }
-  double BusFactor(int n) const override { return (n - 1.0) / n; }
-  size_t RoundBytes(size_t requested) const override { return BlockElems(requested) * n_ * elem_; }
-  Status Prepare(size_t bytes) override {
-    block_ = BlockElems(bytes);
-    counts_.assign(n_, block_);
-    KV_ASSIGN_OR_RETURN(in_, Alloc(block_ * elem_));
-    KV_ASSIGN_OR_RETURN(out_, Alloc(block_ * n_ * elem_));
-    return OkStatus();
-  }
-  void FillForVerify() override {
-    Fill(in_, 0, block_, rank_ + 1);
-    Fill(out_, 0, block_ * n_, 0);
-  }
-  Status Run() override {
-    AllgatherOptions o;
-    o.input = in_.data();
-    o.output = out_.data();
-    o.counts = counts_;
-    o.type = type_;
-    return Allgather(comm_, o);
-  }
-  CheckResult Check(bool inject_fault) override {
-    if (inject_fault) Corrupt(out_, block_ * n_ - 1, n_);
-    CheckResult r;
-    for (int j = 0; j < n_; ++j) CheckRange(out_, j * block_, block_, j + 1, &r);
-    return r;
-  }
-  void Release() override {
-    in_ = AlignedBuffer();
-    out_ = AlignedBuffer();
-  }
-
- private:
-  size_t block_ = 0;
-  std::vector<size_t> counts_;
-  AlignedBuffer in_, out_;
+  std::unique_ptr<BenchBuffer> buf_;
 };
 
 // Root 0; the buffer is the input on the root and the output elsewhere (in place by nature).
@@ -265,143 +210,154 @@ class BroadcastOp final : public OpBase {
   size_t RoundBytes(size_t requested) const override { return requested; }
   Status Prepare(size_t bytes) override {
     count_ = bytes / elem_;
-    KV_ASSIGN_OR_RETURN(buf_, Alloc(bytes));
+    KV_ASSIGN_OR_RETURN(buf_, world_.Allocate(bytes));
     return OkStatus();
   }
   // Non-roots start from their own rank+1, which differs from the root's 1, so a broadcast that
   // leaves a rank's buffer alone fails the check.
-  void FillForVerify() override { Fill(buf_, 0, count_, rank_ + 1); }
-  Status Run() override {
-    BroadcastOptions o;
-    o.buffer = buf_.data();
-    o.count = count_;
-    o.type = type_;
-    o.root = kRoot;
-    return Broadcast(comm_, o);
-  }
+  void FillForVerify() override { Fill(buf_->data(), 0, count_, rank_ + 1); }
+  Status Run() override { return world_.Broadcast(*buf_, count_, type_, kRoot); }
   CheckResult Check(bool inject_fault) override {
-    if (inject_fault) Corrupt(buf_, count_ - 1, kRoot + 1);
+    std::span<const std::byte> out(buf_->data(), count_ * elem_);
+    if (inject_fault) out = Corrupt(out, count_ - 1, kRoot + 1);
     CheckResult r;
-    CheckRange(buf_, 0, count_, kRoot + 1, &r);
+    CheckRange(out.data(), 0, count_, kRoot + 1, &r);
     return r;
   }
-  void Release() override { buf_ = AlignedBuffer(); }
+  void Release() override { buf_.reset(); }
 
  private:
   static constexpr int kRoot = 0;
   size_t count_ = 0;
-  AlignedBuffer buf_;
+  std::unique_ptr<BenchBuffer> buf_;
+};
+
+// The three out-of-place ops: an input of in_blocks and an output of out_blocks rank blocks. The
+// output is zeroed before each verification op where the op writes into our buffer; a world
+// that places each output itself hands a fresh block to every op.
+class OutOfPlaceOp : public OpBase {
+ public:
+  OutOfPlaceOp(BenchWorld& world, DataType type, int in_blocks, int out_blocks)
+      : OpBase(world, type), in_blocks_(in_blocks), out_blocks_(out_blocks) {}
+  bool inplace() const override { return false; }
+  double BusFactor(int n) const override { return (n - 1.0) / n; }
+  size_t RoundBytes(size_t requested) const override { return BlockElems(requested) * n_ * elem_; }
+  Status Prepare(size_t bytes) override {
+    block_ = BlockElems(bytes);
+    KV_ASSIGN_OR_RETURN(in_, world_.Allocate(block_ * in_blocks_ * elem_));
+    KV_ASSIGN_OR_RETURN(out_, world_.AllocateOutput(block_ * out_blocks_ * elem_));
+    return OkStatus();
+  }
+  void FillForVerify() override {
+    FillInput(in_->data());
+    if (out_) Fill(out_->data(), 0, block_ * out_blocks_, 0);
+  }
+  Status Run() override {
+    KV_ASSIGN_OR_RETURN(result_, RunOp(*in_, out_.get()));
+    return OkStatus();
+  }
+  CheckResult Check(bool inject_fault) override {
+    CheckResult r;
+    if (result_.size() != block_ * out_blocks_ * elem_) {
+      r.bad = r.checked = 1;  // an output of the wrong size is wrong everywhere
+      r.got = static_cast<double>(result_.size());
+      r.expected = static_cast<double>(block_ * out_blocks_ * elem_);
+      return r;
+    }
+    std::span<const std::byte> out = result_;
+    if (inject_fault) out = Corrupt(out, block_ * out_blocks_ - 1, Expected(out_blocks_ - 1));
+    for (int j = 0; j < out_blocks_; ++j)
+      CheckRange(out.data(), j * block_, block_, Expected(j), &r);
+    return r;
+  }
+  void Release() override {
+    result_ = {};
+    in_.reset();
+    out_.reset();
+  }
+
+ protected:
+  virtual void FillInput(std::byte* in) const = 0;
+  virtual StatusOr<std::span<const std::byte>> RunOp(BenchBuffer& in, BenchBuffer* out) = 0;
+  // The value every element of output block j must hold on this rank.
+  virtual double Expected(int j) const = 0;
+
+  size_t block_ = 0;
+
+ private:
+  const int in_blocks_;
+  const int out_blocks_;
+  std::unique_ptr<BenchBuffer> in_, out_;
+  std::span<const std::byte> result_;
+};
+
+// bytes = the output (N blocks), as nccl-tests' all_gather_perf reports it.
+class AllgatherOp final : public OutOfPlaceOp {
+ public:
+  AllgatherOp(BenchWorld& world, DataType type) : OutOfPlaceOp(world, type, 1, world.size()) {}
+  const char* name() const override { return "allgather"; }
+
+ private:
+  void FillInput(std::byte* in) const override { Fill(in, 0, block_, rank_ + 1); }
+  StatusOr<std::span<const std::byte>> RunOp(BenchBuffer& in, BenchBuffer* out) override {
+    return world_.Allgather(in, out, block_, type_);
+  }
+  double Expected(int j) const override { return j + 1; }
 };
 
 // bytes = one rank's send buffer (N blocks), as nccl-tests' alltoall_perf. Rank r sends block d
 // filled with (r+1) + N*d, so rank `me` must find (j+1) + N*me in the block from j: the value
 // names both the sender and the block it picked, catching a misrouted block as well as a lost one.
-class AlltoallOp final : public OpBase {
+class AlltoallOp final : public OutOfPlaceOp {
  public:
-  using OpBase::OpBase;
+  AlltoallOp(BenchWorld& world, DataType type)
+      : OutOfPlaceOp(world, type, world.size(), world.size()) {}
   const char* name() const override { return "alltoall"; }
-  bool inplace() const override { return false; }
-  double BusFactor(int n) const override { return (n - 1.0) / n; }
-  size_t RoundBytes(size_t requested) const override { return BlockElems(requested) * n_ * elem_; }
-  Status Prepare(size_t bytes) override {
-    block_ = BlockElems(bytes);
-    counts_.assign(n_, block_);
-    KV_ASSIGN_OR_RETURN(in_, Alloc(block_ * n_ * elem_));
-    KV_ASSIGN_OR_RETURN(out_, Alloc(block_ * n_ * elem_));
-    return OkStatus();
-  }
-  void FillForVerify() override {
-    for (int d = 0; d < n_; ++d) Fill(in_, d * block_, block_, (rank_ + 1) + n_ * d);
-    Fill(out_, 0, block_ * n_, 0);
-  }
-  Status Run() override {
-    AlltoallOptions o;
-    o.input = in_.data();
-    o.output = out_.data();
-    o.send_counts = counts_;
-    o.recv_counts = counts_;
-    o.type = type_;
-    return Alltoall(comm_, o);
-  }
-  CheckResult Check(bool inject_fault) override {
-    if (inject_fault) Corrupt(out_, block_ * n_ - 1, n_ + n_ * rank_);
-    CheckResult r;
-    for (int j = 0; j < n_; ++j) CheckRange(out_, j * block_, block_, (j + 1) + n_ * rank_, &r);
-    return r;
-  }
-  void Release() override {
-    in_ = AlignedBuffer();
-    out_ = AlignedBuffer();
-  }
 
  private:
-  size_t block_ = 0;
-  std::vector<size_t> counts_;
-  AlignedBuffer in_, out_;
+  void FillInput(std::byte* in) const override {
+    for (int d = 0; d < n_; ++d) Fill(in, d * block_, block_, (rank_ + 1) + n_ * d);
+  }
+  StatusOr<std::span<const std::byte>> RunOp(BenchBuffer& in, BenchBuffer* out) override {
+    return world_.Alltoall(in, out, block_, type_);
+  }
+  double Expected(int j) const override { return (j + 1) + n_ * rank_; }
 };
 
 // bytes = the input (N blocks), as nccl-tests' reduce_scatter_perf. Rank r fills block d with
 // (r+1) + d, so rank `me` must hold N(N+1)/2 + N*me: a block reduced into the wrong rank shows.
-class ReduceScatterOp final : public OpBase {
+class ReduceScatterOp final : public OutOfPlaceOp {
  public:
-  using OpBase::OpBase;
+  ReduceScatterOp(BenchWorld& world, DataType type) : OutOfPlaceOp(world, type, world.size(), 1) {}
   const char* name() const override { return "reducescatter"; }
-  bool inplace() const override { return false; }
-  double BusFactor(int n) const override { return (n - 1.0) / n; }
-  size_t RoundBytes(size_t requested) const override { return BlockElems(requested) * n_ * elem_; }
-  Status Prepare(size_t bytes) override {
-    block_ = BlockElems(bytes);
-    counts_.assign(n_, block_);
-    KV_ASSIGN_OR_RETURN(in_, Alloc(block_ * n_ * elem_));
-    KV_ASSIGN_OR_RETURN(out_, Alloc(block_ * elem_));
-    return OkStatus();
-  }
-  void FillForVerify() override {
-    for (int d = 0; d < n_; ++d) Fill(in_, d * block_, block_, (rank_ + 1) + d);
-    Fill(out_, 0, block_, 0);
-  }
-  Status Run() override {
-    ReduceScatterOptions o;
-    o.input = in_.data();
-    o.output = out_.data();
-    o.recv_counts = counts_;
-    o.type = type_;
-    o.op = ReduceOp::kSum;
-    return ReduceScatter(comm_, o);
-  }
-  CheckResult Check(bool inject_fault) override {
-    const double expect = n_ * (n_ + 1) / 2.0 + static_cast<double>(n_) * rank_;
-    if (inject_fault) Corrupt(out_, block_ - 1, expect);
-    CheckResult r;
-    CheckRange(out_, 0, block_, expect, &r);
-    return r;
-  }
-  void Release() override {
-    in_ = AlignedBuffer();
-    out_ = AlignedBuffer();
-  }
 
  private:
-  size_t block_ = 0;
-  std::vector<size_t> counts_;
-  AlignedBuffer in_, out_;
+  void FillInput(std::byte* in) const override {
+    for (int d = 0; d < n_; ++d) Fill(in, d * block_, block_, (rank_ + 1) + d);
+  }
+  StatusOr<std::span<const std::byte>> RunOp(BenchBuffer& in, BenchBuffer* out) override {
+    return world_.ReduceScatter(in, out, block_, type_);
+  }
+  double Expected(int) const override {
+    return n_ * (n_ + 1) / 2.0 + static_cast<double>(n_) * rank_;
+  }
 };
 
 }  // namespace
 
-std::unique_ptr<BenchOp> MakeBenchOp(BenchOpKind kind, Communicator& comm, DataType type,
+std::unique_ptr<BenchOp> MakeBenchOp(BenchOpKind kind, BenchWorld& world, DataType type,
                                      AllreduceAlgorithm algo) {
   switch (kind) {
     case BenchOpKind::kAllreduce:
-      return std::make_unique<AllreduceOp>(comm, type, algo);
+      return std::make_unique<AllreduceOp>(world, type, algo);
     case BenchOpKind::kAllgather:
-      return std::make_unique<AllgatherOp>(comm, type);
+      return std::make_unique<AllgatherOp>(world, type);
     case BenchOpKind::kBroadcast:
-      return std::make_unique<BroadcastOp>(comm, type);
+      return std::make_unique<BroadcastOp>(world, type);
     case BenchOpKind::kAlltoall:
-      return std::make_unique<AlltoallOp>(comm, type);
+      return std::make_unique<AlltoallOp>(world, type);
     case BenchOpKind::kReduceScatter:
-      return std::make_unique<ReduceScatterOp>(comm, type);
+      return std::make_unique<ReduceScatterOp>(world, type);
   }
   return nullptr;
 }

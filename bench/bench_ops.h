@@ -1,40 +1,18 @@
 // The collectives korovod-bench measures, behind one interface so the measurement protocol
-// (protocol.h) is written once. Each op owns its buffers, knows its nccl-tests byte convention
-// and bus-bandwidth factor, and checks its own result.
+// (protocol.h) is written once. Each op owns its buffers (allocated by the world it runs on),
+// knows its nccl-tests byte convention and bus-bandwidth factor, and checks its own result.
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
-#include <cstdlib>
 #include <memory>
-#include <vector>
 
 #include "bench/bench_options.h"
+#include "bench/bench_world.h"
 #include "runtime/collectives/collectives.h"
 #include "runtime/common/data_type.h"
 #include "runtime/common/status.h"
-#include "runtime/world/communicator.h"
 
 namespace korovod::bench {
-
-// Page-aligned, zero-filled heap buffer. Zeroing is the first touch (the peers memset too), so
-// page faults are paid in Prepare and never inside a timed operation.
-class AlignedBuffer {
- public:
-  AlignedBuffer() = default;
-  static StatusOr<AlignedBuffer> Allocate(size_t bytes);
-
-  std::byte* data() { return data_.get(); }
-  const std::byte* data() const { return data_.get(); }
-  size_t size() const { return size_; }
-
- private:
-  struct FreeDeleter {
-    void operator()(std::byte* p) const { std::free(p); }
-  };
-  std::unique_ptr<std::byte, FreeDeleter> data_;
-  size_t size_ = 0;
-};
 
 // Outcome of checking one result buffer against the expected pattern.
 struct CheckResult {
@@ -68,7 +46,7 @@ class BenchOp {
   virtual void Release() = 0;
 };
 
-std::unique_ptr<BenchOp> MakeBenchOp(BenchOpKind kind, Communicator& comm, DataType type,
+std::unique_ptr<BenchOp> MakeBenchOp(BenchOpKind kind, BenchWorld& world, DataType type,
                                      AllreduceAlgorithm algo);
 
 // Largest value any verification pattern of `kind` reaches with n ranks; the element type must

@@ -1,5 +1,6 @@
 #include "bench/bench_options.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
@@ -27,20 +28,6 @@ constexpr int kMaxRanks = 256;
 std::string Lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-std::vector<std::string_view> SplitCsv(std::string_view csv) {
-  std::vector<std::string_view> out;
-  size_t pos = 0;
-  while (pos <= csv.size()) {
-    size_t comma = csv.find(',', pos);
-    std::string_view tok =
-        csv.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
-    if (!tok.empty()) out.push_back(tok);
-    if (comma == std::string_view::npos) break;
-    pos = comma + 1;
-  }
   return out;
 }
 
@@ -110,6 +97,22 @@ const char* BenchOpName(BenchOpKind op) {
   }
   return "unknown";
 }
+
+std::vector<std::string_view> SplitCsv(std::string_view csv) {
+  std::vector<std::string_view> out;
+  size_t pos = 0;
+  while (pos <= csv.size()) {
+    size_t comma = csv.find(',', pos);
+    std::string_view tok =
+        csv.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    if (!tok.empty()) out.push_back(tok);
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+const char* BenchViaName(BenchVia via) { return via == BenchVia::kSidecar ? "sidecar" : "inproc"; }
 
 const char* TransportFlagName(TransportKind t) {
   switch (t) {
@@ -194,6 +197,10 @@ flags:
   --sizes LIST        message sizes in bytes, suffixes K/M/G (binary), e.g. 4,4M,64M
                       (default $SIZES, else 4,64,1K,16K,256K,4M,64M; crossover 4..4M by x2)
   --transport LIST    shm | tcp, or a comma list (default shm; crossover shm,tcp)
+  --via LIST          inproc | sidecar, or a comma list (default inproc): sidecar runs every
+                      rank's ops through its own korovod-sidecar process with the C++ client,
+                      tensors in the shared-memory arena; rows say e.g. "shm+sidecar"
+  --sidecar-binary P  korovod-sidecar for --via sidecar (default: next to korovod-bench)
   --target-time S     seconds of timed loop per size (default $TARGET_TIME, else 0.7;
                       crossover 0.2)
   --algo A            allreduce algorithm: auto | ring | rd (recursive doubling); default auto
@@ -224,6 +231,7 @@ std::optional<BenchOptions> ParseArgs(int argc, char** argv, UsageError* error, 
   }
 
   BenchOptions o;
+  o.vias = {BenchVia::kInproc};
   if (first == "crossover") {
     o.crossover = true;
   } else if (auto op = ParseOp(first)) {
@@ -276,7 +284,7 @@ std::optional<BenchOptions> ParseArgs(int argc, char** argv, UsageError* error, 
     }
     if (a != "--ranks" && a != "--sizes" && a != "--transport" && a != "--target-time" &&
         a != "--algo" && a != "--dtype" && a != "--min-iters" && a != "--max-iters" &&
-        a != "--timeout") {
+        a != "--timeout" && a != "--via" && a != "--sidecar-binary") {
       return fail("unknown flag '" + std::string(a) + "'");
     }
     if (!need_value()) return fail("missing value for " + std::string(a));
@@ -297,17 +305,22 @@ std::optional<BenchOptions> ParseArgs(int argc, char** argv, UsageError* error, 
       if (!parsed) return fail("bad size '" + bad + "' in --sizes (e.g. 4,64,1K,4M,64M)");
       o.sizes = *parsed;
     } else if (a == "--transport") {
-      o.transports.clear();
-      for (std::string_view tok : SplitCsv(value)) {
-        if (tok == "shm") {
-          o.transports.push_back(TransportKind::kShm);
-        } else if (tok == "tcp") {
-          o.transports.push_back(TransportKind::kTcp);
-        } else {
-          return fail("bad transport '" + std::string(tok) + "' (shm or tcp)");
-        }
+      auto t = ParseChoiceList<TransportKind>(
+          value, {{"shm", TransportKind::kShm}, {"tcp", TransportKind::kTcp}}, &bad);
+      if (!t) {
+        return fail(bad.empty() ? "--transport is empty"
+                                : "bad transport '" + bad + "' (shm or tcp)");
       }
-      if (o.transports.empty()) return fail("--transport is empty");
+      o.transports = *t;
+    } else if (a == "--via") {
+      auto v = ParseChoiceList<BenchVia>(
+          value, {{"inproc", BenchVia::kInproc}, {"sidecar", BenchVia::kSidecar}}, &bad);
+      if (!v) {
+        return fail(bad.empty() ? "--via is empty" : "bad --via '" + bad + "' (inproc or sidecar)");
+      }
+      o.vias = *v;
+    } else if (a == "--sidecar-binary") {
+      o.sidecar_binary = std::string(value);
     } else if (a == "--target-time" || a == "--timeout") {
       auto s = ParseSeconds(value);
       if (!s) return fail("bad " + std::string(a) + " '" + std::string(value) + "' (seconds > 0)");
@@ -340,6 +353,15 @@ std::optional<BenchOptions> ParseArgs(int argc, char** argv, UsageError* error, 
   if (o.min_iters > o.max_iters) return fail("--min-iters is larger than --max-iters");
   if (o.algo_given && (o.crossover || o.op != BenchOpKind::kAllreduce)) {
     return fail("--algo applies to allreduce only");
+  }
+  const bool sidecar = std::find(o.vias.begin(), o.vias.end(), BenchVia::kSidecar) != o.vias.end();
+  if (sidecar && o.crossover) {
+    return fail("crossover compares the runtime's algorithms in process; it has no --via sidecar");
+  }
+  if (sidecar && o.algo != AllreduceAlgorithm::kAuto) {
+    return fail("--algo " + std::string(AlgoFlagName(o.algo)) +
+                " cannot apply through a sidecar (its engine picks the algorithm); use --via "
+                "inproc");
   }
   if (o.crossover && o.dtype != DataType::kFloat32) {
     return fail("crossover measures float32 only (the default the runtime threshold is for)");

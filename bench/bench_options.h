@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstddef>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "runtime/collectives/collectives.h"
@@ -18,6 +20,12 @@ enum class BenchOpKind { kAllreduce, kAllgather, kBroadcast, kAlltoall, kReduceS
 
 const char* BenchOpName(BenchOpKind op);
 
+// Where a rank's collectives run: in its own process on a Communicator, or through its own
+// korovod-sidecar with the C++ client (the rows' transport then reads "shm+sidecar").
+enum class BenchVia { kInproc, kSidecar };
+
+const char* BenchViaName(BenchVia via);  // "inproc", "sidecar"
+
 struct BenchOptions {
   // Crossover mode: allreduce with recursive doubling and ring measured side by side per size.
   bool crossover = false;
@@ -25,6 +33,9 @@ struct BenchOptions {
   std::vector<int> ranks;
   std::vector<size_t> sizes;  // bytes as requested; ops may round (see RoundBytes)
   std::vector<TransportKind> transports;
+  std::vector<BenchVia> vias;  // default: in process only
+  // --via sidecar: the korovod-sidecar binary; empty: the one next to korovod-bench.
+  std::string sidecar_binary;
   double target_s = 0.7;  // same default as the peers (bench_common.h)
   int min_iters = 5;
   int max_iters = 200000;
@@ -50,6 +61,30 @@ std::string UsageText();
 // "4", "64", "1K", "16KiB", "4M", "64MiB", "1G" -> bytes (binary units, like bench_common.h).
 std::optional<size_t> ParseSize(std::string_view text);
 std::optional<std::vector<size_t>> ParseSizeList(std::string_view csv, std::string* bad_token);
+
+// "a,b,,c" -> {"a", "b", "c"}: empty tokens are dropped.
+std::vector<std::string_view> SplitCsv(std::string_view csv);
+
+// A comma list of names from `choices` ("shm,tcp") -> their values, in the list's order; nullopt
+// for an unknown name (left in *bad_token) or an empty list (*bad_token empty).
+template <typename E>
+std::optional<std::vector<E>> ParseChoiceList(
+    std::string_view csv, std::initializer_list<std::pair<std::string_view, E>> choices,
+    std::string* bad_token) {
+  std::vector<E> out;
+  bad_token->clear();
+  for (std::string_view tok : SplitCsv(csv)) {
+    const auto* c = choices.begin();
+    while (c != choices.end() && c->first != tok) ++c;
+    if (c == choices.end()) {
+      *bad_token = std::string(tok);
+      return std::nullopt;
+    }
+    out.push_back(c->second);
+  }
+  if (out.empty()) return std::nullopt;
+  return out;
+}
 
 const char* TransportFlagName(TransportKind t);  // "shm", "tcp"
 const char* AlgoFlagName(AllreduceAlgorithm a);  // "auto", "ring", "rd"

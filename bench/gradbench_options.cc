@@ -16,18 +16,6 @@
 namespace korovod::bench {
 namespace {
 
-std::vector<std::string_view> Split(std::string_view csv) {
-  std::vector<std::string_view> out;
-  while (!csv.empty()) {
-    const size_t comma = csv.find(',');
-    std::string_view tok = csv.substr(0, comma);
-    if (!tok.empty()) out.push_back(tok);
-    if (comma == std::string_view::npos) break;
-    csv.remove_prefix(comma + 1);
-  }
-  return out;
-}
-
 std::optional<double> ParseDouble(std::string_view text, double min) {
   std::string s(text);
   char* end = nullptr;
@@ -192,38 +180,26 @@ std::optional<GradBenchOptions> ParseGradBenchArgs(int argc, char** argv,
     };
     if (a == "--models" || a == "--model") {
       o.models.clear();
-      for (std::string_view tok : Split(v)) {
+      for (std::string_view tok : SplitCsv(v)) {
         auto m = ParseResNet(tok);
         if (!m) return bad("resnet50, resnet101");
         o.models.push_back(*m);
       }
       if (o.models.empty()) return bad("resnet50, resnet101");
     } else if (a == "--transport" || a == "--transports") {
-      o.transports.clear();
-      for (std::string_view tok : Split(v)) {
-        if (tok == "tcp") {
-          o.transports.push_back(TransportKind::kTcp);
-        } else if (tok == "shm") {
-          o.transports.push_back(TransportKind::kShm);
-        } else {
-          return bad("tcp, shm");
-        }
-      }
-      if (o.transports.empty()) return bad("tcp, shm");
+      std::string token;
+      auto t = ParseChoiceList<TransportKind>(
+          v, {{"tcp", TransportKind::kTcp}, {"shm", TransportKind::kShm}}, &token);
+      if (!t) return bad("tcp, shm");
+      o.transports = *t;
     } else if (a == "--modes" || a == "--mode") {
-      o.modes.clear();
-      for (std::string_view tok : Split(v)) {
-        if (tok == "off") {
-          o.modes.push_back(FusionMode::kOff);
-        } else if (tok == "on") {
-          o.modes.push_back(FusionMode::kOn);
-        } else if (tok == "autotune") {
-          o.modes.push_back(FusionMode::kAutotune);
-        } else {
-          return bad("off, on, autotune");
-        }
-      }
-      if (o.modes.empty()) return bad("off, on, autotune");
+      std::string token;
+      auto m = ParseChoiceList<FusionMode>(
+          v,
+          {{"off", FusionMode::kOff}, {"on", FusionMode::kOn}, {"autotune", FusionMode::kAutotune}},
+          &token);
+      if (!m) return bad("off, on, autotune");
+      o.modes = *m;
     } else if (a == "--ranks") {
       if (!count(2, &o.ranks) || o.ranks > 64) return bad("2..64");
     } else if (a == "--warmup") {
@@ -232,7 +208,7 @@ std::optional<GradBenchOptions> ParseGradBenchArgs(int argc, char** argv,
       if (!count(1, &o.steps)) return bad("integer >= 1");
     } else if (a == "--compute-gap-us") {
       o.gaps_us.clear();
-      for (std::string_view tok : Split(v)) {
+      for (std::string_view tok : SplitCsv(v)) {
         auto g = ParseDouble(tok, 0);
         if (!g) return bad("microseconds >= 0, comma list");
         o.gaps_us.push_back(*g);

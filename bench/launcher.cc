@@ -81,17 +81,19 @@ bool ListenLoopback(UniqueFd* out, uint16_t* port, std::string* error) {
 }
 
 // SIGCHLD stays blocked while the children run so the parent can sleep in sigtimedwait() until
-// one exits or the deadline passes, instead of polling. Restored on every return path.
-class ScopedBlockSigchld {
+// one exits or the deadline passes, instead of polling. SIGINT, SIGTERM and SIGHUP are taken the
+// same way, so an interrupted parent kills its ranks (and its caller its sidecars and their
+// files) before it goes. Restored on every return path.
+class ScopedBlockSignals {
  public:
-  ScopedBlockSigchld() {
+  ScopedBlockSignals() {
     sigemptyset(&set_);
-    sigaddset(&set_, SIGCHLD);
+    for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&set_, sig);
     sigprocmask(SIG_BLOCK, &set_, &old_);
   }
-  ~ScopedBlockSigchld() { sigprocmask(SIG_SETMASK, &old_, nullptr); }
-  ScopedBlockSigchld(const ScopedBlockSigchld&) = delete;
-  ScopedBlockSigchld& operator=(const ScopedBlockSigchld&) = delete;
+  ~ScopedBlockSignals() { sigprocmask(SIG_SETMASK, &old_, nullptr); }
+  ScopedBlockSignals(const ScopedBlockSignals&) = delete;
+  ScopedBlockSignals& operator=(const ScopedBlockSignals&) = delete;
 
   const sigset_t& set() const { return set_; }
   const sigset_t& old() const { return old_; }
@@ -207,7 +209,7 @@ class Children {
 
 }  // namespace
 
-LaunchOutcome LaunchRanks(int n, double timeout_s, const RankBody& body) {
+LaunchOutcome LaunchRanks(int n, double timeout_s, const RankBody& body, const LaunchWatch& watch) {
   std::vector<UniqueFd> fds(n);
   std::vector<PeerAddress> peers(n);
   for (int r = 0; r < n; ++r) {
@@ -219,7 +221,7 @@ LaunchOutcome LaunchRanks(int n, double timeout_s, const RankBody& body) {
     peers[r].host = "127.0.0.1";
   }
 
-  ScopedBlockSigchld block;
+  ScopedBlockSignals block;
   // Buffered output would otherwise be written once by the parent and once by every child.
   std::fflush(nullptr);
   const pid_t parent = getpid();
@@ -250,9 +252,12 @@ LaunchOutcome LaunchRanks(int n, double timeout_s, const RankBody& body) {
       }
       failures += (failures.empty() ? "" : "; ") + DescribeStatus(rank, status);
     }
-    if (!failures.empty()) {
+    const std::string watched = watch ? watch() : std::string();
+    if (!failures.empty() || !watched.empty()) {
       children.KillAll();
-      return {kExitRankFailed, failures + " (remaining ranks killed)"};
+      if (!failures.empty()) failures += " (remaining ranks killed)";
+      if (!watched.empty()) failures += (failures.empty() ? "" : "; ") + watched;
+      return {kExitRankFailed, failures};
     }
     if (children.running() == 0) break;
 
@@ -272,7 +277,12 @@ LaunchOutcome LaunchRanks(int n, double timeout_s, const RankBody& body) {
     const auto left = std::min<Clock::duration>(deadline - now, std::chrono::seconds(1));
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
     timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
-    sigtimedwait(&block.set(), nullptr, &ts);
+    const int sig = sigtimedwait(&block.set(), nullptr, &ts);
+    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+      children.KillAll();
+      return {kExitRankFailed,
+              std::string("interrupted by SIG") + sigabbrev_np(sig) + "; all ranks killed", sig};
+    }
   }
   return {verify_failed ? kExitVerifyFailed : kExitOk, ""};
 }

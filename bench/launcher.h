@@ -26,6 +26,9 @@ struct LaunchOutcome {
   // (and nothing worse); kExitRankFailed: a rank crashed, failed or hung, see message.
   int exit_code = kExitOk;
   std::string message;  // names the rank(s), e.g. "rank 2 exited with status 1"
+  // SIGINT, SIGTERM or SIGHUP that interrupted the launch (ranks killed), else 0: the caller
+  // cleans up and then dies by it.
+  int signal = 0;
 };
 
 // Runs body(rank, listen_fd, peers) in N children; the child's exit status is body's return
@@ -33,7 +36,12 @@ struct LaunchOutcome {
 // If a child exits with another status than 0 or 3, or the ranks are not all done within
 // timeout_s, every remaining child is killed (SIGKILL: a hung rank ignores politer signals while
 // blocked in a collective) and reaped before this returns.
+// `watch`, when given, is asked whenever the parent wakes (a child ended, or once a second): a
+// non-empty answer names something else the ranks depend on that has failed (a rank's sidecar),
+// and ends the launch like a failed rank.
 using RankBody = std::function<int(int rank, int listen_fd, const std::vector<PeerAddress>& peers)>;
-LaunchOutcome LaunchRanks(int n, double timeout_s, const RankBody& body);
+using LaunchWatch = std::function<std::string()>;
+LaunchOutcome LaunchRanks(int n, double timeout_s, const RankBody& body,
+                          const LaunchWatch& watch = {});
 
 }  // namespace korovod::bench

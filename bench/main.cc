@@ -1,7 +1,11 @@
 // korovod-bench: measures korovod's collectives with the peers' protocol and JSON schema, on
-// ranks it forks itself on this host (see bench/README.md).
+// ranks it forks itself on this host, in process or through sidecars (see bench/README.md).
+#include <limits.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -13,10 +17,14 @@
 
 #include "bench/bench_ops.h"
 #include "bench/bench_options.h"
+#include "bench/inproc_world.h"
 #include "bench/launcher.h"
 #include "bench/protocol.h"
+#include "bench/sidecar_job.h"
+#include "bench/sidecar_world.h"
 #include "runtime/world/communicator.h"
 #include "runtime/world/world.h"
+#include "sidecar/client/client.h"
 
 namespace korovod::bench {
 namespace {
@@ -26,16 +34,16 @@ void RankError(int rank, const Status& s) {
   std::fprintf(stderr, "[korovod-bench rank %d] %s\n", rank, s.ToString().c_str());
 }
 
-RowLabels LabelsFor(const Communicator& comm, const BenchOp& op, const BenchOptions& o,
+RowLabels LabelsFor(const BenchWorld& world, const BenchOp& op, const BenchOptions& o,
                     AllreduceAlgorithm algo) {
   RowLabels l;
-  l.transport = comm.transport_name();
-  l.ranks = comm.size();
+  l.transport = world.transport_label();
+  l.ranks = world.size();
   // Only allreduce has a choice of algorithm; the other ops have one each in the runtime.
   l.algo = o.crossover || o.op == BenchOpKind::kAllreduce ? AlgoFlagName(algo) : "default";
   l.op = op.name();
   l.dtype = DataTypeName(o.dtype);
-  l.bus_factor = op.BusFactor(comm.size());
+  l.bus_factor = op.BusFactor(world.size());
   l.inplace = op.inplace();
   l.loop = o.loop;
   return l;
@@ -131,21 +139,8 @@ void ReportCrossover(const std::string& transport, int n,
 }
 
 // One rank's whole run for one world (all sizes). Returns the rank's exit status.
-int RunRank(const BenchOptions& o, TransportKind transport, const std::string& job_key, int rank,
-            int listen_fd, const std::vector<PeerAddress>& peers) {
-  WorldOptions w;
-  w.rank = rank;
-  w.peers = peers;
-  w.listen_fd = listen_fd;
-  w.job_key = job_key;
-  w.transport = transport;
-  auto comm_or = Communicator::Create(w);
-  if (!comm_or.ok()) {
-    RankError(rank, comm_or.status().WithContext("creating the communicator"));
-    return kExitRankFailed;
-  }
-  Communicator& comm = *comm_or.value();
-
+int RunWorld(BenchWorld& world, const BenchOptions& o) {
+  const int rank = world.rank();
   ProtocolOptions p;
   p.target_s = o.target_s;
   p.min_iters = o.min_iters;
@@ -157,9 +152,9 @@ int RunRank(const BenchOptions& o, TransportKind transport, const std::string& j
   int failures = 0;
   const bool root = rank == 0;
   if (o.crossover) {
-    auto rd =
-        MakeBenchOp(BenchOpKind::kAllreduce, comm, o.dtype, AllreduceAlgorithm::kRecursiveDoubling);
-    auto ring = MakeBenchOp(BenchOpKind::kAllreduce, comm, o.dtype, AllreduceAlgorithm::kRing);
+    auto rd = MakeBenchOp(BenchOpKind::kAllreduce, world, o.dtype,
+                          AllreduceAlgorithm::kRecursiveDoubling);
+    auto ring = MakeBenchOp(BenchOpKind::kAllreduce, world, o.dtype, AllreduceAlgorithm::kRing);
     std::vector<CrossoverPoint> points;
     for (size_t bytes : o.sizes) {
       // Interleaved per size, so slow drift of the machine hits both algorithms alike.
@@ -168,23 +163,23 @@ int RunRank(const BenchOptions& o, TransportKind transport, const std::string& j
       for (auto [op, m, algo] :
            {std::tuple{rd.get(), &pt.rd, AllreduceAlgorithm::kRecursiveDoubling},
             std::tuple{ring.get(), &pt.ring, AllreduceAlgorithm::kRing}}) {
-        if (Status s = MeasureSize(comm, *op, bytes, p, m); !s.ok()) {
+        if (Status s = MeasureSize(world, *op, bytes, p, m); !s.ok()) {
           RankError(rank, s);
           return kExitRankFailed;
         }
         if (!m->verified) ++failures;
-        if (root) PrintRow(FormatRow(LabelsFor(comm, *op, o, algo), *m));
+        if (root) PrintRow(FormatRow(LabelsFor(world, *op, o, algo), *m));
       }
       points.push_back(pt);
     }
-    if (root) ReportCrossover(comm.transport_name(), comm.size(), points);
+    if (root) ReportCrossover(world.transport_label(), world.size(), points);
   } else {
-    auto op = MakeBenchOp(o.op, comm, o.dtype, o.algo);
-    const RowLabels labels = LabelsFor(comm, *op, o, o.algo);
+    auto op = MakeBenchOp(o.op, world, o.dtype, o.algo);
+    const RowLabels labels = LabelsFor(world, *op, o, o.algo);
     if (root && o.table) PrintTableHeader(labels);
     for (size_t requested : o.sizes) {
       Measurement m;
-      if (Status s = MeasureSize(comm, *op, op->RoundBytes(requested), p, &m); !s.ok()) {
+      if (Status s = MeasureSize(world, *op, op->RoundBytes(requested), p, &m); !s.ok()) {
         RankError(rank, s);
         return kExitRankFailed;
       }
@@ -193,11 +188,44 @@ int RunRank(const BenchOptions& o, TransportKind transport, const std::string& j
     }
   }
   // Nobody tears down its connections while a peer may still be finishing the last collective.
-  if (Status s = Barrier(comm); !s.ok()) {
+  if (Status s = world.Barrier(); !s.ok()) {
     RankError(rank, s.WithContext("final barrier"));
     return kExitRankFailed;
   }
   return failures != 0 ? kExitVerifyFailed : kExitOk;
+}
+
+int RunInprocRank(const BenchOptions& o, TransportKind transport, const std::string& job_key,
+                  int rank, int listen_fd, const std::vector<PeerAddress>& peers) {
+  WorldOptions w;
+  w.rank = rank;
+  w.peers = peers;
+  w.listen_fd = listen_fd;
+  w.job_key = job_key;
+  w.transport = transport;
+  auto comm_or = Communicator::Create(w);
+  if (!comm_or.ok()) {
+    RankError(rank, comm_or.status().WithContext("creating the communicator"));
+    return kExitRankFailed;
+  }
+  InprocWorld world(*comm_or.value());
+  return RunWorld(world, o);
+}
+
+// A trainer's view: only the sidecar's socket, as korovodrun gives it in KOROVOD_SOCKET.
+int RunSidecarRank(const BenchOptions& o, TransportKind transport, const std::string& socket,
+                   int rank) {
+  constexpr auto kConnectTimeout = std::chrono::seconds(30);
+  // Like WorldOptions::op_timeout: a wait that outlives it names the op instead of hanging
+  // until korovod-bench's --timeout.
+  constexpr auto kOpTimeout = std::chrono::seconds(60);
+  auto client = sidecar::Client::Connect(socket, kConnectTimeout, "korovod-bench");
+  if (!client.ok()) {
+    RankError(rank, client.status().WithContext("connecting to its sidecar"));
+    return kExitRankFailed;
+  }
+  SidecarWorld world(std::move(*client), TransportFlagName(transport), kOpTimeout);
+  return RunWorld(world, o);
 }
 
 // Per-launch job key: every connection authenticates, so a stray process dialling our
@@ -221,6 +249,62 @@ double DefaultTimeout(const BenchOptions& o) {
   return 60.0 + per_size * static_cast<double>(o.sizes.size()) * (o.crossover ? 2 : 1);
 }
 
+LaunchOutcome LaunchInproc(const BenchOptions& o, TransportKind transport, int n, double timeout) {
+  const std::string key = RandomJobKey();
+  return LaunchRanks(n, timeout,
+                     [&](int rank, int listen_fd, const std::vector<PeerAddress>& peers) {
+                       return RunInprocRank(o, transport, key, rank, listen_fd, peers);
+                     });
+}
+
+// korovod-sidecar in korovod-bench's own directory (both are built into the same bin/).
+std::string SiblingSidecar() {
+  char self[PATH_MAX + 1] = {};
+  const ssize_t len = ::readlink("/proc/self/exe", self, PATH_MAX);
+  if (len <= 0) return "korovod-sidecar";
+  const std::string path(self, static_cast<size_t>(len));
+  return path.substr(0, path.rfind('/') + 1) + "korovod-sidecar";
+}
+
+// Arena heaps big enough for the largest op (its input in the client heap, an out-of-place
+// output in the result heap) plus the protocol's per-iteration times (max-reduced as doubles).
+int ArenaHeapMiB(const BenchOptions& o) {
+  constexpr size_t kMiB = size_t{1} << 20;
+  const size_t largest = *std::max_element(o.sizes.begin(), o.sizes.end());
+  const size_t times = static_cast<size_t>(o.max_iters) * sizeof(double);
+  return static_cast<int>((largest + kMiB - 1) / kMiB + (times + kMiB - 1) / kMiB + 4);
+}
+
+LaunchOutcome LaunchThroughSidecars(const BenchOptions& o, const std::string& binary,
+                                    TransportKind transport, int n, double timeout) {
+  SidecarJobOptions so;
+  so.binary = binary;
+  so.ranks = n;
+  so.transport = transport;
+  so.arena_heap_mib = ArenaHeapMiB(o);
+  auto job = SidecarJob::Start(so);
+  if (!job.ok()) return {kExitRankFailed, job.status().message()};
+  SidecarJob& sidecars = **job;
+  LaunchOutcome out = LaunchRanks(
+      n, timeout,
+      [&](int rank, int listen_fd, const std::vector<PeerAddress>&) {
+        ::close(listen_fd);  // the sidecars hold the world's connections, not the ranks
+        return RunSidecarRank(o, transport, sidecars.socket(rank), rank);
+      },
+      [&] { return sidecars.Failures(); });
+  if (out.exit_code == kExitRankFailed) {
+    // A rank that failed because its sidecar died: say so, with the sidecar's log.
+    if (std::string dead = sidecars.Failures();
+        !dead.empty() && out.message.find(dead) == std::string::npos) {
+      out.message += "; " + dead;
+    }
+    return out;  // ~SidecarJob kills the sidecars and removes their files
+  }
+  constexpr double kGraceS = 10;
+  if (Status s = sidecars.Stop(kGraceS); !s.ok()) return {kExitRankFailed, s.message()};
+  return out;
+}
+
 int Main(int argc, char** argv) {
   // An inherited SIG_IGN would make the kernel reap our ranks itself and hide their status.
   signal(SIGCHLD, SIG_DFL);
@@ -237,22 +321,42 @@ int Main(int argc, char** argv) {
     return kExitUsage;
   }
   const BenchOptions& o = *parsed;
+  std::string sidecar_binary;
+  if (std::find(o.vias.begin(), o.vias.end(), BenchVia::kSidecar) != o.vias.end()) {
+    sidecar_binary = o.sidecar_binary.empty() ? SiblingSidecar() : o.sidecar_binary;
+    if (::access(sidecar_binary.c_str(), X_OK) != 0) {
+      std::fprintf(stderr,
+                   "korovod-bench: --via sidecar: no executable korovod-sidecar at %s (build the "
+                   "korovod-sidecar target, or pass --sidecar-binary PATH)\n",
+                   sidecar_binary.c_str());
+      return kExitUsage;
+    }
+  }
   const double timeout = o.timeout_s > 0 ? o.timeout_s : DefaultTimeout(o);
   const char* what = o.crossover ? "crossover" : BenchOpName(o.op);
   bool verify_failed = false;
+  // Via innermost: the in-process and through-sidecar rows of one world are measured back to
+  // back, so drift of the machine hits both alike.
   for (TransportKind transport : o.transports) {
     for (int n : o.ranks) {
-      const std::string key = RandomJobKey();
-      LaunchOutcome out = LaunchRanks(
-          n, timeout, [&](int rank, int listen_fd, const std::vector<PeerAddress>& peers) {
-            return RunRank(o, transport, key, rank, listen_fd, peers);
-          });
-      if (out.exit_code == kExitRankFailed) {
-        std::fprintf(stderr, "korovod-bench: %s N=%d transport=%s failed: %s\n", what, n,
-                     TransportFlagName(transport), out.message.c_str());
-        return kExitRankFailed;
+      for (BenchVia via : o.vias) {
+        LaunchOutcome out = via == BenchVia::kInproc
+                                ? LaunchInproc(o, transport, n, timeout)
+                                : LaunchThroughSidecars(o, sidecar_binary, transport, n, timeout);
+        if (out.exit_code == kExitRankFailed) {
+          std::fprintf(stderr, "korovod-bench: %s N=%d transport=%s%s failed: %s\n", what, n,
+                       TransportFlagName(transport), via == BenchVia::kSidecar ? "+sidecar" : "",
+                       out.message.c_str());
+          if (out.signal != 0) {
+            // Everything of ours is gone by now; end the way the signal would have.
+            std::fflush(nullptr);
+            signal(out.signal, SIG_DFL);
+            raise(out.signal);
+          }
+          return kExitRankFailed;
+        }
+        if (out.exit_code == kExitVerifyFailed) verify_failed = true;
       }
-      if (out.exit_code == kExitVerifyFailed) verify_failed = true;
     }
   }
   if (verify_failed) {

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "bench/sample_stats.h"
-#include "runtime/collectives/collectives.h"
 
 #ifndef KOROVOD_VERSION
 #define KOROVOD_VERSION "unknown"
@@ -30,31 +29,25 @@ Status Annotate(Status s, const BenchOp& op, size_t bytes, const char* phase) {
                        phase + ")");
 }
 
-// In-place MAX over ranks, the peers' max_doubles(), on korovod's own allreduce.
-Status MaxDoubles(Communicator& comm, double* v, size_t n) {
-  AllreduceOptions o;
-  o.input = v;
-  o.output = v;
-  o.count = n;
-  o.type = DataType::kFloat64;
-  o.op = ReduceOp::kMax;
-  return Allreduce(comm, o).WithContext("max-reduce of " + std::to_string(n) + " doubles");
+// In-place MAX over ranks, the peers' max_doubles().
+Status MaxDoubles(BenchWorld& world, double* v, size_t n) {
+  return world.MaxDoubles(v, n).WithContext("max-reduce of " + std::to_string(n) + " doubles");
 }
 
-Status Verify(Communicator& comm, BenchOp& op, size_t bytes, const ProtocolOptions& opts,
+Status Verify(BenchWorld& world, BenchOp& op, size_t bytes, const ProtocolOptions& opts,
               const char* phase, bool* ok) {
   op.FillForVerify();
   KV_RETURN_IF_ERROR(Annotate(op.Run(), op, bytes, phase));
-  const CheckResult r = op.Check(opts.inject_fault && comm.rank() == 0);
+  const CheckResult r = op.Check(opts.inject_fault && world.rank() == 0);
   if (r.bad != 0) {
     std::fprintf(stderr,
                  "[korovod rank %d] VERIFY FAILED (%s) %s bytes=%zu: %zu/%zu wrong, e.g. [%zu]=%g "
                  "expected %g\n",
-                 comm.rank(), phase, op.name(), bytes, r.bad, r.checked, r.first_bad, r.got,
+                 world.rank(), phase, op.name(), bytes, r.bad, r.checked, r.first_bad, r.got,
                  r.expected);
   }
   double flag = r.bad != 0 ? 1.0 : 0.0;
-  KV_RETURN_IF_ERROR(MaxDoubles(comm, &flag, 1));
+  KV_RETURN_IF_ERROR(MaxDoubles(world, &flag, 1));
   *ok = flag == 0.0;
   return OkStatus();
 }
@@ -82,14 +75,14 @@ void JsonNum(std::string& out, const char* key, double v, const char* fmt) {
 
 }  // namespace
 
-Status MeasureSize(Communicator& comm, BenchOp& op, size_t bytes, const ProtocolOptions& opts,
+Status MeasureSize(BenchWorld& world, BenchOp& op, size_t bytes, const ProtocolOptions& opts,
                    Measurement* m) {
   *m = Measurement();
   m->bytes = bytes;
   KV_RETURN_IF_ERROR(op.Prepare(bytes));
 
   bool ok = false;
-  KV_RETURN_IF_ERROR(Verify(comm, op, bytes, opts, "pre", &ok));
+  KV_RETURN_IF_ERROR(Verify(world, op, bytes, opts, "pre", &ok));
 
   // Estimate: t_est = one op, t_it = one barrier-aligned iteration, both max over ranks.
   double est[2] = {0, 0};
@@ -97,14 +90,14 @@ Status MeasureSize(Communicator& comm, BenchOp& op, size_t bytes, const Protocol
     constexpr int kEstimateOps = 3;
     const double t_start = NowS();
     for (int i = 0; i < kEstimateOps; ++i) {
-      KV_RETURN_IF_ERROR(Barrier(comm).WithContext("barrier (estimate)"));
+      KV_RETURN_IF_ERROR(world.Barrier().WithContext("barrier (estimate)"));
       const double t0 = NowS();
       KV_RETURN_IF_ERROR(Annotate(op.Run(), op, bytes, "estimate"));
       est[0] += NowS() - t0;
     }
     est[0] /= kEstimateOps;
     est[1] = (NowS() - t_start) / kEstimateOps;
-    KV_RETURN_IF_ERROR(MaxDoubles(comm, est, 2));
+    KV_RETURN_IF_ERROR(MaxDoubles(world, est, 2));
   }
   const double t_est = std::max(est[0], 1e-7);
   const double t_it = std::max(est[1], 1e-7);
@@ -115,19 +108,19 @@ Status MeasureSize(Communicator& comm, BenchOp& op, size_t bytes, const Protocol
                std::max(static_cast<double>(opts.min_iters), std::ceil(opts.target_s / t_it))));
 
   for (int i = 0; i < m->warmup; ++i) {
-    KV_RETURN_IF_ERROR(Barrier(comm).WithContext("barrier (warm-up)"));
+    KV_RETURN_IF_ERROR(world.Barrier().WithContext("barrier (warm-up)"));
     KV_RETURN_IF_ERROR(Annotate(op.Run(), op, bytes, "warm-up"));
   }
 
   std::vector<double> t(m->iters);
   for (int i = 0; i < m->iters; ++i) {
-    if (Status s = Barrier(comm); !s.ok()) return s.WithContext("barrier (timed)");
+    if (Status s = world.Barrier(); !s.ok()) return s.WithContext("barrier (timed)");
     const double t0 = NowS();
     if (Status s = op.Run(); !s.ok()) return Annotate(s, op, bytes, "timed");
     t[i] = NowS() - t0;
   }
   // Per-iteration slowest rank: an op is done when its last rank is done.
-  KV_RETURN_IF_ERROR(MaxDoubles(comm, t.data(), t.size()));
+  KV_RETURN_IF_ERROR(MaxDoubles(world, t.data(), t.size()));
   const SampleStats st = SampleStatsOf(std::move(t));
   m->median_s = st.median;
   m->min_s = st.min;
@@ -138,18 +131,18 @@ Status MeasureSize(Communicator& comm, BenchOp& op, size_t bytes, const Protocol
     m->loop_iters =
         static_cast<int>(std::min(static_cast<double>(opts.max_iters),
                                   std::max(3.0, std::ceil(0.3 * opts.target_s / t_est))));
-    KV_RETURN_IF_ERROR(Barrier(comm).WithContext("barrier (loop)"));
+    KV_RETURN_IF_ERROR(world.Barrier().WithContext("barrier (loop)"));
     const double t0 = NowS();
     for (int i = 0; i < m->loop_iters; ++i) {
       if (Status s = op.Run(); !s.ok()) return Annotate(s, op, bytes, "loop");
     }
     double t_loop = (NowS() - t0) / m->loop_iters;
-    KV_RETURN_IF_ERROR(MaxDoubles(comm, &t_loop, 1));
+    KV_RETURN_IF_ERROR(MaxDoubles(world, &t_loop, 1));
     m->loop_s = t_loop;
   }
 
   bool ok_post = false;
-  KV_RETURN_IF_ERROR(Verify(comm, op, bytes, opts, "post", &ok_post));
+  KV_RETURN_IF_ERROR(Verify(world, op, bytes, opts, "post", &ok_post));
   m->verified = ok && ok_post;
   op.Release();
   return OkStatus();

@@ -1,6 +1,7 @@
 // The peers' measurement protocol (/work/shared/bench/peers/README.md, bench_common.h),
-// re-implemented over korovod's own Barrier and Allreduce(kMax, float64) so that korovod rows
-// are comparable with the Open MPI / Gloo / torch rows in the same table:
+// re-implemented over the world's own Barrier and Allreduce(kMax, float64) (korovod in process,
+// or through its sidecar) so that korovod rows are comparable with the Open MPI / Gloo / torch
+// rows in the same table:
 //
 //   1. verify:   fill (rank+1 based), one op, full check, verdict MAX-reduced over ranks
 //   2. estimate: 3 barrier-aligned ops -> t_est per op, t_it per barrier+op (max over ranks)
@@ -16,8 +17,8 @@
 #include <string>
 
 #include "bench/bench_ops.h"
+#include "bench/bench_world.h"
 #include "runtime/common/status.h"
-#include "runtime/world/communicator.h"
 
 namespace korovod::bench {
 
@@ -40,7 +41,7 @@ struct Measurement {
 
 // Runs steps 1-6 for one message size (already rounded by op.RoundBytes). A collective error
 // (peer gone, timeout) is returned; a wrong result is not an error but verified == false.
-Status MeasureSize(Communicator& comm, BenchOp& op, size_t bytes, const ProtocolOptions& opts,
+Status MeasureSize(BenchWorld& world, BenchOp& op, size_t bytes, const ProtocolOptions& opts,
                    Measurement* m);
 
 // What a JSON row says besides the measurement.
