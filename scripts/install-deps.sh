@@ -32,7 +32,7 @@ SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
 
-PKGS=(g++ make cmake ninja-build pkg-config libgtest-dev libssl-dev nlohmann-json3-dev iproute2
+PKGS=(g++ make cmake ninja-build pkg-config libgtest-dev libssl-dev nlohmann-json3-dev libyaml-cpp-dev iproute2
       python3 python3-pip python3-venv
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libcpp-httplib-dev
       python3-grpcio python3-sklearn python3-numpy python3-torch pybind11-dev python3-pytest)

@@ -1,0 +1,156 @@
+// HorovodJob (korovod.dev/v1alpha1): the custom resource's C++ types and the constants its CRD
+// schema shares (defaults, enums, minimums). tests/operator/api_test.cc checks
+// crds/korovod.dev_horovodjobs.yaml against these constants so the two cannot drift.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace korovod::op {
+
+inline constexpr std::string_view kGroup = "korovod.dev";
+inline constexpr std::string_view kVersion = "v1alpha1";
+inline constexpr std::string_view kApiVersion = "korovod.dev/v1alpha1";
+inline constexpr std::string_view kKind = "HorovodJob";
+inline constexpr std::string_view kPlural = "horovodjobs";
+inline constexpr std::string_view kShortName = "hvdjob";
+
+// The trainer container in spec.template: the one with this name, or the only container.
+inline constexpr std::string_view kTrainerContainerName = "trainer";
+// The name the operator gives the injected sidecar; a template container may not take it.
+inline constexpr std::string_view kSidecarContainerName = "korovod-sidecar";
+
+// Defaults and bounds; the CRD schema carries the same numbers.
+inline constexpr int64_t kMinReplicas = 1;
+inline constexpr std::string_view kDefaultRdmaResourceName = "rdma/hca";
+inline constexpr int64_t kDefaultBackoffLimit = 3;
+inline constexpr bool kDefaultSuspend = false;
+inline constexpr int64_t kMinActiveDeadlineSeconds = 1;
+inline constexpr int64_t kMinGangMinAvailable = 1;
+
+enum class CleanPodPolicy { kRunning, kAll, kNone };
+inline constexpr std::array<std::string_view, 3> kCleanPodPolicyNames = {"Running", "All", "None"};
+inline constexpr CleanPodPolicy kDefaultCleanPodPolicy = CleanPodPolicy::kRunning;
+
+enum class GangProvider { kVolcano, kSchedulerPlugins };
+inline constexpr std::array<std::string_view, 2> kGangProviderNames = {"volcano",
+                                                                       "scheduler-plugins"};
+
+enum class JobPhase { kPending, kRunning, kRestarting, kSucceeded, kFailed, kSuspended };
+inline constexpr std::array<std::string_view, 6> kJobPhaseNames = {
+    "Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended"};
+
+enum class ConditionStatus { kTrue, kFalse, kUnknown };
+inline constexpr std::array<std::string_view, 3> kConditionStatusNames = {"True", "False",
+                                                                          "Unknown"};
+
+std::string_view Name(CleanPodPolicy v);
+std::string_view Name(GangProvider v);
+std::string_view Name(JobPhase v);
+std::string_view Name(ConditionStatus v);
+
+struct RdmaSpec {
+  std::string resource_name{kDefaultRdmaResourceName};
+  int64_t count = 0;  // devices of resource_name per worker; 0 = no RDMA
+};
+
+struct WorkerSpec {
+  int64_t gpus = 0;  // nvidia.com/gpu per worker
+  RdmaSpec rdma;
+};
+
+struct EngineSpec {
+  std::optional<int64_t> fusion_threshold_bytes;  // unset: the engine's default
+  std::optional<double> cycle_time_ms;            // unset: the engine's default
+  std::string timeline;                           // path of the Timeline file; empty = off
+};
+
+struct SidecarSpec {
+  std::string image;
+  nlohmann::json resources = nlohmann::json::object();  // core/v1 ResourceRequirements, as is
+  EngineSpec engine;
+};
+
+struct NetworkingSpec {
+  bool host_network = false;
+  std::string interface_name;  // empty: the engine picks
+};
+
+struct RunPolicy {
+  CleanPodPolicy clean_pod_policy = kDefaultCleanPodPolicy;
+  int64_t backoff_limit = kDefaultBackoffLimit;
+  std::optional<int64_t> active_deadline_seconds;
+  std::optional<int64_t> ttl_seconds_after_finished;
+  bool suspend = kDefaultSuspend;
+};
+
+struct GangSpec {
+  bool enabled = false;
+  std::optional<GangProvider> provider;
+  std::optional<int64_t> min_available;  // unset: replicas
+};
+
+struct SchedulingPolicy {
+  std::string scheduler_name;
+  std::string priority_class_name;
+  GangSpec gang;
+};
+
+struct HorovodJobSpec {
+  int64_t replicas = 0;
+  nlohmann::json pod_template = nlohmann::json::object();  // core/v1 PodTemplateSpec, as is
+  WorkerSpec worker;
+  SidecarSpec sidecar;
+  NetworkingSpec networking;
+  RunPolicy run_policy;
+  SchedulingPolicy scheduling_policy;
+};
+
+// metav1.Condition.
+struct Condition {
+  std::string type;
+  ConditionStatus status = ConditionStatus::kUnknown;
+  int64_t observed_generation = 0;
+  std::string last_transition_time;  // RFC 3339
+  std::string reason;
+  std::string message;
+};
+
+struct HorovodJobStatus {
+  std::optional<JobPhase> phase;
+  std::vector<Condition> conditions;
+  int64_t ready_workers = 0;
+  int64_t active_workers = 0;
+  int64_t succeeded_workers = 0;
+  int64_t failed_workers = 0;
+  int64_t restart_count = 0;
+  std::string start_time;       // RFC 3339; empty = unset
+  std::string completion_time;  // RFC 3339; empty = unset
+  int64_t observed_generation = 0;
+  int64_t epoch = 0;
+  std::string coordinator_address;
+};
+
+// The parts of metav1.ObjectMeta the operator reads.
+struct ObjectMeta {
+  std::string name;
+  std::string namespace_name;
+  std::string uid;
+  std::string resource_version;
+  int64_t generation = 0;
+  std::map<std::string, std::string> labels;
+};
+
+struct HorovodJob {
+  ObjectMeta metadata;
+  HorovodJobSpec spec;
+  HorovodJobStatus status;
+};
+
+}  // namespace korovod::op

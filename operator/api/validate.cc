@@ -1,0 +1,115 @@
+#include "operator/api/validate.h"
+
+#include <string>
+
+namespace korovod::op {
+namespace {
+
+constexpr size_t kMaxDnsLabel = 63;
+constexpr size_t kMaxInterfaceName = 15;  // IFNAMSIZ - 1
+
+Verdict Fail(std::string_view reason, std::string message) {
+  return Verdict{std::string(reason), std::move(message)};
+}
+
+const nlohmann::json* Containers(const HorovodJobSpec& spec) {
+  auto pod_spec = spec.pod_template.find("spec");
+  if (pod_spec == spec.pod_template.end() || !pod_spec->is_object()) return nullptr;
+  auto containers = pod_spec->find("containers");
+  if (containers == pod_spec->end() || !containers->is_array()) return nullptr;
+  return &*containers;
+}
+
+std::string ContainerName(const nlohmann::json& c) {
+  auto name = c.find("name");
+  return name != c.end() && name->is_string() ? name->get<std::string>() : std::string();
+}
+
+}  // namespace
+
+int TrainerContainerIndex(const HorovodJobSpec& spec) {
+  const nlohmann::json* containers = Containers(spec);
+  if (containers == nullptr || containers->empty()) return -1;
+  for (size_t i = 0; i < containers->size(); ++i) {
+    if (ContainerName((*containers)[i]) == kTrainerContainerName) return static_cast<int>(i);
+  }
+  return containers->size() == 1 ? 0 : -1;
+}
+
+Verdict Validate(std::string_view job_name, const HorovodJobSpec& spec) {
+  const std::string last_pod = std::string(job_name) + "-worker-" +
+                               std::to_string(spec.replicas > 0 ? spec.replicas - 1 : 0);
+  if (last_pod.size() > kMaxDnsLabel) {
+    return Fail(kReasonNameTooLong, "worker pod name \"" + last_pod + "\" is longer than " +
+                                        std::to_string(kMaxDnsLabel) +
+                                        " characters; shorten metadata.name");
+  }
+
+  const nlohmann::json* containers = Containers(spec);
+  if (TrainerContainerIndex(spec) < 0) {
+    return Fail(
+        kReasonTrainerContainerNotFound,
+        "spec.template.spec.containers has " + std::to_string(containers ? containers->size() : 0) +
+            " containers and none is named \"" + std::string(kTrainerContainerName) +
+            "\"; name the trainer container \"" + std::string(kTrainerContainerName) + "\"");
+  }
+  for (const char* list : {"containers", "initContainers"}) {
+    auto pod_spec = spec.pod_template.find("spec");
+    auto it = pod_spec->find(list);
+    if (it == pod_spec->end() || !it->is_array()) continue;
+    for (const auto& c : *it) {
+      if (ContainerName(c) == kSidecarContainerName) {
+        return Fail(kReasonReservedContainerName,
+                    "spec.template.spec." + std::string(list) + " has a container named \"" +
+                        std::string(kSidecarContainerName) +
+                        "\", which the operator reserves for the injected sidecar");
+      }
+    }
+  }
+  if (auto pod_spec = spec.pod_template.find("spec"); pod_spec != spec.pod_template.end()) {
+    auto rp = pod_spec->find("restartPolicy");
+    if (rp != pod_spec->end() && rp->is_string() && rp->get<std::string>() != "Never") {
+      return Fail(kReasonUnsupportedRestartPolicy,
+                  "spec.template.spec.restartPolicy is \"" + rp->get<std::string>() +
+                      "\"; a worker that restarts in place would rejoin a world that moved on, "
+                      "so only \"Never\" is allowed (the operator restarts the whole world, up to "
+                      "spec.runPolicy.backoffLimit times)");
+    }
+  }
+
+  if (spec.worker.rdma.count > 0 && spec.worker.rdma.resource_name.empty()) {
+    return Fail(kReasonRdmaResourceNameMissing,
+                "spec.worker.rdma.count is " + std::to_string(spec.worker.rdma.count) +
+                    " but spec.worker.rdma.resourceName is empty; name the device plugin's "
+                    "resource, e.g. \"" +
+                    std::string(kDefaultRdmaResourceName) + "\"");
+  }
+
+  const std::string& iface = spec.networking.interface_name;
+  if (!iface.empty()) {
+    bool bad = iface.size() > kMaxInterfaceName || iface == "." || iface == "..";
+    for (char ch : iface) bad = bad || ch == '/' || ch == ':' || ch <= ' ' || ch == 0x7f;
+    if (bad) {
+      return Fail(kReasonInvalidInterfaceName,
+                  "spec.networking.interface \"" + iface +
+                      "\" is not a Linux interface name (at most 15 characters, no '/', ':' or "
+                      "whitespace)");
+    }
+  }
+
+  const GangSpec& gang = spec.scheduling_policy.gang;
+  if (gang.enabled && !gang.provider) {
+    return Fail(kReasonGangProviderMissing,
+                "spec.schedulingPolicy.gang.enabled is true but gang.provider is unset; choose "
+                "\"volcano\" or \"scheduler-plugins\"");
+  }
+  if (gang.min_available && *gang.min_available > spec.replicas) {
+    return Fail(kReasonGangMinAvailableExceedsReplicas,
+                "spec.schedulingPolicy.gang.minAvailable is " +
+                    std::to_string(*gang.min_available) + " but spec.replicas is " +
+                    std::to_string(spec.replicas) + "; the gang could never be scheduled");
+  }
+  return Verdict{};
+}
+
+}  // namespace korovod::op

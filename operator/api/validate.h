@@ -1,0 +1,39 @@
+// Semantic validation of a HorovodJob that passed the CRD schema but makes no sense (gang
+// minAvailable above replicas, RDMA without a device resource, no trainer container, ...).
+// The result feeds the SpecValid condition: a reason (CamelCase, stable) and a message.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "operator/api/types.h"
+
+namespace korovod::op {
+
+// Reasons Validate returns. Stable: users and alerts match on them.
+inline constexpr std::string_view kReasonValid = "Valid";
+inline constexpr std::string_view kReasonGangMinAvailableExceedsReplicas =
+    "GangMinAvailableExceedsReplicas";
+inline constexpr std::string_view kReasonGangProviderMissing = "GangProviderMissing";
+inline constexpr std::string_view kReasonRdmaResourceNameMissing = "RdmaResourceNameMissing";
+inline constexpr std::string_view kReasonTrainerContainerNotFound = "TrainerContainerNotFound";
+inline constexpr std::string_view kReasonReservedContainerName = "ReservedContainerName";
+inline constexpr std::string_view kReasonUnsupportedRestartPolicy = "UnsupportedRestartPolicy";
+inline constexpr std::string_view kReasonInvalidInterfaceName = "InvalidInterfaceName";
+inline constexpr std::string_view kReasonNameTooLong = "NameTooLong";
+
+struct Verdict {
+  std::string reason{kReasonValid};
+  std::string message;
+  bool ok() const { return reason == kReasonValid; }
+};
+
+// The index of the trainer container in spec.template.spec.containers: the container named
+// kTrainerContainerName, else the only container; -1 when neither exists.
+int TrainerContainerIndex(const HorovodJobSpec& spec);
+
+// The first problem found, or a Verdict with reason kReasonValid. `job_name` is checked too:
+// worker pods are named "<job>-worker-<i>" and must stay valid DNS labels (63 characters).
+Verdict Validate(std::string_view job_name, const HorovodJobSpec& spec);
+
+}  // namespace korovod::op
