@@ -3,6 +3,8 @@
 #   scripts/install-deps.sh            build + test dependencies
 #   scripts/install-deps.sh --bench    also the peer baselines (Open MPI, Gloo, torch) for bench/
 #   scripts/install-deps.sh --cuda     also CUDA runtime + NCCL, for the optional GPU backend
+#   scripts/install-deps.sh --k8s      also etcd, for the operator's API-server tests (the API
+#                                      server and kubectl come from scripts/build-testinfra.sh)
 # Idempotent: packages already present are skipped by apt, CUDA wheels by a stamp file.
 #
 # --cuda is opt-in, not part of the default run: the NCCL wheel alone is ~300 MB to download and
@@ -20,10 +22,12 @@ set -euo pipefail
 
 WITH_BENCH=0
 WITH_CUDA=0
+WITH_K8S=0
 for a in "$@"; do
   case "$a" in
     --bench) WITH_BENCH=1 ;;
     --cuda) WITH_CUDA=1 ;;
+    --k8s) WITH_K8S=1 ;;
     *) echo "install-deps.sh: unknown flag $a" >&2; exit 2 ;;
   esac
 done
@@ -38,6 +42,9 @@ PKGS=(g++ make cmake ninja-build pkg-config libgtest-dev libssl-dev nlohmann-jso
       python3-grpcio python3-sklearn python3-numpy python3-torch pybind11-dev python3-pytest)
 if [ "$WITH_BENCH" = 1 ]; then
   PKGS+=(libopenmpi-dev openmpi-bin libgloo-dev python3-torch)
+fi
+if [ "$WITH_K8S" = 1 ]; then
+  PKGS+=(etcd-server openssl)
 fi
 
 missing=()

@@ -1,26 +1,42 @@
 #!/usr/bin/env bash
 # Installs what is needed, builds, and runs every test: the Release build (all tests, NCCL backend
-# compiled and linked when its libraries are available) and an ASan+UBSan build of the runtime
-# (data plane and engine) and sidecar tests. This is the README's test command and what .ci/run calls.
+# compiled and linked when its libraries are available; the operator's tests against a real
+# kube-apiserver + etcd) and an ASan+UBSan build of the runtime (data plane and engine) and sidecar
+# tests. This is the README's test command and what .ci/run calls.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 JOBS="${JOBS:-2}"
 
-bash scripts/install-deps.sh --cuda
+bash scripts/install-deps.sh --cuda --k8s
 
 step() { printf '\n==== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
+
+# kube-apiserver and kubectl build from the Go module proxy while the C++ builds (the module
+# download overlaps the compiles); the operator's k8s tests need them.
+step "kube-apiserver + kubectl for the k8s tests (background, log in build-testinfra.log)"
+bash scripts/build-testinfra.sh > build-testinfra.log 2>&1 &
+TESTINFRA_PID=$!
 
 step "configure + build (Release)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKOROVOD_WITH_NCCL=AUTO >/dev/null
 cmake --build build -j"$JOBS"
 
+step "wait for kube-apiserver + kubectl"
+if ! wait "$TESTINFRA_PID"; then
+  cat build-testinfra.log >&2
+  echo "scripts/build-testinfra.sh failed: the k8s tests cannot run" >&2
+  exit 1
+fi
+tail -1 build-testinfra.log
+
 step "tests (Release)"
-ctest --test-dir build -j"$JOBS" --output-on-failure --timeout 900
+# A missing kube-apiserver, kubectl or etcd fails the k8s tests here instead of skipping them.
+KOROVOD_REQUIRE_K8S=1 ctest --test-dir build -j"$JOBS" --output-on-failure --timeout 900
 
 if [ "${KOROVOD_SKIP_SANITIZERS:-0}" != 1 ]; then
   step "configure + build (ASan+UBSan, runtime and sidecar tests)"
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKOROVOD_SANITIZE=ON \
-    -DKOROVOD_WITH_NCCL=OFF >/dev/null
+    -DKOROVOD_WITH_NCCL=OFF -DKOROVOD_BUILD_PYTHON=OFF -DKOROVOD_BUILD_OPERATOR=OFF >/dev/null
   cmake --build build-asan -j"$JOBS"
   step "tests (ASan+UBSan)"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \

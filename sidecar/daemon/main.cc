@@ -67,6 +67,9 @@ int Main() {
     auto key = ReadJobKeyFile(cfg.job_key_file);
     if (!key.ok()) return Fail(key.status());
     world.job_key = *key;
+  } else if (!cfg.job_key.empty()) {
+    world.job_key = cfg.job_key;
+    ::unsetenv("KOROVOD_JOB_KEY");  // out of /proc/<pid>/environ's reach for anything we start
   }
   auto engine_config = EngineConfig::FromProcessEnvironment();
   if (!engine_config.ok()) return Fail(engine_config.status());

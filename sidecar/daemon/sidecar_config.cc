@@ -107,6 +107,16 @@ StatusOr<SidecarConfig> SidecarConfig::FromEnvironment(const GetEnv& getenv) {
                            " is not an open file descriptor");
   }
   c.job_key_file = getenv("KOROVOD_JOB_KEY_FILE").value_or("");
+  c.job_key = getenv("KOROVOD_JOB_KEY").value_or("");
+  if (!c.job_key.empty() && !c.job_key_file.empty()) {
+    return InvalidArgument("both KOROVOD_JOB_KEY and KOROVOD_JOB_KEY_FILE are set; set one");
+  }
+  // Same bar as korovodrun's and the operator's keys (32 random bytes as 64 hex digits): a short
+  // key would make the ring's HMAC guessable.
+  if (!c.job_key.empty() && c.job_key.size() < 32) {
+    return InvalidArgument("KOROVOD_JOB_KEY has " + std::to_string(c.job_key.size()) +
+                           " characters; at least 32 are required");
+  }
   auto socket = getenv("KOROVOD_SOCKET");
   if (!socket || socket->empty()) return InvalidArgument("KOROVOD_SOCKET is not set");
   if (socket->size() >= 100) {

@@ -27,7 +27,11 @@ struct SidecarConfig {
   std::string iface;                       // KOROVOD_IFACE: the one interface to use, or empty
   int data_port = 0;                       // KOROVOD_DATA_PORT (coordinator mode; 0: any)
   int listen_fd = -1;                      // KOROVOD_LISTEN_FD, or -1
-  std::string job_key_file;                // KOROVOD_JOB_KEY_FILE, or empty (unauthenticated)
+  std::string job_key_file;                // KOROVOD_JOB_KEY_FILE, or empty
+  // KOROVOD_JOB_KEY: the key itself, for a pod whose key comes from a Secret through
+  // secretKeyRef (a non-root sidecar cannot read a root-owned 0400 Secret file). At most one of
+  // the two is set; neither = unauthenticated.
+  std::string job_key;
   std::string socket_path;                 // KOROVOD_SOCKET
   std::string shm_prefix;                  // KOROVOD_SHM_PREFIX, e.g. "/korovod-<job>-"
   int metrics_port = -1;                   // KOROVOD_METRICS_PORT; -1: no HTTP server, 0: ephemeral

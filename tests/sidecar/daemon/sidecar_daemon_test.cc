@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -281,6 +282,35 @@ TEST(SidecarConfigTest, ErrorsNameTheVariable) {
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->arena_name(), "/korovod-j-rank1");
   EXPECT_EQ(ok->peers[1].port, 2);
+  EXPECT_TRUE(ok->job_key.empty());
+}
+
+TEST(SidecarConfigTest, JobKeyFromTheEnvironment) {
+  std::map<std::string, std::string> base = {{"KOROVOD_SIZE", "2"},
+                                             {"KOROVOD_RANK", "1"},
+                                             {"KOROVOD_PEERS", "127.0.0.1:1,127.0.0.1:2"},
+                                             {"KOROVOD_SOCKET", "/tmp/x.sock"},
+                                             {"KOROVOD_SHM_PREFIX", "/korovod-j-"}};
+  auto with = [&](std::map<std::string, std::string> extra) {
+    extra.insert(base.begin(), base.end());
+    return SidecarConfig::FromEnvironment(
+        [extra](const std::string& name) -> std::optional<std::string> {
+          auto it = extra.find(name);
+          if (it == extra.end()) return std::nullopt;
+          return it->second;
+        });
+  };
+  const std::string key(64, 'a');
+  auto ok = with({{"KOROVOD_JOB_KEY", key}});
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->job_key, key);
+  auto both = with({{"KOROVOD_JOB_KEY", key}, {"KOROVOD_JOB_KEY_FILE", "/k"}});
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("both KOROVOD_JOB_KEY and KOROVOD_JOB_KEY_FILE"),
+            std::string::npos);
+  auto short_key = with({{"KOROVOD_JOB_KEY", "abc"}});
+  ASSERT_FALSE(short_key.ok());
+  EXPECT_NE(short_key.status().message().find("at least 32"), std::string::npos);
 }
 
 }  // namespace

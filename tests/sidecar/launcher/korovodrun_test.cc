@@ -38,12 +38,18 @@ class KorovodrunTest : public ::testing::Test {
   std::map<std::string, std::string> SidecarReport(int rank) {
     return ReadEnvFile(reports_.path() + "/sidecar" + std::to_string(rank) + ".env");
   }
+  // A finished report: a process killed while writing one leaves only its ".tmp".
+  static bool IsReport(const std::string& name, const std::string& prefix,
+                       const std::string& suffix) {
+    return name.rfind(prefix, 0) == 0 && name.size() > suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  }
   // The run directory and every shared-memory segment of the job are gone.
   void ExpectCleanedUp() {
     EXPECT_TRUE(ListDir(tmp_.path()).empty()) << "left in TMPDIR: " << ListDir(tmp_.path())[0];
     bool any_report = false;
     for (const std::string& name : ListDir(reports_.path())) {
-      if (name.rfind("sidecar", 0) != 0) continue;
+      if (!IsReport(name, "sidecar", ".env")) continue;
       auto report = ReadEnvFile(reports_.path() + "/" + name);
       const std::string& prefix = report["KOROVOD_SHM_PREFIX"];
       ASSERT_FALSE(prefix.empty());
@@ -56,9 +62,9 @@ class KorovodrunTest : public ::testing::Test {
   void ExpectNoProcessesLeft() {
     for (const std::string& name : ListDir(reports_.path())) {
       pid_t pid = 0;
-      if (name.rfind("sidecar", 0) == 0) {
+      if (IsReport(name, "sidecar", ".env")) {
         pid = std::stoi(ReadEnvFile(reports_.path() + "/" + name)["PID"]);
-      } else if (name.rfind("trainer", 0) == 0) {
+      } else if (IsReport(name, "trainer", ".pid")) {
         std::ifstream f(reports_.path() + "/" + name);
         f >> pid;
       }

@@ -1,0 +1,37 @@
+// Action and ReconcileResult: what Reconcile asks the executor to do. Only creates and deletes
+// (plus events and the job's own deletion), so the executor never merges or patches: a stale
+// child is deleted and recreated on a later reconcile once it is gone.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace korovod::op {
+
+struct Action {
+  enum class Kind { kCreate, kDelete, kEvent, kDeleteJob };
+  Kind kind = Kind::kEvent;
+  // kCreate: the full object (apiVersion, kind, metadata.name/namespace/labels/ownerReferences,
+  // ...). kDelete and kDeleteJob: apiVersion, kind, metadata.name, metadata.namespace,
+  // metadata.uid (delete with a uid precondition). kEvent: empty.
+  nlohmann::json object;
+  std::string event_type;  // kEvent: "Normal" | "Warning"
+  // kEvent: the event reason (CamelCase) and message. kDeleteJob: reason TTLExpired and a
+  // message. kCreate/kDelete: reason is a short why, for logs ("worker 3 of epoch 2"); message
+  // is empty.
+  std::string reason;
+  std::string message;
+};
+
+struct ReconcileResult {
+  std::vector<Action> actions;
+  // The full new .status to write through /status when it differs from the observed one.
+  std::optional<nlohmann::json> status;
+  // Reconcile again after this many seconds (active deadline, TTL) even without a watch event.
+  std::optional<int64_t> requeue_after_seconds;
+};
+
+}  // namespace korovod::op

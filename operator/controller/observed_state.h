@@ -1,0 +1,27 @@
+// ObservedState: everything one reconcile of one HorovodJob may look at. The caller (the executor)
+// reads it from the API server / informer cache and supplies the clock and the randomness, so
+// Reconcile is deterministic and testable without a cluster.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "operator/controller/operator_settings.h"
+
+namespace korovod::op {
+
+struct ObservedState {
+  // The HorovodJob as read from the API: metadata (uid, generation, deletionTimestamp), spec,
+  // status.
+  nlohmann::json job;
+  // Children in the job's namespace labelled korovod.dev/job-name=<job>. Items of a List response
+  // may lack apiVersion/kind; the reconciler does not need them.
+  std::vector<nlohmann::json> pods, services, config_maps, secrets, pod_groups;
+  int64_t now_unix = 0;       // seconds since the epoch
+  std::string fresh_key_hex;  // 64 hex chars; used only when the key Secret must be created
+  OperatorSettings settings;
+};
+
+}  // namespace korovod::op

@@ -1,0 +1,19 @@
+// OperatorSettings: the operator-wide knobs the reconciler needs (flags of the operator binary,
+// not fields of a HorovodJob), passed in so the reconciler stays a pure function.
+#pragma once
+
+#include <string>
+
+namespace korovod::op {
+
+struct OperatorSettings {
+  // Used when spec.sidecar.image is empty (the CRD requires it today; kept for older objects).
+  std::string default_sidecar_image = "korovod/sidecar:latest";
+  int coordinator_port = 29500;
+  int metrics_port = 9090;  // the sidecar's /metrics, /healthz, /readyz
+  // A pod-local emptyDir shared by trainer and sidecar; the socket is socket_dir + "/sidecar.sock".
+  std::string socket_dir = "/var/run/korovod";
+  std::string cluster_domain = "cluster.local";
+};
+
+}  // namespace korovod::op

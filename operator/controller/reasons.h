@@ -1,0 +1,31 @@
+// Condition and event reasons the reconciler sets (CamelCase, stable: users and alerts match on
+// them). Spec validation reasons live in operator/api/validate.h.
+#pragma once
+
+#include <string_view>
+
+namespace korovod::op {
+
+// The object failed HorovodJobFromJson (schema-level problem that bypassed admission).
+inline constexpr std::string_view kReasonInvalidSpec = "InvalidSpec";
+// A previously invalid spec was fixed: the job starts over.
+inline constexpr std::string_view kReasonSpecCorrected = "SpecCorrected";
+inline constexpr std::string_view kReasonWorkersCreated = "WorkersCreated";
+inline constexpr std::string_view kReasonAllWorkersRunning = "AllWorkersRunning";
+inline constexpr std::string_view kReasonWorkerFailed = "WorkerFailed";
+inline constexpr std::string_view kReasonRecovered = "Recovered";
+// spec.replicas changed while the job ran: a new epoch at the new size (not a restart).
+inline constexpr std::string_view kReasonWorldResized = "WorldResized";
+inline constexpr std::string_view kReasonBackoffLimitExceeded = "BackoffLimitExceeded";
+inline constexpr std::string_view kReasonDeadlineExceeded = "DeadlineExceeded";
+inline constexpr std::string_view kReasonAllWorkersSucceeded = "AllWorkersSucceeded";
+inline constexpr std::string_view kReasonSuspended = "JobSuspended";
+inline constexpr std::string_view kReasonResumed = "JobResumed";
+inline constexpr std::string_view kReasonTtlExpired = "TTLExpired";
+// The caller passed no usable fresh key while the key Secret had to be created.
+inline constexpr std::string_view kReasonJobKeyUnavailable = "JobKeyUnavailable";
+
+inline constexpr std::string_view kEventNormal = "Normal";
+inline constexpr std::string_view kEventWarning = "Warning";
+
+}  // namespace korovod::op

@@ -1,0 +1,527 @@
+#include "operator/controller/reconciler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "operator/api/conditions.h"
+#include "operator/api/json.h"
+#include "operator/api/validate.h"
+#include "operator/controller/child_metadata.h"
+#include "operator/controller/child_names.h"
+#include "operator/controller/job_key_secret.h"
+#include "operator/controller/json_access.h"
+#include "operator/controller/pod_group.h"
+#include "operator/controller/reasons.h"
+#include "operator/controller/time_format.h"
+#include "operator/controller/worker_pod_builder.h"
+#include "operator/controller/worker_pod_state.h"
+#include "operator/controller/world_config_map.h"
+#include "operator/controller/world_service.h"
+
+namespace korovod::op {
+namespace {
+
+using nlohmann::json;
+
+std::vector<json> SortedByName(const std::vector<json>& objects) {
+  std::vector<json> out = objects;
+  std::stable_sort(out.begin(), out.end(), [](const json& a, const json& b) {
+    return StringAt(a, {"metadata", "name"}) < StringAt(b, {"metadata", "name"});
+  });
+  return out;
+}
+
+const json* FindByName(const std::vector<json>& objects, const std::string& name) {
+  for (const json& o : objects) {
+    if (StringAt(o, {"metadata", "name"}) == name) return &o;
+  }
+  return nullptr;
+}
+
+bool Terminating(const json& object) { return Has(object, {"metadata", "deletionTimestamp"}); }
+
+// The reference a kDelete carries. List items may lack apiVersion/kind, so the caller names them.
+json DeleteReference(const json& child, std::string_view api_version, std::string_view kind,
+                     const std::string& namespace_name) {
+  std::string av = StringAt(child, {"apiVersion"});
+  std::string k = StringAt(child, {"kind"});
+  std::string ns = StringAt(child, {"metadata", "namespace"});
+  return json{{"apiVersion", av.empty() ? std::string(api_version) : av},
+              {"kind", k.empty() ? std::string(kind) : k},
+              {"metadata",
+               {{"name", StringAt(child, {"metadata", "name"})},
+                {"namespace", ns.empty() ? namespace_name : ns},
+                {"uid", StringAt(child, {"metadata", "uid"})}}}};
+}
+
+std::chrono::system_clock::time_point TimePoint(int64_t unix_seconds) {
+  return std::chrono::system_clock::time_point(std::chrono::seconds(unix_seconds));
+}
+
+// Writes the status only when it differs from what the API server holds.
+void SetStatusIfChanged(const json& job, const HorovodJobStatus& status, ReconcileResult& out) {
+  json next = ToJson(status);
+  const json* current = FindPath(job, {"status"});
+  if (current == nullptr || *current != next) out.status = std::move(next);
+}
+
+void Requeue(ReconcileResult& out, int64_t seconds) {
+  seconds = std::max<int64_t>(seconds, 1);
+  if (!out.requeue_after_seconds || *out.requeue_after_seconds > seconds) {
+    out.requeue_after_seconds = seconds;
+  }
+}
+
+// A job whose spec cannot be run: report it once, touch nothing.
+ReconcileResult ReconcileInvalid(const ObservedState& observed, std::string_view reason,
+                                 const std::string& message) {
+  ReconcileResult out;
+  HorovodJobStatus status;
+  if (const json* raw = FindPath(observed.job, {"status"}); raw != nullptr && !raw->is_null()) {
+    auto parsed = HorovodJobStatusFromJson(*raw);
+    if (parsed.ok()) status = *parsed;
+  }
+  const int64_t generation = IntAt(observed.job, {"metadata", "generation"}).value_or(0);
+  const auto now = TimePoint(observed.now_unix);
+  const bool changed = SetCondition(status.conditions, kConditionSpecValid, ConditionStatus::kFalse,
+                                    reason, message, generation, now);
+  SetCondition(status.conditions, kConditionFailed, ConditionStatus::kTrue, reason, message,
+               generation, now);
+  status.phase = JobPhase::kFailed;
+  status.observed_generation = generation;
+  if (changed) {
+    out.actions.push_back(Action{Action::Kind::kEvent, json(), std::string(kEventWarning),
+                                 std::string(reason), message});
+  }
+  SetStatusIfChanged(observed.job, status, out);
+  return out;
+}
+
+// One reconcile of a valid job. Holds the observed state and accumulates actions and status.
+class JobReconciler {
+ public:
+  JobReconciler(const ObservedState& observed, HorovodJob job)
+      : observed_(observed),
+        settings_(observed.settings),
+        job_(std::move(job)),
+        status_(job_.status),
+        now_(TimePoint(observed.now_unix)),
+        generation_(job_.metadata.generation) {
+    pods_ = SortedByName(observed.pods);
+    const int trainer = TrainerContainerIndex(job_.spec);
+    const json& containers = job_.spec.pod_template["spec"]["containers"];
+    if (trainer >= 0) trainer_container_ = StringAt(containers[trainer], {"name"});
+  }
+
+  ReconcileResult Run() {
+    status_.observed_generation = generation_;
+    status_.coordinator_address = CoordinatorAddress(job_, settings_);
+    const Condition* spec_valid = FindCondition(status_.conditions, kConditionSpecValid);
+    if (spec_valid != nullptr && spec_valid->status == ConditionStatus::kFalse) {
+      // The spec was fixed after being rejected: start over as a new job.
+      status_.phase.reset();
+      MarkIfPresent(kConditionFailed, false, kReasonSpecCorrected, "the spec was corrected");
+    }
+    Mark(kConditionSpecValid, true, kReasonValid, "the spec is valid");
+
+    if (Finished()) {
+      CleanUpFinished();
+    } else {
+      ReconcileActive();
+    }
+    SetStatusIfChanged(observed_.job, status_, out_);
+    return std::move(out_);
+  }
+
+ private:
+  bool Finished() const {
+    return status_.phase == JobPhase::kSucceeded || status_.phase == JobPhase::kFailed;
+  }
+
+  void Mark(std::string_view type, bool value, std::string_view reason, const std::string& msg) {
+    SetCondition(status_.conditions, type, value ? ConditionStatus::kTrue : ConditionStatus::kFalse,
+                 reason, msg, generation_, now_);
+  }
+  // Sets a condition False only when it exists, so a job that never restarted carries no
+  // Restarting condition at all.
+  void MarkIfPresent(std::string_view type, bool value, std::string_view reason,
+                     const std::string& msg) {
+    if (FindCondition(status_.conditions, type) != nullptr) Mark(type, value, reason, msg);
+  }
+
+  void Event(std::string_view type, std::string_view reason, std::string message) {
+    out_.actions.push_back(Action{Action::Kind::kEvent, json(), std::string(type),
+                                  std::string(reason), std::move(message)});
+  }
+  void Create(json object, std::string why) {
+    out_.actions.push_back(
+        Action{Action::Kind::kCreate, std::move(object), "", std::move(why), ""});
+  }
+  void Delete(const json& child, std::string_view api_version, std::string_view kind,
+              std::string why) {
+    const std::string name = std::string(kind) + "/" + StringAt(child, {"metadata", "name"});
+    if (Terminating(child) || !deleted_.insert(name).second) return;  // already going away
+    out_.actions.push_back(
+        Action{Action::Kind::kDelete,
+               DeleteReference(child, api_version, kind, job_.metadata.namespace_name), "",
+               std::move(why), ""});
+  }
+  void DeletePod(const json& pod, std::string why) { Delete(pod, "v1", "Pod", std::move(why)); }
+
+  // ---- pods of the current epoch ------------------------------------------------------------
+
+  // Splits the observed pods into the current epoch's (by replica index) and the rest.
+  void PartitionPods() {
+    current_.clear();
+    stale_.clear();
+    for (const json& pod : pods_) {
+      WorkerPodState s = ObserveWorkerPod(pod, trainer_container_);
+      const bool current = status_.epoch > 0 && s.epoch == status_.epoch && s.index &&
+                           *s.index < job_.spec.replicas && current_.count(*s.index) == 0;
+      if (current) {
+        current_.emplace(*s.index, std::make_pair(s, &pod));
+      } else {
+        stale_.push_back(&pod);
+      }
+    }
+  }
+
+  void Count() {
+    status_.ready_workers = status_.active_workers = 0;
+    status_.succeeded_workers = status_.failed_workers = 0;
+    for (const auto& [index, entry] : current_) {
+      const WorkerPodState& s = entry.first;
+      if (s.ready) ++status_.ready_workers;
+      switch (s.outcome) {
+        case WorkerOutcome::kActive:
+          ++status_.active_workers;
+          break;
+        case WorkerOutcome::kSucceeded:
+          ++status_.succeeded_workers;
+          break;
+        case WorkerOutcome::kFailed:
+          ++status_.failed_workers;
+          break;
+      }
+    }
+  }
+
+  // The first failure of the current epoch (lowest rank), as "pod X: cause", and how many.
+  std::pair<std::string, int> FindFailure() const {
+    std::string first;
+    int count = 0;
+    for (int64_t i = 0; i < job_.spec.replicas; ++i) {
+      auto it = current_.find(i);
+      std::string why;
+      if (it == current_.end()) {
+        // Before the world ran, a missing pod is just (re)created; once it ran, its rank is gone.
+        if (status_.phase == JobPhase::kRunning) {
+          why = "worker pod " + WorkerPodName(job_, i) +
+                " disappeared (deleted outside the operator)";
+        }
+      } else if (it->second.first.outcome == WorkerOutcome::kFailed) {
+        why = "worker pod " + it->second.first.name + " failed: " + it->second.first.cause;
+      } else if (it->second.first.terminating &&
+                 it->second.first.outcome == WorkerOutcome::kActive) {
+        why = "worker pod " + it->second.first.name + " is being deleted (evicted or deleted " +
+              "outside the operator)";
+      }
+      if (why.empty()) continue;
+      if (count++ == 0) first = why;
+    }
+    if (count > 1) first += " (and " + std::to_string(count - 1) + " more failed workers)";
+    return {first, count};
+  }
+
+  // ---- finishing ----------------------------------------------------------------------------
+
+  void Finish(JobPhase phase, std::string_view reason, const std::string& message) {
+    status_.phase = phase;
+    if (status_.completion_time.empty()) status_.completion_time = FormatRfc3339(now_);
+    if (phase == JobPhase::kSucceeded) {
+      Mark(kConditionSucceeded, true, reason, message);
+      Event(kEventNormal, reason, message);
+    } else {
+      Mark(kConditionFailed, true, reason, message);
+      Event(kEventWarning, reason, message);
+    }
+    MarkIfPresent(kConditionRunning, false, reason, message);
+    MarkIfPresent(kConditionRestarting, false, reason, message);
+    CleanUpFinished();
+  }
+
+  // A finished job: the cleanPodPolicy, then the TTL. Counts stay as they were at the finish.
+  void CleanUpFinished() {
+    const CleanPodPolicy policy = job_.spec.run_policy.clean_pod_policy;
+    for (const json& pod : pods_) {
+      if (policy == CleanPodPolicy::kNone) break;
+      const WorkerPodState s = ObserveWorkerPod(pod, trainer_container_);
+      if (policy == CleanPodPolicy::kAll || s.outcome == WorkerOutcome::kActive) {
+        DeletePod(pod, "job finished, cleanPodPolicy " + std::string(Name(policy)));
+      }
+    }
+    const auto& ttl = job_.spec.run_policy.ttl_seconds_after_finished;
+    if (!ttl) return;
+    std::optional<int64_t> completed = ParseRfc3339(status_.completion_time);
+    if (!completed) {
+      // Finished without a completion time (e.g. an older status): start the TTL now.
+      status_.completion_time = FormatRfc3339(now_);
+      completed = observed_.now_unix;
+    }
+    const int64_t expires = *completed + *ttl;
+    if (expires <= observed_.now_unix) {
+      out_.actions.push_back(
+          Action{Action::Kind::kDeleteJob,
+                 json{{"apiVersion", std::string(kApiVersion)},
+                      {"kind", std::string(kKind)},
+                      {"metadata",
+                       {{"name", job_.metadata.name},
+                        {"namespace", job_.metadata.namespace_name},
+                        {"uid", job_.metadata.uid}}}},
+                 "", std::string(kReasonTtlExpired),
+                 "ttlSecondsAfterFinished " + std::to_string(*ttl) + " expired"});
+    } else {
+      Requeue(out_, expires - observed_.now_unix);
+    }
+  }
+
+  // ---- an unfinished job --------------------------------------------------------------------
+
+  void EnsureSharedChildren() {
+    if (FindByName(observed_.services, ServiceName(job_)) == nullptr) {
+      Create(BuildWorldService(job_, settings_), "headless service for worker DNS");
+    }
+    if (FindByName(observed_.secrets, JobKeySecretName(job_)) == nullptr) {
+      if (IsValidJobKeyHex(observed_.fresh_key_hex)) {
+        Create(BuildJobKeySecret(job_, observed_.fresh_key_hex), "job key");
+      } else {
+        key_ready_ = false;
+        Event(kEventWarning, kReasonJobKeyUnavailable,
+              "the job key Secret " + JobKeySecretName(job_) +
+                  " must be created but the operator supplied no valid key; workers wait");
+      }
+    }
+  }
+
+  void Suspend() {
+    for (const json& pod : pods_) DeletePod(pod, "job suspended");
+    for (const json& group : SortedByName(observed_.pod_groups)) {
+      Delete(group,
+             PodGroupApiVersion(
+                 job_.spec.scheduling_policy.gang.provider.value_or(GangProvider::kVolcano)),
+             kPodGroupKind, "job suspended");
+    }
+    if (status_.phase != JobPhase::kSuspended) {
+      Event(kEventNormal, kReasonSuspended,
+            "job suspended: its worker pods are deleted until spec.runPolicy.suspend is false");
+    }
+    status_.phase = JobPhase::kSuspended;
+    // As for Kubernetes Jobs: the active deadline counts from the resume, not the first start.
+    status_.start_time.clear();
+    status_.ready_workers = status_.active_workers = 0;
+    status_.succeeded_workers = status_.failed_workers = 0;
+    Mark(kConditionSuspended, true, kReasonSuspended, "the job is suspended");
+    MarkIfPresent(kConditionRunning, false, kReasonSuspended, "the job is suspended");
+    MarkIfPresent(kConditionRestarting, false, kReasonSuspended, "the job is suspended");
+  }
+
+  // Starts a new epoch: every existing pod becomes stale and is deleted before the new ones
+  // are created, so ranks of two epochs never meet in one world.
+  void NewEpoch() {
+    ++status_.epoch;
+    PartitionPods();
+  }
+
+  bool DeadlineExpired() {
+    const auto& deadline = job_.spec.run_policy.active_deadline_seconds;
+    if (!deadline || status_.start_time.empty()) return false;
+    std::optional<int64_t> start = ParseRfc3339(status_.start_time);
+    if (!start) {
+      status_.start_time = FormatRfc3339(now_);
+      start = observed_.now_unix;
+    }
+    return *start + *deadline <= observed_.now_unix;
+  }
+
+  void RequeueForDeadline() {
+    const auto& deadline = job_.spec.run_policy.active_deadline_seconds;
+    if (!deadline || status_.start_time.empty()) return;
+    const std::optional<int64_t> start = ParseRfc3339(status_.start_time);
+    if (start) Requeue(out_, *start + *deadline - observed_.now_unix);
+  }
+
+  void ReconcileActive() {
+    EnsureSharedChildren();
+    if (job_.spec.run_policy.suspend) {
+      Suspend();
+      return;
+    }
+    if (status_.phase == JobPhase::kSuspended) {
+      Mark(kConditionSuspended, false, kReasonResumed, "the job was resumed");
+      Event(kEventNormal, kReasonResumed, "job resumed: creating the worker pods");
+      status_.phase = JobPhase::kPending;
+      NewEpoch();
+    } else if (!status_.phase) {
+      status_.phase = JobPhase::kPending;
+      NewEpoch();
+    } else {
+      PartitionPods();
+    }
+
+    MaybeResize();
+
+    if (DeadlineExpired()) {
+      Count();
+      for (const json& pod : pods_) {
+        if (ObserveWorkerPod(pod, trainer_container_).outcome == WorkerOutcome::kActive) {
+          DeletePod(pod, "active deadline exceeded");
+        }
+      }
+      Finish(JobPhase::kFailed, kReasonDeadlineExceeded,
+             "the job ran longer than spec.runPolicy.activeDeadlineSeconds (" +
+                 std::to_string(*job_.spec.run_policy.active_deadline_seconds) + "s)");
+      return;
+    }
+
+    if (auto [cause, failures] = FindFailure(); failures > 0) {
+      const int64_t limit = job_.spec.run_policy.backoff_limit;
+      if (status_.restart_count >= limit) {
+        Count();
+        Finish(JobPhase::kFailed, kReasonBackoffLimitExceeded,
+               cause + "; backoffLimit " + std::to_string(limit) + " reached after " +
+                   std::to_string(status_.restart_count) + " restarts");
+        return;
+      }
+      ++status_.restart_count;
+      NewEpoch();
+      const std::string message = cause + "; restarting all workers as epoch " +
+                                  std::to_string(status_.epoch) + " (restart " +
+                                  std::to_string(status_.restart_count) + " of " +
+                                  std::to_string(limit) + ")";
+      status_.phase = JobPhase::kRestarting;
+      Mark(kConditionRestarting, true, kReasonWorkerFailed, message);
+      MarkIfPresent(kConditionRunning, false, kReasonWorkerFailed, message);
+      Event(kEventWarning, kReasonWorkerFailed, message);
+    }
+
+    for (const json* pod : stale_)
+      DeletePod(*pod, "not a worker of epoch " + std::to_string(status_.epoch));
+    EnsureEpochChildren();
+    CreateMissingWorkers();
+    Count();
+    UpdatePhase();
+    if (!Finished()) RequeueForDeadline();
+  }
+
+  // spec.replicas changed while a world runs: membership is an epoch, so the whole world starts
+  // over at the new size. Not a failure: restartCount stays. The current epoch's size is read
+  // from its world ConfigMap.
+  void MaybeResize() {
+    const json* cm = FindByName(observed_.config_maps, WorldConfigMapName(job_));
+    if (cm == nullptr || StringAt(*cm, {"data", "epoch"}) != std::to_string(status_.epoch)) return;
+    const std::string size = StringAt(*cm, {"data", "size"});
+    if (size.empty() || size == std::to_string(job_.spec.replicas)) return;
+    NewEpoch();
+    const std::string message =
+        "spec.replicas changed from " + size + " to " + std::to_string(job_.spec.replicas) +
+        "; restarting all workers as epoch " + std::to_string(status_.epoch);
+    status_.phase = JobPhase::kRestarting;
+    Mark(kConditionRestarting, true, kReasonWorldResized, message);
+    MarkIfPresent(kConditionRunning, false, kReasonWorldResized, message);
+    Event(kEventNormal, kReasonWorldResized, message);
+  }
+
+  // The world ConfigMap and the PodGroup of the current epoch.
+  void EnsureEpochChildren() {
+    const std::string cm_name = WorldConfigMapName(job_);
+    const json* cm = FindByName(observed_.config_maps, cm_name);
+    if (cm != nullptr && StringAt(*cm, {"data", "epoch"}) != std::to_string(status_.epoch)) {
+      Delete(*cm, "v1", "ConfigMap", "world of an older epoch");
+    } else if (cm == nullptr) {
+      Create(BuildWorldConfigMap(job_, status_.epoch, settings_),
+             "world of epoch " + std::to_string(status_.epoch));
+    }
+    if (job_.spec.scheduling_policy.gang.enabled &&
+        FindByName(observed_.pod_groups, PodGroupName(job_)) == nullptr) {
+      Create(BuildPodGroup(job_), "gang scheduling");
+    }
+  }
+
+  void CreateMissingWorkers() {
+    // Wait until every pod of an older epoch is gone, and until the key exists or is on its way.
+    if (!stale_.empty() || !key_ready_) return;
+    if (status_.phase == JobPhase::kRunning) return;  // a missing pod then is a failure
+    int created = 0;
+    for (int64_t i = 0; i < job_.spec.replicas; ++i) {
+      if (current_.count(i) != 0) continue;
+      Create(BuildWorkerPod(job_, i, status_.epoch, settings_),
+             "worker " + std::to_string(i) + " of epoch " + std::to_string(status_.epoch));
+      ++created;
+    }
+    if (created == 0) return;
+    if (status_.start_time.empty()) status_.start_time = FormatRfc3339(now_);
+    const std::string message = "created " + std::to_string(created) + " worker pods for epoch " +
+                                std::to_string(status_.epoch);
+    Mark(kConditionCreated, true, kReasonWorkersCreated,
+         "worker pods of epoch " + std::to_string(status_.epoch) + " created");
+    Event(kEventNormal, kReasonWorkersCreated, message);
+  }
+
+  void UpdatePhase() {
+    const int64_t replicas = job_.spec.replicas;
+    if (static_cast<int64_t>(current_.size()) != replicas) return;
+    bool all_running = true, all_succeeded = true;
+    for (const auto& [index, entry] : current_) {
+      all_running = all_running && entry.first.running && !entry.first.terminating;
+      all_succeeded = all_succeeded && entry.first.outcome == WorkerOutcome::kSucceeded;
+    }
+    if (all_succeeded) {
+      Finish(JobPhase::kSucceeded, kReasonAllWorkersSucceeded,
+             "all " + std::to_string(replicas) + " workers of epoch " +
+                 std::to_string(status_.epoch) + " succeeded");
+      return;
+    }
+    if (all_running && status_.phase != JobPhase::kRunning) {
+      status_.phase = JobPhase::kRunning;
+      const std::string message = "all " + std::to_string(replicas) + " workers of epoch " +
+                                  std::to_string(status_.epoch) + " are running";
+      Mark(kConditionRunning, true, kReasonAllWorkersRunning, message);
+      MarkIfPresent(kConditionRestarting, false, kReasonRecovered, message);
+    }
+  }
+
+  const ObservedState& observed_;
+  const OperatorSettings& settings_;
+  HorovodJob job_;
+  HorovodJobStatus status_;
+  std::chrono::system_clock::time_point now_;
+  int64_t generation_;
+  std::string trainer_container_;
+  std::vector<json> pods_;
+  std::map<int64_t, std::pair<WorkerPodState, const json*>> current_;
+  std::vector<const json*> stale_;
+  std::set<std::string> deleted_;
+  bool key_ready_ = true;
+  ReconcileResult out_;
+};
+
+}  // namespace
+
+ReconcileResult Reconcile(const ObservedState& observed) {
+  // Being deleted: the garbage collector removes the children through their ownerReferences.
+  if (Has(observed.job, {"metadata", "deletionTimestamp"})) return ReconcileResult{};
+  auto job = HorovodJobFromJson(observed.job);
+  if (!job.ok()) {
+    return ReconcileInvalid(observed, kReasonInvalidSpec, job.status().message());
+  }
+  const Verdict verdict = Validate(job->metadata.name, job->spec);
+  if (!verdict.ok()) return ReconcileInvalid(observed, verdict.reason, verdict.message);
+  return JobReconciler(observed, std::move(job).value()).Run();
+}
+
+}  // namespace korovod::op

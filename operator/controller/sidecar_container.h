@@ -1,0 +1,26 @@
+// The korovod sidecar of worker pod `index`, as a native sidecar (an init container with
+// restartPolicy: Always): it starts before the trainer, stays up while the trainer runs, and the
+// pod still completes when the trainer exits. It hosts the collective engine, so it gets the
+// world's wiring, the job key, the network devices (RDMA) and the hardening.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "operator/api/types.h"
+#include "operator/controller/operator_settings.h"
+
+namespace korovod::op {
+
+nlohmann::json BuildSidecarContainer(const HorovodJob& job, int64_t index,
+                                     const OperatorSettings& settings);
+
+// settings.socket_dir + "/sidecar.sock"
+std::string SocketPath(const OperatorSettings& settings);
+
+// The directory the sidecar writes spec.sidecar.engine.timeline into, when it needs a writable
+// volume there (its root filesystem is read-only); "" when no extra volume is needed.
+std::string TimelineDirectory(const HorovodJob& job, const OperatorSettings& settings);
+
+}  // namespace korovod::op

@@ -1,0 +1,173 @@
+#include "operator/controller/worker_pod_builder.h"
+
+#include <set>
+#include <string>
+
+#include "operator/api/validate.h"
+#include "operator/controller/child_metadata.h"
+#include "operator/controller/child_names.h"
+#include "operator/controller/extended_resource.h"
+#include "operator/controller/pod_group.h"
+#include "operator/controller/sidecar_container.h"
+#include "operator/controller/worker_env.h"
+
+namespace korovod::op {
+namespace {
+
+using nlohmann::json;
+
+json Env(std::string_view name, const std::string& value) {
+  return json{{"name", std::string(name)}, {"value", value}};
+}
+
+std::string NameOf(const json& item) {
+  if (!item.is_object()) return "";
+  auto it = item.find("name");
+  return it != item.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// Makes object[key] an object (or array) when it is absent or of another type.
+json& Ensure(json& object, const char* key, json empty) {
+  if (!object.contains(key) || object[key].type() != empty.type()) object[key] = std::move(empty);
+  return object[key];
+}
+
+// Korovod's variables first (so template entries can expand $(KOROVOD_RANK)), then the
+// template's, minus any that would shadow korovod's.
+void WireTrainerEnv(json& trainer, const json& korovod_env) {
+  std::set<std::string> ours;
+  for (const json& e : korovod_env) ours.insert(NameOf(e));
+  json env = korovod_env;
+  if (trainer.contains("env") && trainer["env"].is_array()) {
+    for (const json& e : trainer["env"]) {
+      if (ours.count(NameOf(e)) == 0) env.push_back(e);
+    }
+  }
+  trainer["env"] = std::move(env);
+}
+
+void AddMountUnlessPathTaken(json& container, std::string_view volume, const std::string& path) {
+  json& mounts = Ensure(container, "volumeMounts", json::array());
+  for (const json& m : mounts) {
+    if (m.is_object() && m.contains("mountPath") && m["mountPath"] == path) return;
+  }
+  mounts.push_back({{"name", std::string(volume)}, {"mountPath", path}});
+}
+
+void AddVolumeUnlessNameTaken(json& pod_spec, json volume) {
+  json& volumes = Ensure(pod_spec, "volumes", json::array());
+  const std::string name = NameOf(volume);
+  for (const json& v : volumes) {
+    if (NameOf(v) == name) return;
+  }
+  volumes.push_back(std::move(volume));
+}
+
+json MergedStringMap(const json& template_meta, const char* key) {
+  json out = json::object();
+  if (template_meta.is_object() && template_meta.contains(key) && template_meta[key].is_object()) {
+    for (const auto& [k, v] : template_meta[key].items()) {
+      if (v.is_string()) out[k] = v;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+json BuildWorkerPod(const HorovodJob& job, int64_t index, int64_t epoch,
+                    const OperatorSettings& settings) {
+  const HorovodJobSpec& spec = job.spec;
+  const json empty = json::object();
+  const json& template_meta =
+      spec.pod_template.contains("metadata") ? spec.pod_template["metadata"] : empty;
+
+  json metadata = ChildMetadata(job, WorkerPodName(job, index));
+  json labels = MergedStringMap(template_meta, "labels");
+  for (const auto& [k, v] : metadata["labels"].items()) labels[k] = v;
+  labels[std::string(kLabelRole)] = std::string(kRoleWorker);
+  labels[std::string(kLabelReplicaIndex)] = std::to_string(index);
+  labels[std::string(kLabelEpoch)] = std::to_string(epoch);
+  json annotations = MergedStringMap(template_meta, "annotations");
+
+  json pod_spec = spec.pod_template.contains("spec") && spec.pod_template["spec"].is_object()
+                      ? spec.pod_template["spec"]
+                      : json::object();
+  // A worker that restarts in place would rejoin a world that moved on; the operator restarts
+  // the whole world as a new epoch instead.
+  pod_spec["restartPolicy"] = "Never";
+  pod_spec["hostname"] = WorkerPodName(job, index);
+  pod_spec["subdomain"] = ServiceName(job);
+
+  const SchedulingPolicy& scheduling = spec.scheduling_policy;
+  if (!scheduling.scheduler_name.empty()) pod_spec["schedulerName"] = scheduling.scheduler_name;
+  if (!scheduling.priority_class_name.empty()) {
+    pod_spec["priorityClassName"] = scheduling.priority_class_name;
+  }
+  if (scheduling.gang.enabled && scheduling.gang.provider) {
+    if (*scheduling.gang.provider == GangProvider::kVolcano) {
+      annotations[std::string(kVolcanoGroupNameAnnotation)] = PodGroupName(job);
+      if (!pod_spec.contains("schedulerName")) {
+        pod_spec["schedulerName"] = std::string(kVolcanoSchedulerName);
+      }
+    } else {
+      labels[std::string(kSchedulerPluginsPodGroupLabel)] = PodGroupName(job);
+    }
+  }
+  if (spec.networking.host_network) {
+    pod_spec["hostNetwork"] = true;
+    pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet";
+  }
+
+  metadata["labels"] = std::move(labels);
+  if (!annotations.empty()) metadata["annotations"] = std::move(annotations);
+
+  // The trainer container.
+  json& containers = Ensure(pod_spec, "containers", json::array());
+  const int trainer_index = TrainerContainerIndex(spec);
+  if (trainer_index >= 0 && static_cast<size_t>(trainer_index) < containers.size() &&
+      containers[trainer_index].is_object()) {
+    json& trainer = containers[trainer_index];
+    WireTrainerEnv(trainer, json::array({
+                                Env(kEnvRank, std::to_string(index)),
+                                Env(kEnvSize, std::to_string(spec.replicas)),
+                                Env(kEnvSocket, SocketPath(settings)),
+                                Env(kEnvCoordinator, CoordinatorAddress(job, settings)),
+                                Env(kEnvEpoch, std::to_string(epoch)),
+                            }));
+    AddMountUnlessPathTaken(trainer, kSocketVolume, settings.socket_dir);
+    AddMountUnlessPathTaken(trainer, kShmVolume, std::string(kShmMountPath));
+    if (spec.worker.gpus > 0) {
+      SetExtendedResource(Ensure(trainer, "resources", json::object()),
+                          std::string(kGpuResourceName), spec.worker.gpus);
+    }
+  }
+
+  // Workers never call the API server: no service-account token unless the template asks.
+  if (!pod_spec.contains("automountServiceAccountToken")) {
+    pod_spec["automountServiceAccountToken"] = false;
+  }
+
+  // The native sidecar goes first so it is up before any template init container runs.
+  json init = json::array({BuildSidecarContainer(job, index, settings)});
+  if (pod_spec.contains("initContainers") && pod_spec["initContainers"].is_array()) {
+    for (const json& c : pod_spec["initContainers"]) init.push_back(c);
+  }
+  pod_spec["initContainers"] = std::move(init);
+
+  AddVolumeUnlessNameTaken(pod_spec,
+                           {{"name", std::string(kSocketVolume)}, {"emptyDir", json::object()}});
+  AddVolumeUnlessNameTaken(
+      pod_spec, {{"name", std::string(kShmVolume)}, {"emptyDir", {{"medium", "Memory"}}}});
+  if (!TimelineDirectory(job, settings).empty()) {
+    AddVolumeUnlessNameTaken(
+        pod_spec, {{"name", std::string(kTimelineVolume)}, {"emptyDir", json::object()}});
+  }
+
+  return json{{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata", std::move(metadata)},
+              {"spec", std::move(pod_spec)}};
+}
+
+}  // namespace korovod::op

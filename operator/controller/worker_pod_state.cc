@@ -1,0 +1,79 @@
+#include "operator/controller/worker_pod_state.h"
+
+#include <charconv>
+
+#include "operator/controller/child_metadata.h"
+#include "operator/controller/json_access.h"
+
+namespace korovod::op {
+namespace {
+
+std::optional<int64_t> ParseNonNegative(const std::string& s) {
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || v < 0) return std::nullopt;
+  return v;
+}
+
+// status.containerStatuses[name == container].state.terminated, or nullptr.
+const nlohmann::json* TrainerTermination(const nlohmann::json& pod, std::string_view container) {
+  const nlohmann::json* statuses = FindPath(pod, {"status", "containerStatuses"});
+  if (statuses == nullptr || !statuses->is_array()) return nullptr;
+  for (const nlohmann::json& s : *statuses) {
+    if (StringAt(s, {"name"}) != container) continue;
+    const nlohmann::json* terminated = FindPath(s, {"state", "terminated"});
+    return terminated != nullptr && terminated->is_object() ? terminated : nullptr;
+  }
+  return nullptr;
+}
+
+bool PodReady(const nlohmann::json& pod) {
+  const nlohmann::json* conditions = FindPath(pod, {"status", "conditions"});
+  if (conditions == nullptr || !conditions->is_array()) return false;
+  for (const nlohmann::json& c : *conditions) {
+    if (StringAt(c, {"type"}) == "Ready") return StringAt(c, {"status"}) == "True";
+  }
+  return false;
+}
+
+}  // namespace
+
+WorkerPodState ObserveWorkerPod(const nlohmann::json& pod, std::string_view trainer_container) {
+  WorkerPodState s;
+  s.name = StringAt(pod, {"metadata", "name"});
+  s.uid = StringAt(pod, {"metadata", "uid"});
+  s.index = ParseNonNegative(LabelOf(pod, kLabelReplicaIndex));
+  s.epoch = ParseNonNegative(LabelOf(pod, kLabelEpoch));
+  s.terminating = Has(pod, {"metadata", "deletionTimestamp"});
+  s.phase = StringAt(pod, {"status", "phase"});
+  s.ready = PodReady(pod);
+
+  const nlohmann::json* terminated = TrainerTermination(pod, trainer_container);
+  // -1: the trainer has not terminated (or reported no exit code).
+  int64_t exit_code = -1;
+  if (terminated != nullptr) exit_code = IntAt(*terminated, {"exitCode"}).value_or(-1);
+  const std::string container = "container \"" + std::string(trainer_container) + "\"";
+  if (exit_code > 0) {
+    s.outcome = WorkerOutcome::kFailed;
+    s.cause = container + " exited with code " + std::to_string(exit_code);
+    const std::string reason = StringAt(*terminated, {"reason"});
+    if (!reason.empty()) s.cause += " (" + reason + ")";
+    const std::string message = StringAt(*terminated, {"message"});
+    if (!message.empty()) s.cause += ": " + message;
+  } else if (s.phase == "Failed") {
+    s.outcome = WorkerOutcome::kFailed;
+    const std::string reason = StringAt(pod, {"status", "reason"});
+    const std::string message = StringAt(pod, {"status", "message"});
+    s.cause = "pod phase Failed";
+    if (!reason.empty()) s.cause += " (" + reason + ")";
+    if (!message.empty()) s.cause += ": " + message;
+  } else if (s.phase == "Succeeded" || exit_code == 0) {
+    s.outcome = WorkerOutcome::kSucceeded;
+  } else {
+    s.outcome = WorkerOutcome::kActive;
+    s.running = s.phase == "Running";
+  }
+  return s;
+}
+
+}  // namespace korovod::op

@@ -1,0 +1,25 @@
+#include "operator/controller/world_service.h"
+
+#include "operator/controller/child_metadata.h"
+#include "operator/controller/child_names.h"
+
+namespace korovod::op {
+
+nlohmann::json BuildWorldService(const HorovodJob& job, const OperatorSettings& settings) {
+  return nlohmann::json{
+      {"apiVersion", "v1"},
+      {"kind", "Service"},
+      {"metadata", ChildMetadata(job, ServiceName(job))},
+      {"spec",
+       {{"clusterIP", "None"},
+        {"publishNotReadyAddresses", true},
+        {"selector",
+         {{std::string(kLabelJobName), job.metadata.name},
+          {std::string(kLabelRole), std::string(kRoleWorker)}}},
+        {"ports", nlohmann::json::array({{{"name", "coordinator"},
+                                          {"port", settings.coordinator_port},
+                                          {"targetPort", settings.coordinator_port},
+                                          {"protocol", "TCP"}}})}}}};
+}
+
+}  // namespace korovod::op

@@ -1,0 +1,97 @@
+// A local, watched copy of one kind of resource (client-go's informer): list, then watch from
+// the list's resourceVersion, reconnect from the last seen resourceVersion, re-list when it is
+// too old (410), back off on errors. Handlers run on the informer's own thread, in event order.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "operator/kube/api_client.h"
+#include "operator/kube/canceller.h"
+#include "operator/kube/resource.h"
+#include "operator/kube/watch_decoder.h"
+#include "runtime/common/status.h"
+
+namespace korovod::kube {
+
+struct InformerHandlers {
+  std::function<void(const nlohmann::json& object)> on_add;
+  std::function<void(const nlohmann::json& old_object, const nlohmann::json& new_object)> on_update;
+  std::function<void(const nlohmann::json& object)> on_delete;  // the last state seen
+  // A list or watch failed (the informer retries on its own; a 410 is followed by a re-list).
+  std::function<void(const Status& error)> on_error;
+};
+
+struct InformerOptions {
+  std::string namespace_name;  // "" = all namespaces
+  std::string label_selector;
+  std::string field_selector;
+  std::chrono::milliseconds min_backoff{200};  // after an error; doubles, reset on success
+  std::chrono::milliseconds max_backoff{30000};
+  int watch_timeout_seconds = 300;
+};
+
+class Informer {
+ public:
+  // `client` must outlive the informer.
+  Informer(const ApiClient& client, ResourceRef resource, InformerOptions options,
+           InformerHandlers handlers);
+  ~Informer();  // Stop()
+  Informer(const Informer&) = delete;
+  Informer& operator=(const Informer&) = delete;
+
+  void Start();
+  // Ends the watch (its socket is shut down) and joins the thread. Idempotent; not restartable.
+  void Stop();
+
+  // True once the first list has filled the cache.
+  bool HasSynced() const;
+  bool WaitForSync(std::chrono::steady_clock::time_point deadline) const;
+
+  // Cache reads. Keys are "namespace/name" ("name" for cluster-scoped objects).
+  std::optional<nlohmann::json> Get(const std::string& ns, const std::string& name) const;
+  // Objects in `ns` ("" = all) whose labels contain every pair of `labels`.
+  std::vector<nlohmann::json> List(const std::string& ns = "",
+                                   const std::map<std::string, std::string>& labels = {}) const;
+  // The resourceVersion the next watch starts from (from the last event or bookmark).
+  std::string resource_version() const;
+  // The most recent list/watch failure (OK when none since the last success).
+  Status last_error() const;
+
+  static std::string KeyOf(const nlohmann::json& object);
+
+ private:
+  void Run();
+  Status Relist();
+  bool OnEvent(WatchEvent event);
+  void SleepBackoff(std::chrono::milliseconds delay);
+  void SetError(Status status);
+
+  const ApiClient& client_;
+  const ResourceRef resource_;
+  const InformerOptions options_;
+  const InformerHandlers handlers_;
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  std::map<std::string, nlohmann::json> cache_;
+  std::string resource_version_;
+  bool synced_ = false;
+  bool stopping_ = false;
+  bool running_ = false;
+  Status last_error_;
+  int events_seen_ = 0;  // by the current watch; a watch that delivered resets the backoff
+
+  Canceller canceller_;
+  std::thread thread_;
+};
+
+}  // namespace korovod::kube

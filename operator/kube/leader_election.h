@@ -1,0 +1,66 @@
+// Leader election on a coordination.k8s.io/v1 Lease, as client-go does it: the holder renews
+// renewTime every retry period; others take over once renewTime + leaseDurationSeconds has
+// passed. Every write carries the resourceVersion read, so of two racing candidates one gets
+// 409 and backs off. Stop() releases a held lease so a standby takes over at its next try.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "operator/kube/api_client.h"
+#include "runtime/common/status.h"
+
+namespace korovod::kube {
+
+struct LeaderElectionConfig {
+  std::string namespace_name;
+  std::string lease_name;
+  std::string identity;                             // unique per candidate, e.g. the pod name
+  std::chrono::milliseconds lease_duration{15000};  // written in whole seconds, at least 1
+  std::chrono::milliseconds renew_deadline{10000};  // a leader failing to renew this long quits
+  std::chrono::milliseconds retry_period{2000};
+  // Called on the elector's thread (on_stopped_leading also from Stop()'s release).
+  std::function<void()> on_started_leading;
+  std::function<void()> on_stopped_leading;
+  std::function<std::chrono::system_clock::time_point()> now = [] {
+    return std::chrono::system_clock::now();
+  };
+};
+
+class LeaderElector {
+ public:
+  // `client` must outlive the elector.
+  LeaderElector(const ApiClient& client, LeaderElectionConfig config);
+  ~LeaderElector();  // Stop()
+  LeaderElector(const LeaderElector&) = delete;
+  LeaderElector& operator=(const LeaderElector&) = delete;
+
+  void Start();
+  // Ends the loop, releases the lease if held, and joins. Blocks at most one request timeout.
+  void Stop();
+  bool IsLeader() const;
+  Status last_error() const;
+
+  // One attempt, exposed for tests: true when this candidate holds the lease afterwards.
+  StatusOr<bool> TryAcquireOrRenew();
+
+ private:
+  void Run();
+  void Release();
+  void SetLeader(bool leader);
+
+  const ApiClient& client_;
+  const LeaderElectionConfig config_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  bool leader_ = false;
+  Status last_error_;
+  std::thread thread_;
+};
+
+}  // namespace korovod::kube

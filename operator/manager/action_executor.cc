@@ -1,0 +1,66 @@
+#include "operator/manager/action_executor.h"
+
+#include "operator/kube/api_result.h"
+#include "operator/manager/child_resource.h"
+#include "operator/manager/operator_log.h"
+
+namespace korovod::op {
+
+Status ActionExecutor::Execute(const nlohmann::json& job, const Action& action) const {
+  switch (action.kind) {
+    case Action::Kind::kCreate: {
+      const nlohmann::json meta = action.object.value("metadata", nlohmann::json::object());
+      KV_ASSIGN_OR_RETURN(kube::ResourceRef ref, ResourceOf(action.object.value("apiVersion", ""),
+                                                            action.object.value("kind", "")));
+      kube::ApiResult r = client_.Create(ref.Path(meta.value("namespace", "")), action.object);
+      if (!r.ok() && !kube::IsAlreadyExists(r)) {
+        return r.status().WithContext("create " + Describe(action.object) + " (" + action.reason +
+                                      ")");
+      }
+      if (r.ok()) {
+        metrics_.creates->Increment();
+        OperatorLog("created %s (%s)", Describe(action.object).c_str(), action.reason.c_str());
+      }
+      return OkStatus();
+    }
+    case Action::Kind::kDelete:
+    case Action::Kind::kDeleteJob: {
+      KV_ASSIGN_OR_RETURN(std::string path, ObjectPath(action.object));
+      kube::DeleteOptions opts;
+      opts.precondition_uid = action.object["metadata"].value("uid", "");
+      opts.propagation_policy = "Background";
+      kube::ApiResult r = client_.Delete(path, opts);
+      // 409 on a uid precondition: the name now belongs to a newer object; leave it.
+      if (!r.ok() && !kube::IsNotFound(r) && !kube::IsConflict(r)) {
+        return r.status().WithContext("delete " + Describe(action.object) + " (" + action.reason +
+                                      ")");
+      }
+      if (r.ok()) {
+        (action.kind == Action::Kind::kDelete ? metrics_.deletes : metrics_.job_deletions)
+            ->Increment();
+        OperatorLog("deleted %s (%s)", Describe(action.object).c_str(), action.reason.c_str());
+      }
+      return OkStatus();
+    }
+    case Action::Kind::kEvent: {
+      const auto type =
+          action.event_type == "Warning" ? kube::EventType::kWarning : kube::EventType::kNormal;
+      OperatorLog("event %s %s: %s: %s", action.event_type.c_str(), Describe(job).c_str(),
+                  action.reason.c_str(), action.message.c_str());
+      nlohmann::json involved = job;
+      involved["apiVersion"] = kHorovodJobs.ApiVersion();
+      involved["kind"] = "HorovodJob";
+      kube::ApiResult r = events_.Record(involved, type, action.reason, action.message);
+      // Events are best effort: a failure is logged, never a reason to re-run the reconcile
+      // (which would record the same event again).
+      if (!r.ok())
+        OperatorLog("cannot record event: %s", r.status().ToString().c_str());
+      else
+        metrics_.events->Increment();
+      return OkStatus();
+    }
+  }
+  return Internal("unknown action kind");
+}
+
+}  // namespace korovod::op

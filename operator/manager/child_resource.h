@@ -1,0 +1,25 @@
+// Where each kind of object the operator writes lives in the REST API, from its apiVersion and
+// kind (the reconciler's actions carry only those).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "operator/kube/resource.h"
+#include "runtime/common/status.h"
+
+namespace korovod::op {
+
+inline const kube::ResourceRef kHorovodJobs{"korovod.dev", "v1alpha1", "horovodjobs", true};
+
+// Pod, Service, ConfigMap, Secret (v1), PodGroup (any group: volcano, scheduler-plugins),
+// HorovodJob. Others: InvalidArgument naming the apiVersion and kind.
+StatusOr<kube::ResourceRef> ResourceOf(const std::string& api_version, const std::string& kind);
+
+// The REST path of `object` (apiVersion, kind, metadata.namespace, metadata.name).
+StatusOr<std::string> ObjectPath(const nlohmann::json& object);
+
+// "Pod default/x" for logs and errors.
+std::string Describe(const nlohmann::json& object);
+
+}  // namespace korovod::op

@@ -1,0 +1,250 @@
+#include "operator/manager/job_controller.h"
+
+#include <openssl/rand.h>
+
+#include <chrono>
+#include <ctime>
+
+#include "operator/controller/child_metadata.h"
+#include "operator/controller/observed_state.h"
+#include "operator/controller/reconciler.h"
+#include "operator/kube/api_result.h"
+#include "operator/manager/child_resource.h"
+#include "operator/manager/operator_log.h"
+
+namespace korovod::op {
+namespace {
+
+constexpr int kStatusWriteAttempts = 4;
+
+std::string FreshKeyHex() {
+  unsigned char bytes[32];
+  if (RAND_bytes(bytes, sizeof(bytes)) != 1) return "";  // the reconciler then waits
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : bytes) {
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
+
+std::string JobKey(const std::string& ns, const std::string& name) { return ns + "/" + name; }
+
+// The PodGroup API version a gang-scheduled job's spec names, or "" when it asks for none.
+std::string GangApiVersion(const nlohmann::json& job) {
+  const nlohmann::json* gang = nullptr;
+  try {
+    gang = &job.at("spec").at("schedulingPolicy").at("gang");
+  } catch (const nlohmann::json::exception&) {
+    return "";
+  }
+  if (!gang->is_object() || !gang->value("enabled", false)) return "";
+  const std::string provider = gang->value("provider", "");
+  if (provider == "volcano") return "scheduling.volcano.sh/v1beta1";
+  if (provider == "scheduler-plugins") return "scheduling.x-k8s.io/v1alpha1";
+  return "";
+}
+
+}  // namespace
+
+JobController::JobController(const kube::ApiClient& client, const kube::EventRecorder& events,
+                             OperatorMetrics& metrics, JobControllerOptions options)
+    : client_(client),
+      metrics_(metrics),
+      options_(std::move(options)),
+      executor_(client, events, metrics) {
+  kube::InformerOptions job_opts;
+  job_opts.namespace_name = options_.namespace_name;
+  job_opts.watch_timeout_seconds = options_.watch_timeout_seconds;
+  kube::InformerHandlers job_handlers;
+  job_handlers.on_add = [this](const nlohmann::json& j) { EnqueueJob(j); };
+  job_handlers.on_update = [this](const nlohmann::json&, const nlohmann::json& j) {
+    EnqueueJob(j);
+  };
+  job_handlers.on_delete = [this](const nlohmann::json& j) { EnqueueJob(j); };
+  job_handlers.on_error = [](const Status& s) {
+    OperatorLog("watch horovodjobs: %s", s.ToString().c_str());
+  };
+  auto jobs = std::make_unique<kube::Informer>(client_, kHorovodJobs, job_opts, job_handlers);
+  jobs_ = jobs.get();
+  informers_.emplace_back("horovodjobs", std::move(jobs));
+
+  kube::InformerOptions child_opts = job_opts;
+  child_opts.label_selector = std::string(kLabelManagedBy) + "=" + std::string(kManagedByValue);
+  kube::InformerHandlers child_handlers;
+  child_handlers.on_add = [this](const nlohmann::json& c) { EnqueueOwner(c); };
+  child_handlers.on_update = [this](const nlohmann::json&, const nlohmann::json& c) {
+    EnqueueOwner(c);
+  };
+  child_handlers.on_delete = [this](const nlohmann::json& c) { EnqueueOwner(c); };
+  for (auto [name, ref, slot] : {std::tuple{"pods", kube::kPods, &pods_},
+                                 std::tuple{"services", kube::kServices, &services_},
+                                 std::tuple{"configmaps", kube::kConfigMaps, &config_maps_},
+                                 std::tuple{"secrets", kube::kSecrets, &secrets_}}) {
+    child_handlers.on_error = [name = std::string(name)](const Status& s) {
+      OperatorLog("watch %s: %s", name.c_str(), s.ToString().c_str());
+    };
+    auto informer = std::make_unique<kube::Informer>(client_, ref, child_opts, child_handlers);
+    *slot = informer.get();
+    informers_.emplace_back(name, std::move(informer));
+  }
+}
+
+JobController::~JobController() { Stop(); }
+
+void JobController::StartInformers() {
+  for (auto& [name, informer] : informers_) informer->Start();
+}
+
+bool JobController::Synced() const {
+  for (const auto& [name, informer] : informers_) {
+    if (!informer->HasSynced()) return false;
+  }
+  return true;
+}
+
+void JobController::StartWorkers() {
+  if (stopped_.load() || !workers_.empty()) return;
+  for (const nlohmann::json& job : jobs_->List()) EnqueueJob(job);
+  for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { Work(); });
+}
+
+void JobController::Stop() {
+  if (stopped_.exchange(true)) return;
+  queue_.ShutDown();
+  for (std::thread& t : workers_) t.join();
+  workers_.clear();
+  for (auto& [name, informer] : informers_) informer->Stop();
+}
+
+std::map<std::string, int> JobController::JobsByPhase() const {
+  std::map<std::string, int> counts;
+  for (const nlohmann::json& job : jobs_->List()) {
+    std::string phase = "Pending";  // not reconciled yet
+    if (auto it = job.find("status"); it != job.end() && it->is_object()) {
+      phase = it->value("phase", phase);
+    }
+    ++counts[phase];
+  }
+  return counts;
+}
+
+void JobController::EnqueueJob(const nlohmann::json& job) {
+  const nlohmann::json& meta = job.value("metadata", nlohmann::json::object());
+  queue_.Add(JobKey(meta.value("namespace", ""), meta.value("name", "")));
+}
+
+void JobController::EnqueueOwner(const nlohmann::json& child) {
+  const nlohmann::json meta = child.value("metadata", nlohmann::json::object());
+  const nlohmann::json labels = meta.value("labels", nlohmann::json::object());
+  const std::string job = labels.value(std::string(kLabelJobName), "");
+  if (!job.empty()) queue_.Add(JobKey(meta.value("namespace", ""), job));
+}
+
+void JobController::Work() {
+  while (true) {
+    std::optional<std::string> key =
+        queue_.Get(std::chrono::steady_clock::now() + std::chrono::hours(24));
+    if (!key) {
+      if (queue_.shutting_down()) return;
+      continue;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    std::optional<int64_t> requeue;
+    Status s = ReconcileKey(*key, &requeue);
+    metrics_.reconciles->Increment();
+    metrics_.reconcile_duration->Observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (!s.ok()) {
+      metrics_.reconcile_errors->Increment();
+      OperatorLog("reconcile %s failed (retry %d): %s", key->c_str(), queue_.NumRequeues(*key) + 1,
+                  s.ToString().c_str());
+      queue_.AddRateLimited(*key);
+    } else {
+      queue_.Forget(*key);
+      if (requeue) queue_.AddAfter(*key, std::chrono::seconds(std::max<int64_t>(*requeue, 0)));
+    }
+    queue_.Done(*key);
+  }
+}
+
+ObservedState JobController::Observe(const nlohmann::json& job) const {
+  const nlohmann::json& meta = job.at("metadata");
+  const std::string ns = meta.value("namespace", "");
+  const std::map<std::string, std::string> selector = {
+      {std::string(kLabelJobName), meta.value("name", "")}};
+  ObservedState observed;
+  observed.job = job;
+  observed.pods = pods_->List(ns, selector);
+  observed.services = services_->List(ns, selector);
+  observed.config_maps = config_maps_->List(ns, selector);
+  observed.secrets = secrets_->List(ns, selector);
+  observed.now_unix = static_cast<int64_t>(std::time(nullptr));
+  observed.settings = options_.settings;
+  return observed;
+}
+
+Status JobController::ReconcileKey(const std::string& key,
+                                   std::optional<int64_t>* requeue_after_seconds) {
+  const size_t slash = key.find('/');
+  const std::string ns = key.substr(0, slash);
+  const std::string name = key.substr(slash + 1);
+  kube::ApiResult got = client_.Get(kHorovodJobs.Path(ns, name));
+  if (kube::IsNotFound(got)) return OkStatus();  // deleted; the garbage collector has the rest
+  if (!got.ok()) return got.status();
+  nlohmann::json job = std::move(got).value();
+
+  ObservedState observed = Observe(job);
+  observed.fresh_key_hex = FreshKeyHex();
+  if (const std::string api_version = GangApiVersion(job); !api_version.empty()) {
+    KV_ASSIGN_OR_RETURN(kube::ResourceRef ref, ResourceOf(api_version, "PodGroup"));
+    kube::ApiResult pg = client_.Get(ref.Path(ns, name));
+    if (pg.ok())
+      observed.pod_groups.push_back(std::move(pg).value());
+    else if (!kube::IsNotFound(pg))
+      return pg.status();
+  }
+
+  ReconcileResult result = Reconcile(observed);
+  Status first_error;
+  for (const Action& action : result.actions) {
+    Status s = executor_.Execute(job, action);
+    if (!s.ok() && first_error.ok()) first_error = s;
+  }
+  if (result.status) {
+    Status s = WriteStatus(std::move(job), std::move(*result.status), observed);
+    if (!s.ok() && first_error.ok()) first_error = s;
+  }
+  *requeue_after_seconds = result.requeue_after_seconds;
+  return first_error;
+}
+
+Status JobController::WriteStatus(nlohmann::json job, nlohmann::json status,
+                                  const ObservedState& observed) {
+  const std::string ns = job.at("metadata").value("namespace", "");
+  const std::string name = job.at("metadata").value("name", "");
+  const std::string path = kHorovodJobs.Path(ns, name, "status");
+  for (int attempt = 1;; ++attempt) {
+    job["status"] = std::move(status);
+    kube::ApiResult r = client_.Replace(path, job);
+    if (r.ok()) return OkStatus();
+    if (!kube::IsConflict(r) || attempt == kStatusWriteAttempts) {
+      return r.status().WithContext("write the status of HorovodJob " + ns + "/" + name);
+    }
+    // Someone changed the job since we read it: re-read it and recompute the status from the
+    // new object (the children, and so the actions already taken, are unchanged).
+    metrics_.status_conflicts->Increment();
+    kube::ApiResult fresh = client_.Get(kHorovodJobs.Path(ns, name));
+    if (kube::IsNotFound(fresh)) return OkStatus();
+    if (!fresh.ok()) return fresh.status();
+    ObservedState again = observed;
+    again.job = std::move(fresh).value();
+    ReconcileResult recomputed = Reconcile(again);
+    if (!recomputed.status) return OkStatus();  // the stored status is already right
+    job = std::move(again.job);
+    status = std::move(*recomputed.status);
+  }
+}
+
+}  // namespace korovod::op

@@ -1,0 +1,165 @@
+// korovod-operator: watches HorovodJobs and runs them (operator/README.md). Flags: --help.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "operator/kube/api_client.h"
+#include "operator/kube/event_recorder.h"
+#include "operator/kube/kube_config.h"
+#include "operator/kube/leader_election.h"
+#include "operator/manager/job_controller.h"
+#include "operator/manager/operator_log.h"
+#include "operator/manager/operator_metrics.h"
+#include "operator/manager/operator_options.h"
+#include "sidecar/http/health_server.h"
+
+namespace korovod::op {
+namespace {
+
+int Fail(const Status& s) {
+  OperatorLog("fatal: %s", s.ToString().c_str());
+  return 1;
+}
+
+std::string DefaultIdentity() {
+  char host[256] = "operator";
+  ::gethostname(host, sizeof(host) - 1);
+  return std::string(host) + "-" + std::to_string(::getpid());
+}
+
+int Run(const OperatorOptions& options, const sigset_t& signals) {
+  StatusOr<kube::KubeConfig> config =
+      options.kubeconfig.empty() ? kube::LoadDefault()
+                                 : kube::LoadKubeconfig(options.kubeconfig, options.context);
+  if (!config.ok()) return Fail(config.status());
+  const std::string server = config->server;
+  auto client = kube::ApiClient::FromConfig(std::move(*config));
+  if (!client.ok()) return Fail(client.status());
+
+  sidecar::MetricsRegistry registry;
+  auto metrics = OperatorMetrics::Create(registry);
+  if (!metrics.ok()) return Fail(metrics.status());
+
+  kube::EventRecorder recorder(**client, "korovod-operator");
+  JobControllerOptions controller_options;
+  controller_options.namespace_name = options.namespace_name;
+  controller_options.workers = options.workers;
+  controller_options.watch_timeout_seconds = options.watch_timeout_seconds;
+  controller_options.settings = options.settings;
+  JobController controller(**client, recorder, **metrics, controller_options);
+
+  const size_t colon = options.metrics_bind_address.rfind(':');
+  sidecar::HealthServerOptions http;
+  http.host = options.metrics_bind_address.substr(0, colon);
+  http.port = std::atoi(options.metrics_bind_address.c_str() + colon + 1);
+  http.registry = &registry;
+  http.not_ready_reason = "informers not synced with " + server;
+  OperatorMetrics* m = metrics->get();
+  http.before_scrape = [m, &controller] {
+    m->SetJobsByPhase(controller.JobsByPhase());
+    m->workqueue_depth->Set(static_cast<double>(controller.QueueDepth()));
+  };
+  auto health = sidecar::HealthServer::Start(std::move(http));
+  if (!health.ok()) return Fail(health.status().WithContext("--metrics-bind-address"));
+
+  OperatorLog("starting: API server %s, namespace %s, endpoints on %s, identity %s%s",
+              server.c_str(),
+              options.namespace_name.empty() ? "(all)" : options.namespace_name.c_str(),
+              (*health)->address().c_str(), options.identity.c_str(),
+              options.leader_elect ? ", leader election on" : "");
+  controller.StartInformers();
+
+  std::atomic<bool> shutting_down{false};
+  std::atomic<bool> lost_leadership{false};
+  std::unique_ptr<kube::LeaderElector> elector;
+  if (options.leader_elect) {
+    kube::LeaderElectionConfig le;
+    le.namespace_name = options.leader_election_namespace;
+    le.lease_name = options.leader_election_id;
+    le.identity = options.identity;
+    le.lease_duration = options.lease_duration;
+    le.renew_deadline = options.renew_deadline;
+    le.retry_period = options.retry_period;
+    le.on_started_leading = [&] {
+      OperatorLog("leading (Lease %s/%s)", le.namespace_name.c_str(), le.lease_name.c_str());
+      m->leader->Set(1);
+    };
+    le.on_stopped_leading = [&] {
+      m->leader->Set(0);
+      if (!shutting_down.load()) lost_leadership.store(true);
+    };
+    elector = std::make_unique<kube::LeaderElector>(**client, le);
+  }
+
+  // Serve once every informer has its first list; lead (or run alone) after that.
+  bool ready = false;
+  bool workers_started = false;
+  int exit_code = 0;
+  while (true) {
+    timespec wait{0, 100 * 1000 * 1000};
+    const int sig = ::sigtimedwait(&signals, nullptr, &wait);
+    if (sig == SIGTERM || sig == SIGINT) {
+      OperatorLog("signal %d: shutting down", sig);
+      break;
+    }
+    if (lost_leadership.load()) {
+      OperatorLog("lost the lease %s/%s: exiting so a fresh replica can stand by",
+                  options.leader_election_namespace.c_str(), options.leader_election_id.c_str());
+      exit_code = 1;
+      break;
+    }
+    if (!ready && controller.Synced()) {
+      ready = true;
+      (*health)->SetReady(true);
+      OperatorLog("caches synced");
+      if (elector) elector->Start();
+    }
+    const bool may_write = ready && (!elector || elector->IsLeader());
+    if (may_write && !workers_started) {
+      workers_started = true;
+      if (!elector) m->leader->Set(1);
+      controller.StartWorkers();
+    }
+  }
+  shutting_down.store(true);
+  (*health)->SetReady(false, "shutting down");
+  if (elector) elector->Stop();  // releases the lease: a standby takes over at once
+  controller.Stop();
+  (*health)->Stop();
+  OperatorLog("stopped");
+  return exit_code;
+}
+
+}  // namespace
+}  // namespace korovod::op
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (const std::string& a : args) {
+    if (a == "--help" || a == "-h") {
+      std::fputs(korovod::op::OperatorUsage().c_str(), stdout);
+      return 0;
+    }
+  }
+  auto options = korovod::op::ParseOperatorFlags(args);
+  if (!options.ok()) {
+    std::fprintf(stderr, "korovod-operator: %s\n%s", options.status().ToString().c_str(),
+                 korovod::op::OperatorUsage().c_str());
+    return 2;
+  }
+  if (options->identity.empty()) options->identity = korovod::op::DefaultIdentity();
+  // Every thread inherits the blocked mask; the main thread takes the signals with sigtimedwait.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  return korovod::op::Run(*options, signals);
+}

@@ -1,0 +1,43 @@
+// OperatorMetrics: korovod-operator's Prometheus metrics (served at /metrics):
+//   korovod_operator_jobs{phase}                    jobs by status.phase (gauge, set per scrape)
+//   korovod_operator_reconcile_duration_seconds     reconcile latency (histogram)
+//   korovod_operator_reconcile_total                reconciles run (counter)
+//   korovod_operator_reconcile_errors_total         reconciles that failed and were re-queued
+//   korovod_operator_status_conflicts_total         /status writes answered 409 (then re-read)
+//   korovod_operator_actions_total{action}          creates, deletes, events, job deletions
+//   korovod_operator_workqueue_depth                keys waiting (gauge, set per scrape)
+//   korovod_operator_leader                         1 while this replica leads, else 0
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "runtime/common/status.h"
+#include "sidecar/http/metrics_registry.h"
+
+namespace korovod::op {
+
+class OperatorMetrics {
+ public:
+  static StatusOr<std::unique_ptr<OperatorMetrics>> Create(sidecar::MetricsRegistry& registry);
+
+  sidecar::Histogram* reconcile_duration = nullptr;
+  sidecar::Counter* reconciles = nullptr;
+  sidecar::Counter* reconcile_errors = nullptr;
+  sidecar::Counter* status_conflicts = nullptr;
+  sidecar::Counter* creates = nullptr;
+  sidecar::Counter* deletes = nullptr;
+  sidecar::Counter* events = nullptr;
+  sidecar::Counter* job_deletions = nullptr;
+  sidecar::Gauge* workqueue_depth = nullptr;
+  sidecar::Gauge* leader = nullptr;
+
+  // Sets korovod_operator_jobs for every phase (absent phases read 0).
+  void SetJobsByPhase(const std::map<std::string, int>& counts);
+
+ private:
+  std::map<std::string, sidecar::Gauge*> jobs_by_phase_;
+};
+
+}  // namespace korovod::op

@@ -1,0 +1,136 @@
+#include "operator/manager/operator_options.h"
+
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <map>
+
+namespace korovod::op {
+namespace {
+
+StatusOr<int> ParseInt(const std::string& flag, const std::string& v, int lo, int hi) {
+  int out = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc() || p != v.data() + v.size() || out < lo || out > hi) {
+    return InvalidArgument(flag + "=" + v + ": expected an integer in [" + std::to_string(lo) +
+                           ", " + std::to_string(hi) + "]");
+  }
+  return out;
+}
+
+StatusOr<std::chrono::milliseconds> ParseSeconds(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const double s = std::strtod(v.c_str(), &end);
+  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(s) || s <= 0 || s > 3600) {
+    return InvalidArgument(flag + "=" + v + ": expected seconds in (0, 3600], e.g. 2 or 0.5");
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+}
+
+}  // namespace
+
+std::string OperatorUsage() {
+  return R"(usage: korovod-operator [flags]
+  --kubeconfig PATH                      kubeconfig (default: $KUBECONFIG, else in-cluster)
+  --context NAME                         kubeconfig context (default: current-context)
+  --namespace NS                         watch only NS (default: all namespaces)
+  --metrics-bind-address HOST:PORT       /metrics, /healthz, /readyz (default 0.0.0.0:8080)
+  --workers N                            concurrent reconciles (default 2)
+  --leader-elect                         run as one of several replicas; one leads (Lease)
+  --leader-election-namespace NS         the Lease's namespace (default: --namespace or default)
+  --leader-election-id NAME              the Lease's name (default korovod-operator)
+  --leader-election-lease-duration S     (default 15)
+  --leader-election-renew-deadline S     (default 10)
+  --leader-election-retry-period S       (default 2)
+  --identity NAME                        this replica's name in the Lease (default host-pid)
+  --watch-timeout-seconds N              server-side timeout of each watch (default 300)
+  --sidecar-image IMAGE                  used when a job names none
+  --coordinator-port PORT                rank 0's rendezvous port (default 29500)
+  --sidecar-metrics-port PORT            the sidecar's /metrics and probes (default 9090)
+  --cluster-domain DOMAIN                (default cluster.local)
+)";
+}
+
+StatusOr<OperatorOptions> ParseOperatorFlags(const std::vector<std::string>& args) {
+  OperatorOptions o;
+  using Setter = std::function<Status(const std::string&, const std::string&)>;
+  auto str = [](std::string* dst) -> Setter {
+    return [dst](const std::string& flag, const std::string& v) {
+      if (v.empty()) return InvalidArgument(flag + " needs a non-empty value");
+      *dst = v;
+      return OkStatus();
+    };
+  };
+  auto integer = [](int* dst, int lo, int hi) -> Setter {
+    return [=](const std::string& flag, const std::string& v) {
+      KV_ASSIGN_OR_RETURN(*dst, ParseInt(flag, v, lo, hi));
+      return OkStatus();
+    };
+  };
+  auto seconds = [](std::chrono::milliseconds* dst) -> Setter {
+    return [=](const std::string& flag, const std::string& v) {
+      KV_ASSIGN_OR_RETURN(*dst, ParseSeconds(flag, v));
+      return OkStatus();
+    };
+  };
+  const std::map<std::string, Setter> valued = {
+      {"--kubeconfig", str(&o.kubeconfig)},
+      {"--context", str(&o.context)},
+      {"--namespace", str(&o.namespace_name)},
+      {"--metrics-bind-address", str(&o.metrics_bind_address)},
+      {"--identity", str(&o.identity)},
+      {"--leader-election-namespace", str(&o.leader_election_namespace)},
+      {"--leader-election-id", str(&o.leader_election_id)},
+      {"--leader-election-lease-duration", seconds(&o.lease_duration)},
+      {"--leader-election-renew-deadline", seconds(&o.renew_deadline)},
+      {"--leader-election-retry-period", seconds(&o.retry_period)},
+      {"--workers", integer(&o.workers, 1, 64)},
+      {"--watch-timeout-seconds", integer(&o.watch_timeout_seconds, 1, 3600)},
+      {"--sidecar-image", str(&o.settings.default_sidecar_image)},
+      {"--coordinator-port", integer(&o.settings.coordinator_port, 1, 65535)},
+      {"--sidecar-metrics-port", integer(&o.settings.metrics_port, 1, 65535)},
+      {"--cluster-domain", str(&o.settings.cluster_domain)},
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i];
+    std::string value;
+    bool has_value = false;
+    if (const size_t eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+      has_value = true;
+    }
+    if (flag == "--leader-elect") {
+      if (has_value && value != "true" && value != "false") {
+        return InvalidArgument("--leader-elect=" + value + ": expected true or false");
+      }
+      o.leader_elect = !has_value || value == "true";
+      continue;
+    }
+    auto it = valued.find(flag);
+    if (it == valued.end()) {
+      return InvalidArgument("unknown flag " + args[i] + " (see --help)");
+    }
+    if (!has_value) {
+      if (i + 1 >= args.size()) return InvalidArgument(flag + " needs a value");
+      value = args[++i];
+    }
+    KV_RETURN_IF_ERROR(it->second(flag, value));
+  }
+  if (o.renew_deadline >= o.lease_duration) {
+    return InvalidArgument(
+        "--leader-election-renew-deadline must be shorter than "
+        "--leader-election-lease-duration");
+  }
+  if (o.retry_period >= o.renew_deadline) {
+    return InvalidArgument(
+        "--leader-election-retry-period must be shorter than "
+        "--leader-election-renew-deadline");
+  }
+  if (o.leader_election_namespace.empty()) {
+    o.leader_election_namespace = o.namespace_name.empty() ? "default" : o.namespace_name;
+  }
+  return o;
+}
+
+}  // namespace korovod::op

@@ -1,0 +1,35 @@
+// OperatorOptions: korovod-operator's command line. Every error names the flag.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "operator/controller/operator_settings.h"
+#include "runtime/common/status.h"
+
+namespace korovod::op {
+
+struct OperatorOptions {
+  std::string kubeconfig;      // "" = $KUBECONFIG, else the pod's service account
+  std::string context;         // kubeconfig context; "" = current-context
+  std::string namespace_name;  // the namespace to watch; "" = all
+  std::string metrics_bind_address = "0.0.0.0:8080";  // /metrics, /healthz, /readyz
+  std::string identity;  // leader-election identity; "" = host name + pid
+  bool leader_elect = false;
+  std::string leader_election_namespace;  // "" = the watched namespace, else "default"
+  std::string leader_election_id = "korovod-operator";
+  std::chrono::milliseconds lease_duration{15000};
+  std::chrono::milliseconds renew_deadline{10000};
+  std::chrono::milliseconds retry_period{2000};
+  int workers = 2;
+  int watch_timeout_seconds = 300;
+  OperatorSettings settings;
+};
+
+// Parses argv (without argv[0]); main handles --help before this.
+StatusOr<OperatorOptions> ParseOperatorFlags(const std::vector<std::string>& args);
+
+std::string OperatorUsage();
+
+}  // namespace korovod::op

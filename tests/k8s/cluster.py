@@ -1,0 +1,249 @@
+"""A real Kubernetes control plane on loopback for the operator's integration tests.
+
+Starts Debian's etcd and the pinned kube-apiserver (scripts/build-testinfra.sh) on free loopback
+ports with a throwaway CA, a serving certificate, a service-account signing key, and two users:
+`admin` (bearer token, system:masters) and `operator-cert` (a client certificate), and writes a
+kubeconfig for each. There is no kubelet, scheduler or controller-manager: tests play those parts
+(tests/k8s/fake_kubelet.py). Every wait has a deadline and names what it waited for.
+"""
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TESTINFRA_BIN = os.environ.get("KOROVOD_TESTINFRA_BIN", os.path.join(REPO, ".testinfra", "bin"))
+ADMIN_TOKEN = "korovod-test-admin-token"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def binaries():
+    """The paths of etcd, kube-apiserver and kubectl, or a message naming what is missing."""
+    paths = {
+        "etcd": shutil.which("etcd"),
+        "kube-apiserver": os.path.join(TESTINFRA_BIN, "kube-apiserver"),
+        "kubectl": os.path.join(TESTINFRA_BIN, "kubectl"),
+    }
+    missing = [n for n, p in paths.items() if not p or not os.access(p, os.X_OK)]
+    if missing:
+        return None, ("missing %s: run scripts/build-testinfra.sh (kube-apiserver, kubectl) and "
+                      "install etcd-server" % ", ".join(missing))
+    return paths, ""
+
+
+def require_binaries():
+    """Skips the calling test when the binaries are missing, or fails it under
+    KOROVOD_REQUIRE_K8S=1 (CI, where scripts/test.sh builds them first)."""
+    import pytest
+    paths, why = binaries()
+    if not paths:
+        if os.environ.get("KOROVOD_REQUIRE_K8S") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+def _openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def _kubeconfig(server, ca, user):
+    return json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "test",
+        "clusters": [{"name": "test", "cluster": {"server": server, "certificate-authority": ca}}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "u",
+                                                  "namespace": "default"}}],
+    }, indent=1)
+
+
+class Cluster:
+    def __init__(self, workdir, extra_apiserver_args=()):
+        self.dir = workdir
+        self.extra_apiserver_args = list(extra_apiserver_args)
+        self.paths, why = binaries()
+        if not self.paths:
+            raise RuntimeError(why)
+        self.procs = []
+        self.server = None
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def start(self, deadline_s=120):
+        pki = os.path.join(self.dir, "pki")
+        os.makedirs(pki, exist_ok=True)
+        _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
+                 "ca.crt", "-days", "2", "-subj", "/CN=korovod-test-ca", cwd=pki)
+        for name, subj, ext in (
+                ("server", "/CN=kube-apiserver",
+                 "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc"),
+                ("operator", "/CN=korovod-operator-cert/O=korovod-test", "")):
+            _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", name + ".key", "-out",
+                     name + ".csr", "-subj", subj, cwd=pki)
+            args = ["x509", "-req", "-in", name + ".csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                    "-CAcreateserial", "-out", name + ".crt", "-days", "2"]
+            if ext:
+                with open(os.path.join(pki, name + ".ext"), "w") as f:
+                    f.write(ext + "\n")
+                args += ["-extfile", name + ".ext"]
+            _openssl(*args, cwd=pki)
+        _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
+        _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
+        with open(os.path.join(self.dir, "tokens.csv"), "w") as f:
+            f.write('%s,admin,admin,"system:masters"\n' % ADMIN_TOKEN)
+
+        etcd_port, etcd_peer, api_port = free_port(), free_port(), free_port()
+        self._spawn("etcd", [self.paths["etcd"], "--data-dir", os.path.join(self.dir, "etcd"),
+                             "--listen-client-urls", "http://127.0.0.1:%d" % etcd_port,
+                             "--advertise-client-urls", "http://127.0.0.1:%d" % etcd_port,
+                             "--listen-peer-urls", "http://127.0.0.1:%d" % etcd_peer,
+                             "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % etcd_peer,
+                             "--initial-cluster", "default=http://127.0.0.1:%d" % etcd_peer])
+        self._apiserver_argv = [
+            self.paths["kube-apiserver"], "--etcd-servers=http://127.0.0.1:%d" % etcd_port,
+            "--bind-address=127.0.0.1", "--secure-port=%d" % api_port,
+            "--tls-cert-file=%s/server.crt" % pki, "--tls-private-key-file=%s/server.key" % pki,
+            "--client-ca-file=%s/ca.crt" % pki,
+            "--token-auth-file=%s" % os.path.join(self.dir, "tokens.csv"),
+            "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            "--service-account-key-file=%s/sa.pub" % pki,
+            "--service-account-signing-key-file=%s/sa.key" % pki,
+            "--service-cluster-ip-range=10.96.0.0/16",
+            # Short watch timeouts make the operator's watch reconnect path run in every test.
+            "--min-request-timeout=30", *self.extra_apiserver_args]
+        self._spawn("kube-apiserver", self._apiserver_argv)
+        self.etcd_url = "http://127.0.0.1:%d" % etcd_port
+        self.server = "https://127.0.0.1:%d" % api_port
+        self.ca = os.path.join(pki, "ca.crt")
+        self.admin_kubeconfig = os.path.join(self.dir, "admin.kubeconfig")
+        with open(self.admin_kubeconfig, "w") as f:
+            f.write(_kubeconfig(self.server, self.ca, {"token": ADMIN_TOKEN}))
+        self.cert_kubeconfig = os.path.join(self.dir, "operator-cert.kubeconfig")
+        with open(self.cert_kubeconfig, "w") as f:
+            f.write(_kubeconfig(self.server, self.ca, {
+                "client-certificate": os.path.join(pki, "operator.crt"),
+                "client-key": os.path.join(pki, "operator.key")}))
+        self._ssl = ssl.create_default_context(cafile=self.ca)
+        self._wait_ready(deadline_s)
+        # The controller-manager would create each namespace's default service account; pods
+        # cannot be admitted without it.
+        self.wait_for(lambda: self.request("GET", "/api/v1/namespaces/default")[0] == 200,
+                      "namespace default", 30)
+        self.kubectl("create", "serviceaccount", "default")
+        return self
+
+    def restart_apiserver(self, deadline_s=120):
+        """Stops kube-apiserver (every watch connection drops) and starts it again on the same
+        port and etcd."""
+        p = next(p for p in self.procs if p.korovod_name == "kube-apiserver")
+        p.terminate()
+        p.wait(30)
+        self.procs.remove(p)
+        self._spawn("kube-apiserver", self._apiserver_argv)
+        self._wait_ready(deadline_s)
+
+    def _wait_ready(self, deadline_s):
+        end = time.monotonic() + deadline_s
+        last = ""
+        while time.monotonic() < end:
+            for p in self.procs:
+                if p.poll() is not None:
+                    raise RuntimeError("%s exited with %s during start-up; log: %s"
+                                       % (p.korovod_name, p.returncode, self._tail(p)))
+            try:
+                code, body = self.request("GET", "/readyz")
+                if code == 200:
+                    break
+                last = body
+            except OSError as e:
+                last = str(e)
+            time.sleep(0.3)
+        else:
+            raise RuntimeError("kube-apiserver at %s not ready after %ds: %s; log: %s"
+                               % (self.server, deadline_s, last, self._tail(self.procs[-1])))
+
+    def _spawn(self, name, argv):
+        log = open(os.path.join(self.dir, name + ".log"), "a")
+        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir)
+        p.korovod_name = name
+        p.korovod_log = log.name
+        self.procs.append(p)
+
+    def _tail(self, p, n=20):
+        try:
+            with open(p.korovod_log) as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self):
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        self.procs = []
+
+    # --- clients ---------------------------------------------------------------------------
+    def kubectl(self, *args, input=None, check=True, kubeconfig=None, timeout=60):
+        r = subprocess.run([self.paths["kubectl"], "--kubeconfig",
+                            kubeconfig or self.admin_kubeconfig, *args],
+                           input=input, capture_output=True, text=True, timeout=timeout)
+        if check and r.returncode != 0:
+            raise AssertionError("kubectl %s failed (%d): %s" % (" ".join(args), r.returncode,
+                                                                r.stderr))
+        return r
+
+    def request(self, method, path, body=None, content_type="application/json", timeout=30):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.server + path, data=data, method=method, headers={
+            "Authorization": "Bearer " + ADMIN_TOKEN, "Content-Type": content_type,
+            "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, context=self._ssl, timeout=timeout) as r:
+                raw = r.read().decode()
+                code = r.status
+        except urllib.error.HTTPError as e:
+            raw = e.read().decode()
+            code = e.code
+        try:
+            return code, json.loads(raw)
+        except ValueError:
+            return code, raw
+
+    def compact_etcd(self):
+        """Compacts etcd to its current revision (through its JSON gateway), so every watch from
+        an older resourceVersion ends in 410 Gone. Returns the revision."""
+        def post(path, body):
+            req = urllib.request.Request(self.etcd_url + path, data=json.dumps(body).encode(),
+                                         method="POST")
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return json.loads(r.read().decode())
+        rev = int(post("/v3/kv/range", {"key": "AA=="})["header"]["revision"])
+        post("/v3/kv/compaction", {"revision": rev, "physical": True})
+        return rev
+
+    def get(self, path):
+        code, body = self.request("GET", path)
+        return body if code == 200 else None
+
+    def wait_for(self, predicate, what, deadline_s=60, interval=0.2):
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            v = predicate()
+            if v:
+                return v
+            time.sleep(interval)
+        raise AssertionError("timed out after %ss waiting for %s" % (deadline_s, what))

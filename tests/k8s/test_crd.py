@@ -1,0 +1,81 @@
+"""The HorovodJob CRD against a real kube-apiserver: kubectl applies it, the samples are
+accepted, and the schema rejects bad specs at admission with the field named."""
+import json
+import os
+
+import pytest
+
+from cluster import REPO
+from jobs import crd  # noqa: F401
+
+SAMPLES = os.path.join(REPO, "crds", "samples")
+
+
+def job(name, **spec):
+    base = {"replicas": 2, "sidecar": {"image": "korovod/sidecar:test"},
+            "template": {"spec": {"containers": [{"name": "trainer", "image": "t"}]}}}
+    base.update(spec)
+    return json.dumps({"apiVersion": "korovod.dev/v1alpha1", "kind": "HorovodJob",
+                       "metadata": {"name": name}, "spec": base})
+
+
+def test_samples_are_accepted_and_listed_with_printer_columns(crd):
+    crd.kubectl("apply", "-f", SAMPLES)
+    out = crd.kubectl("get", "hvdjob").stdout
+    header = out.splitlines()[0].split()
+    assert header == ["NAME", "PHASE", "READY", "WORKERS", "AGE"], out
+    names = {line.split()[0] for line in out.splitlines()[1:]}
+    assert len(names) == len(os.listdir(SAMPLES)), out
+    crd.kubectl("delete", "-f", SAMPLES)
+
+
+def test_defaults_are_applied_by_the_server(crd):
+    crd.kubectl("apply", "-f", "-", input=job("defaults"))
+    obj = json.loads(crd.kubectl("get", "hvdjob", "defaults", "-o", "json").stdout)
+    rp = obj["spec"]["runPolicy"]
+    assert rp["backoffLimit"] == 3 and rp["cleanPodPolicy"] == "Running" and rp["suspend"] is False
+    assert obj["spec"]["worker"]["rdma"]["resourceName"] == "rdma/hca", obj["spec"]
+    crd.kubectl("delete", "hvdjob", "defaults")
+
+
+@pytest.mark.parametrize("spec,field", [
+    ({"replicas": 0}, "spec.replicas"),
+    ({"runPolicy": {"cleanPodPolicy": "Sometimes"}}, "spec.runPolicy.cleanPodPolicy"),
+    ({"runPolicy": {"backoffLimit": -1}}, "spec.runPolicy.backoffLimit"),
+    ({"schedulingPolicy": {"gang": {"enabled": True, "provider": "yunikorn"}}},
+     "spec.schedulingPolicy.gang.provider"),
+    ({"template": None}, "spec.template"),
+])
+def test_schema_rejects_bad_specs_naming_the_field(crd, spec, field):
+    doc = json.loads(job("bad"))
+    for k, v in spec.items():
+        if v is None:
+            del doc["spec"][k]
+        else:
+            doc["spec"][k] = v
+    r = crd.kubectl("apply", "-f", "-", input=json.dumps(doc), check=False)
+    assert r.returncode != 0
+    assert field in r.stderr, r.stderr
+    assert crd.kubectl("get", "hvdjob", "bad", check=False).returncode != 0
+
+
+def test_status_is_a_subresource(crd):
+    crd.kubectl("apply", "-f", "-", input=job("sub"))
+    obj = crd.get("/apis/korovod.dev/v1alpha1/namespaces/default/horovodjobs/sub")
+    obj["status"] = {"phase": "Running"}
+    # A write to the main resource ignores status; only /status changes it.
+    code, _ = crd.request("PUT", "/apis/korovod.dev/v1alpha1/namespaces/default/horovodjobs/sub",
+                          obj)
+    assert code == 200
+    assert "status" not in crd.get(
+        "/apis/korovod.dev/v1alpha1/namespaces/default/horovodjobs/sub") or \
+        crd.get("/apis/korovod.dev/v1alpha1/namespaces/default/horovodjobs/sub")["status"].get(
+            "phase") is None
+    obj = crd.get("/apis/korovod.dev/v1alpha1/namespaces/default/horovodjobs/sub")
+    obj["status"] = {"phase": "Running"}
+    code, body = crd.request(
+        "PUT", "/apis/korovod.dev/v1alpha1/namespaces/default/horovodjobs/sub/status", obj)
+    assert code == 200, body
+    out = crd.kubectl("get", "hvdjob", "sub").stdout
+    assert "Running" in out, out
+    crd.kubectl("delete", "hvdjob", "sub")

@@ -1,0 +1,174 @@
+"""korovod-operator against a real kube-apiserver: the children it creates, the job lifecycle
+(run, succeed, fail and restart, backoff, suspend, deadline, TTL, cleanup), bad specs, operator
+restarts, watch expiry, conflicts, leader election and its endpoints. FakeKubelet plays the node."""
+import json
+import time
+
+import pytest
+
+from fake_kubelet import FakeKubelet
+from operator_process import OperatorProcess
+
+from jobs import (apply, condition, crd, events, get_job, job_doc, ns, pods,  # noqa: F401
+                  wait_phase)
+
+
+@pytest.fixture(scope="module")
+def operator(crd, tmp_path_factory):
+    op = OperatorProcess(crd, str(tmp_path_factory.mktemp("op")), "op-main").start()
+    crd.wait_for(lambda: op.http("/readyz")[0] == 200, "operator /readyz", 60)
+    yield op
+    assert op.stop() == 0, op.log()[-3000:]
+
+
+def test_creates_exactly_the_expected_children(operator, crd, ns):
+    with FakeKubelet(crd, ns, outcome=lambda p: "pending"):
+        apply(crd, ns, job_doc("digits", replicas=3, worker={"rdma": {"count": 1}}))
+        crd.wait_for(lambda: len(pods(crd, ns, "digits")) == 3, "3 worker pods", 60)
+        time.sleep(1.5)  # later reconciles must not add anything
+        ps = pods(crd, ns, "digits")
+        assert [p["metadata"]["name"] for p in ps] == ["digits-worker-0", "digits-worker-1",
+                                                      "digits-worker-2"]
+        job = get_job(crd, ns, "digits")
+        for p in ps:
+            owners = p["metadata"]["ownerReferences"]
+            assert owners == [{"apiVersion": "korovod.dev/v1alpha1", "kind": "HorovodJob",
+                               "name": "digits", "uid": job["metadata"]["uid"],
+                               "controller": True, "blockOwnerDeletion": True}]
+            side = p["spec"]["initContainers"][0]
+            assert side["name"] == "korovod-sidecar" and side["restartPolicy"] == "Always"
+            assert side["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+            assert side["resources"]["limits"]["rdma/hca"] == "1"
+            env = {e["name"]: e.get("value") for e in p["spec"]["containers"][0]["env"]}
+            index = p["metadata"]["labels"]["korovod.dev/replica-index"]
+            assert env["KOROVOD_RANK"] == index and env["KOROVOD_SIZE"] == "3"
+            assert env["KOROVOD_COORDINATOR"].startswith("digits-worker-0.digits.%s.svc" % ns)
+        svc = crd.get("/api/v1/namespaces/%s/services/digits" % ns)
+        assert svc["spec"]["clusterIP"] == "None"
+        assert crd.get("/api/v1/namespaces/%s/configmaps/digits-world" % ns) is not None
+        key = crd.get("/api/v1/namespaces/%s/secrets/digits-key" % ns)
+        assert key is not None and len(key["data"]["key"]) > 0
+        assert job["status"]["phase"] == "Pending"
+        assert job["status"]["epoch"] == 1
+
+
+def test_job_runs_to_success_with_counts_and_events(operator, crd, ns):
+    outcome = {"v": "run"}
+    with FakeKubelet(crd, ns, outcome=lambda p: outcome["v"]):
+        apply(crd, ns, job_doc("ok", replicas=2))
+        job = wait_phase(crd, ns, "ok", "Running")
+        crd.wait_for(lambda: get_job(crd, ns, "ok")["status"].get("readyWorkers") == 2,
+                     "readyWorkers 2", 30)
+        out = crd.kubectl("-n", ns, "get", "hvdjob", "ok").stdout
+        row = out.splitlines()[1].split()
+        assert row[:4] == ["ok", "Running", "2", "2"], out  # NAME PHASE READY WORKERS
+        outcome["v"] = "succeed"
+        job = wait_phase(crd, ns, "ok", "Succeeded")
+        st = job["status"]
+        assert st["succeededWorkers"] == 2 and st.get("completionTime") and st.get("startTime")
+        assert condition(job, "Succeeded")["status"] == "True"
+        assert st["observedGeneration"] == job["metadata"]["generation"]
+    reasons = {e["reason"] for e in events(crd, ns)}
+    assert reasons, "the operator recorded no events"
+
+
+def test_failure_restarts_with_new_epoch_then_fails_after_backoff(operator, crd, ns):
+    with FakeKubelet(crd, ns, outcome=lambda p: "fail:3"
+                     if p["metadata"]["labels"]["korovod.dev/replica-index"] == "1" else "run"):
+        apply(crd, ns, job_doc("flaky", replicas=2, runPolicy={"backoffLimit": 1}))
+        job = wait_phase(crd, ns, "flaky", "Failed", 90)
+    st = job["status"]
+    assert st["restartCount"] == 1 and st["epoch"] == 2
+    failed = condition(job, "Failed")
+    assert failed["reason"] == "BackoffLimitExceeded"
+    assert "flaky-worker-1" in failed["message"] and "3" in failed["message"], failed
+    warnings = [e for e in events(crd, ns) if e["type"] == "Warning"]
+    assert any("flaky-worker-1" in e["message"] for e in warnings), warnings
+
+
+def test_suspend_deletes_pods_and_resume_recreates_them(operator, crd, ns):
+    with FakeKubelet(crd, ns):
+        apply(crd, ns, job_doc("sus", replicas=2))
+        wait_phase(crd, ns, "sus", "Running")
+        first = {p["metadata"]["uid"] for p in pods(crd, ns, "sus")}
+        crd.kubectl("-n", ns, "patch", "hvdjob", "sus", "--type=merge", "-p",
+                    '{"spec":{"runPolicy":{"suspend":true}}}')
+        wait_phase(crd, ns, "sus", "Suspended")
+        crd.wait_for(lambda: not pods(crd, ns, "sus"), "pods deleted on suspend", 30)
+        crd.kubectl("-n", ns, "patch", "hvdjob", "sus", "--type=merge", "-p",
+                    '{"spec":{"runPolicy":{"suspend":false}}}')
+        job = wait_phase(crd, ns, "sus", "Running")
+        again = {p["metadata"]["uid"] for p in pods(crd, ns, "sus")}
+        assert len(again) == 2 and not (again & first)
+        assert condition(job, "Suspended")["status"] == "False"
+
+
+def test_active_deadline_fails_the_job_and_removes_pods(operator, crd, ns):
+    with FakeKubelet(crd, ns):
+        apply(crd, ns, job_doc("late", replicas=2, runPolicy={"activeDeadlineSeconds": 3}))
+        job = wait_phase(crd, ns, "late", "Failed", 60)
+        assert condition(job, "Failed")["reason"] == "DeadlineExceeded"
+        crd.wait_for(lambda: not pods(crd, ns, "late"), "pods removed after the deadline", 30)
+
+
+@pytest.mark.parametrize("policy,left", [("Running", 1), ("All", 0), ("None", 2)])
+def test_clean_pod_policy(operator, crd, ns, policy, left):
+    # Worker 0 fails at once, worker 1 keeps running: after the failure only running pods are
+    # cleaned up by Running, every pod by All, none by None.
+    with FakeKubelet(crd, ns, outcome=lambda p: "fail:1" if p["metadata"]["name"].endswith("-0")
+                     else "run"):
+        apply(crd, ns, job_doc("clean", replicas=2,
+                               runPolicy={"backoffLimit": 0, "cleanPodPolicy": policy}))
+        wait_phase(crd, ns, "clean", "Failed", 60)
+        crd.wait_for(lambda: len(pods(crd, ns, "clean")) == left,
+                     "%d pods left with cleanPodPolicy %s" % (left, policy), 30)
+        time.sleep(1)
+        assert len(pods(crd, ns, "clean")) == left
+
+
+def test_ttl_deletes_the_finished_job(operator, crd, ns):
+    with FakeKubelet(crd, ns, outcome=lambda p: "succeed"):
+        apply(crd, ns, job_doc("ttl", replicas=1, runPolicy={"ttlSecondsAfterFinished": 2}))
+        wait_phase(crd, ns, "ttl", "Succeeded")
+        crd.wait_for(lambda: get_job(crd, ns, "ttl") is None, "job deleted by its TTL", 30)
+
+
+def test_bad_spec_gets_a_condition_and_the_operator_keeps_serving(operator, crd, ns):
+    with FakeKubelet(crd, ns):
+        apply(crd, ns, job_doc("bad", replicas=2, schedulingPolicy={
+            "gang": {"enabled": True, "provider": "volcano", "minAvailable": 5}}))
+        apply(crd, ns, job_doc("good", replicas=1))
+        job = wait_phase(crd, ns, "bad", "Failed")
+        valid = condition(job, "SpecValid")
+        assert valid["status"] == "False" and valid["reason"] == "GangMinAvailableExceedsReplicas"
+        assert not pods(crd, ns, "bad")
+        wait_phase(crd, ns, "good", "Running")
+
+
+def test_endpoints_and_metrics(operator, crd, ns):
+    assert operator.http("/healthz")[0] == 200
+    assert operator.http("/readyz")[0] == 200
+    with FakeKubelet(crd, ns):
+        apply(crd, ns, job_doc("m", replicas=1))
+        wait_phase(crd, ns, "m", "Running")
+        crd.wait_for(lambda: (operator.metric("korovod_operator_jobs", 'phase="Running"') or 0)
+                     >= 1, "jobs{phase=Running} metric", 30)
+    assert operator.metric("korovod_operator_reconcile_duration_seconds_count") > 0
+    assert operator.metric("korovod_operator_workqueue_depth") is not None
+    assert operator.metric("korovod_operator_reconcile_errors_total") is not None
+
+
+def test_conflicting_writers_do_not_stop_status_updates(operator, crd, ns):
+    # Another writer keeps changing the job while the operator writes its status: the
+    # operator's stale writes get 409 Conflict and must re-read and retry.
+    with FakeKubelet(crd, ns):
+        apply(crd, ns, job_doc("busy", replicas=2))
+        end = time.monotonic() + 6
+        i = 0
+        while time.monotonic() < end:
+            crd.kubectl("-n", ns, "label", "--overwrite", "hvdjob", "busy", "touch=%d" % i)
+            i += 1
+        wait_phase(crd, ns, "busy", "Running")
+        crd.wait_for(lambda: get_job(crd, ns, "busy")["status"].get("readyWorkers") == 2,
+                     "readyWorkers 2 despite the concurrent writer", 30)
+        assert get_job(crd, ns, "busy")["metadata"]["labels"]["touch"] == str(i - 1)

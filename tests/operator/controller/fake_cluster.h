@@ -1,0 +1,71 @@
+// FakeCluster: an in-memory namespace for driving Reconcile as a loop, the way the executor
+// will: observe, reconcile, apply the actions (creates add objects with a fresh uid, deletes
+// remove them or, with graceful deletion, mark them terminating), replace the status. Helpers
+// play the kubelet's part (pod phases, exit codes, readiness).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "operator/controller/reconciler.h"
+
+namespace korovod::op::testing {
+
+// A 64-hex-digit key, as the executor would pass.
+inline constexpr const char* kTestKeyHex =
+    "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+// A valid job "j" in namespace "ns" with `replicas` workers and a trainer container.
+nlohmann::json MinimalJob(int replicas = 2);
+
+class FakeCluster {
+ public:
+  explicit FakeCluster(nlohmann::json job) : job_(std::move(job)) {}
+
+  // Deletes set metadata.deletionTimestamp instead of removing; FinishTerminations removes.
+  void set_graceful_deletes(bool on) { graceful_deletes_ = on; }
+
+  ObservedState Observe(int64_t now) const;
+  // Observe, Reconcile, Apply; returns what Reconcile returned.
+  ReconcileResult Step(int64_t now);
+  void Apply(const ReconcileResult& result);
+  // Steps until a reconcile creates and deletes nothing (at most `max_steps`).
+  void Settle(int64_t now, int max_steps = 10);
+  void FinishTerminations();
+
+  nlohmann::json& job() { return job_; }
+  nlohmann::json& spec() { return job_["spec"]; }
+  nlohmann::json status() const;
+  bool job_deleted() const { return job_deleted_; }
+  const std::vector<Action>& events() const { return events_; }
+
+  std::vector<nlohmann::json>& pods() { return pods_; }
+  std::vector<nlohmann::json>& services() { return services_; }
+  std::vector<nlohmann::json>& config_maps() { return config_maps_; }
+  std::vector<nlohmann::json>& secrets() { return secrets_; }
+  std::vector<nlohmann::json>& pod_groups() { return pod_groups_; }
+  // The pod of that name, or nullptr.
+  nlohmann::json* Pod(const std::string& name);
+  std::vector<std::string> PodNames() const;
+
+  // Kubelet stand-ins.
+  void SetPodPhase(const std::string& name, const std::string& phase);
+  void SetAllPodsPhase(const std::string& phase);
+  void SetPodReady(const std::string& name, bool ready);
+  void SetTrainerExit(const std::string& name, int exit_code, const std::string& reason);
+  void RemovePod(const std::string& name);
+
+ private:
+  std::vector<nlohmann::json>* ListFor(const std::string& kind);
+
+  nlohmann::json job_;
+  std::vector<nlohmann::json> pods_, services_, config_maps_, secrets_, pod_groups_;
+  std::vector<Action> events_;
+  bool graceful_deletes_ = false;
+  bool job_deleted_ = false;
+  int next_uid_ = 1;
+};
+
+}  // namespace korovod::op::testing

@@ -1,0 +1,563 @@
+// operator/controller: Reconcile driven as a loop over an in-memory cluster (FakeCluster):
+// creation, idempotence, the phase machine, restarts by epoch, backoff, suspend/resume, the
+// active deadline, cleanPodPolicy, TTL, invalid specs and deletion.
+#include "operator/controller/reconciler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "tests/operator/controller/fake_cluster.h"
+
+namespace korovod::op {
+namespace {
+
+using nlohmann::json;
+using testing::FakeCluster;
+using testing::MinimalJob;
+
+constexpr int64_t kT0 = 1'800'000'000;  // 2027-01-15T08:00:00Z
+
+std::string KindOf(const Action& a) {
+  return a.object.is_object() ? a.object.value("kind", "") : std::string();
+}
+
+int CountKind(const ReconcileResult& r, Action::Kind kind, const std::string& object_kind = "") {
+  return static_cast<int>(std::count_if(r.actions.begin(), r.actions.end(), [&](const Action& a) {
+    return a.kind == kind && (object_kind.empty() || KindOf(a) == object_kind);
+  }));
+}
+
+std::vector<std::string> Names(const ReconcileResult& r, Action::Kind kind,
+                               const std::string& object_kind) {
+  std::vector<std::string> names;
+  for (const Action& a : r.actions) {
+    if (a.kind == kind && KindOf(a) == object_kind) {
+      names.push_back(a.object["metadata"]["name"].get<std::string>());
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+const Action* FindEvent(const ReconcileResult& r, const std::string& reason) {
+  for (const Action& a : r.actions) {
+    if (a.kind == Action::Kind::kEvent && a.reason == reason) return &a;
+  }
+  return nullptr;
+}
+
+json Condition(const json& status, const std::string& type) {
+  if (!status.contains("conditions")) return json();
+  for (const json& c : status["conditions"]) {
+    if (c["type"] == type) return c;
+  }
+  return json();
+}
+
+std::string Phase(const FakeCluster& c) { return c.status().value("phase", ""); }
+
+std::string Epoch(const json& pod) { return pod["metadata"]["labels"]["korovod.dev/epoch"]; }
+
+// A job whose workers are all Running (and ready) at kT0.
+FakeCluster RunningJob(json job = MinimalJob(2)) {
+  FakeCluster c(std::move(job));
+  c.Step(kT0);
+  c.SetAllPodsPhase("Running");
+  for (const std::string& name : c.PodNames()) c.SetPodReady(name, true);
+  c.Step(kT0 + 10);
+  EXPECT_EQ(Phase(c), "Running");
+  return c;
+}
+
+// --- creation ------------------------------------------------------------------------------
+
+TEST(Reconcile, FirstReconcileCreatesExactlyTheChildren) {
+  FakeCluster c(MinimalJob(3));
+  const ReconcileResult r = c.Step(kT0);
+  EXPECT_EQ(Names(r, Action::Kind::kCreate, "Service"), std::vector<std::string>{"j"});
+  EXPECT_EQ(Names(r, Action::Kind::kCreate, "Secret"), std::vector<std::string>{"j-key"});
+  EXPECT_EQ(Names(r, Action::Kind::kCreate, "ConfigMap"), std::vector<std::string>{"j-world"});
+  EXPECT_EQ(Names(r, Action::Kind::kCreate, "Pod"),
+            (std::vector<std::string>{"j-worker-0", "j-worker-1", "j-worker-2"}));
+  EXPECT_EQ(CountKind(r, Action::Kind::kCreate, "PodGroup"), 0);
+  EXPECT_EQ(CountKind(r, Action::Kind::kDelete), 0);
+  EXPECT_EQ(CountKind(r, Action::Kind::kCreate), 6);
+  for (const Action& a : r.actions) {
+    if (a.kind != Action::Kind::kCreate) continue;
+    EXPECT_FALSE(a.reason.empty());  // the why, for the executor's log
+    const json& meta = a.object["metadata"];
+    EXPECT_EQ(meta["namespace"], "ns");
+    EXPECT_EQ(meta["labels"]["korovod.dev/job-name"], "j");
+    EXPECT_EQ(meta["labels"]["app.kubernetes.io/managed-by"], "korovod-operator");
+    ASSERT_EQ(meta["ownerReferences"].size(), 1u);
+    EXPECT_EQ(meta["ownerReferences"][0],
+              json::parse(R"({"apiVersion": "korovod.dev/v1alpha1", "kind": "HorovodJob",
+                              "name": "j", "uid": "job-uid", "controller": true,
+                              "blockOwnerDeletion": true})"));
+  }
+  ASSERT_TRUE(r.status);
+  const json& s = *r.status;
+  EXPECT_EQ(s["phase"], "Pending");
+  EXPECT_EQ(s["epoch"], 1);
+  EXPECT_EQ(s["observedGeneration"], 1);
+  EXPECT_EQ(s["startTime"], "2027-01-15T08:00:00Z");
+  EXPECT_EQ(s["coordinatorAddress"], "j-worker-0.j.ns.svc.cluster.local:29500");
+  EXPECT_EQ(Condition(s, "SpecValid")["status"], "True");
+  EXPECT_EQ(Condition(s, "Created")["status"], "True");
+  EXPECT_FALSE(s.contains("completionTime"));
+  ASSERT_NE(FindEvent(r, "WorkersCreated"), nullptr);
+}
+
+TEST(Reconcile, SecondReconcileAndRestartedOperatorCreateNothing) {
+  FakeCluster c(MinimalJob(2));
+  c.Step(kT0);
+  // The second reconcile sees the pods (the counts change) but creates nothing.
+  const ReconcileResult again = c.Step(kT0 + 5);
+  EXPECT_TRUE(again.actions.empty());
+  EXPECT_EQ(c.status()["activeWorkers"], 2);
+  const ReconcileResult third = c.Step(kT0 + 6);
+  EXPECT_TRUE(third.actions.empty());
+  EXPECT_FALSE(third.status) << third.status->dump();
+  // A restarted operator sees exactly the same state: same answer.
+  const ReconcileResult restarted = Reconcile(c.Observe(kT0 + 7));
+  EXPECT_TRUE(restarted.actions.empty());
+  EXPECT_FALSE(restarted.status);
+}
+
+TEST(Reconcile, IsDeterministic) {
+  FakeCluster c(MinimalJob(4));
+  const ObservedState o = c.Observe(kT0);
+  const ReconcileResult a = Reconcile(o), b = Reconcile(o);
+  ASSERT_EQ(a.actions.size(), b.actions.size());
+  for (size_t i = 0; i < a.actions.size(); ++i) {
+    EXPECT_EQ(a.actions[i].object, b.actions[i].object);
+    EXPECT_EQ(a.actions[i].message, b.actions[i].message);
+  }
+  EXPECT_EQ(a.status, b.status);
+}
+
+TEST(Reconcile, ChildrenListedInAnyOrderGiveTheSameResult) {
+  FakeCluster c = RunningJob(MinimalJob(3));
+  c.SetTrainerExit("j-worker-2", 1, "Error");
+  ObservedState o = c.Observe(kT0 + 20);
+  const ReconcileResult a = Reconcile(o);
+  std::reverse(o.pods.begin(), o.pods.end());
+  const ReconcileResult b = Reconcile(o);
+  ASSERT_EQ(a.actions.size(), b.actions.size());
+  for (size_t i = 0; i < a.actions.size(); ++i) EXPECT_EQ(a.actions[i].object, b.actions[i].object);
+}
+
+// --- phases --------------------------------------------------------------------------------
+
+TEST(Reconcile, PendingRunningSucceededWithCounts) {
+  FakeCluster c(MinimalJob(2));
+  c.Step(kT0);
+  c.SetPodPhase("j-worker-0", "Running");
+  c.Step(kT0 + 1);
+  EXPECT_EQ(Phase(c), "Pending");
+  EXPECT_EQ(c.status()["activeWorkers"], 2);
+
+  c.SetPodPhase("j-worker-1", "Running");
+  c.SetPodReady("j-worker-0", true);
+  c.Step(kT0 + 2);
+  EXPECT_EQ(Phase(c), "Running");
+  EXPECT_EQ(c.status()["readyWorkers"], 1);
+  EXPECT_EQ(c.status()["activeWorkers"], 2);
+  EXPECT_EQ(Condition(c.status(), "Running")["status"], "True");
+
+  // One trainer done while the pod's sidecar still shuts down: counted succeeded, job running.
+  c.SetTrainerExit("j-worker-0", 0, "Completed");
+  c.SetPodPhase("j-worker-0", "Running");
+  c.Step(kT0 + 3);
+  EXPECT_EQ(Phase(c), "Running");
+  EXPECT_EQ(c.status()["succeededWorkers"], 1);
+  EXPECT_EQ(c.status()["activeWorkers"], 1);
+
+  c.SetTrainerExit("j-worker-1", 0, "Completed");
+  const ReconcileResult done = c.Step(kT0 + 4);
+  EXPECT_EQ(Phase(c), "Succeeded");
+  EXPECT_EQ(c.status()["succeededWorkers"], 2);
+  EXPECT_EQ(c.status()["activeWorkers"], 0);
+  EXPECT_EQ(c.status()["completionTime"], "2027-01-15T08:00:04Z");
+  EXPECT_EQ(Condition(c.status(), "Succeeded")["status"], "True");
+  EXPECT_EQ(Condition(c.status(), "Running")["status"], "False");
+  ASSERT_NE(FindEvent(done, "AllWorkersSucceeded"), nullptr);
+  // Finished: nothing more happens, and nothing is recreated.
+  const ReconcileResult after = c.Step(kT0 + 100);
+  EXPECT_EQ(CountKind(after, Action::Kind::kCreate), 0);
+  EXPECT_FALSE(after.status);
+}
+
+TEST(Reconcile, MissingPodWhilePendingIsRecreatedNotAFailure) {
+  FakeCluster c(MinimalJob(2));
+  c.Step(kT0);
+  c.RemovePod("j-worker-1");
+  const ReconcileResult r = c.Step(kT0 + 1);
+  EXPECT_EQ(Names(r, Action::Kind::kCreate, "Pod"), std::vector<std::string>{"j-worker-1"});
+  EXPECT_EQ(c.status()["restartCount"], 0);
+  EXPECT_EQ(c.status()["epoch"], 1);
+}
+
+// --- failures ------------------------------------------------------------------------------
+
+TEST(Reconcile, FailureRestartsAsANewEpochAfterOldPodsAreGone) {
+  FakeCluster c = RunningJob(MinimalJob(2));
+  c.set_graceful_deletes(true);
+  c.SetTrainerExit("j-worker-1", 1, "Error");
+  const ReconcileResult r = c.Step(kT0 + 20);
+  EXPECT_EQ(Phase(c), "Restarting");
+  EXPECT_EQ(c.status()["epoch"], 2);
+  EXPECT_EQ(c.status()["restartCount"], 1);
+  EXPECT_EQ(Names(r, Action::Kind::kDelete, "Pod"),
+            (std::vector<std::string>{"j-worker-0", "j-worker-1"}));
+  EXPECT_EQ(Names(r, Action::Kind::kDelete, "ConfigMap"), std::vector<std::string>{"j-world"});
+  EXPECT_EQ(CountKind(r, Action::Kind::kCreate), 0);
+  const Action* event = FindEvent(r, "WorkerFailed");
+  ASSERT_NE(event, nullptr);
+  EXPECT_EQ(event->event_type, "Warning");
+  EXPECT_NE(event->message.find("j-worker-1"), std::string::npos) << event->message;
+  EXPECT_NE(event->message.find("\"trainer\" exited with code 1 (Error)"), std::string::npos)
+      << event->message;
+  EXPECT_EQ(Condition(c.status(), "Restarting")["status"], "True");
+  EXPECT_EQ(Condition(c.status(), "Running")["status"], "False");
+
+  // Old pods still terminating: no new pod may appear yet.
+  const ReconcileResult waiting = c.Step(kT0 + 21);
+  EXPECT_EQ(CountKind(waiting, Action::Kind::kCreate, "Pod"), 0);
+  EXPECT_EQ(CountKind(waiting, Action::Kind::kDelete), 0);
+
+  c.FinishTerminations();
+  const ReconcileResult fresh = c.Step(kT0 + 22);
+  EXPECT_EQ(Names(fresh, Action::Kind::kCreate, "Pod"),
+            (std::vector<std::string>{"j-worker-0", "j-worker-1"}));
+  for (const Action& a : fresh.actions) {
+    if (KindOf(a) == "Pod") {
+      EXPECT_EQ(Epoch(a.object), "2");
+    }
+    if (KindOf(a) == "ConfigMap") {
+      EXPECT_EQ(a.object["data"]["epoch"], "2");
+    }
+  }
+  EXPECT_EQ(Names(fresh, Action::Kind::kCreate, "ConfigMap"), std::vector<std::string>{"j-world"});
+  EXPECT_EQ(c.status()["startTime"], "2027-01-15T08:00:00Z");  // kept across restarts
+
+  c.SetAllPodsPhase("Running");
+  c.Step(kT0 + 30);
+  EXPECT_EQ(Phase(c), "Running");
+  EXPECT_EQ(Condition(c.status(), "Restarting")["status"], "False");
+  EXPECT_EQ(Condition(c.status(), "Restarting")["reason"], "Recovered");
+}
+
+TEST(Reconcile, BackoffExhaustionFailsWithTheCause) {
+  json job = MinimalJob(2);
+  job["spec"]["runPolicy"] = {{"backoffLimit", 1}};
+  FakeCluster c = RunningJob(job);
+  c.SetTrainerExit("j-worker-0", 137, "OOMKilled");
+  c.Settle(kT0 + 20);
+  EXPECT_EQ(Phase(c), "Restarting");
+  c.SetAllPodsPhase("Running");
+  c.Step(kT0 + 30);
+  EXPECT_EQ(Phase(c), "Running");
+
+  c.SetTrainerExit("j-worker-1", 137, "OOMKilled");
+  const ReconcileResult r = c.Step(kT0 + 40);
+  EXPECT_EQ(Phase(c), "Failed");
+  const json failed = Condition(c.status(), "Failed");
+  EXPECT_EQ(failed["status"], "True");
+  EXPECT_EQ(failed["reason"], "BackoffLimitExceeded");
+  const std::string message = failed["message"];
+  EXPECT_NE(message.find("j-worker-1"), std::string::npos) << message;
+  EXPECT_NE(message.find("exited with code 137 (OOMKilled)"), std::string::npos) << message;
+  EXPECT_EQ(c.status()["completionTime"], "2027-01-15T08:00:40Z");
+  EXPECT_EQ(c.status()["failedWorkers"], 1);
+  EXPECT_EQ(c.status()["restartCount"], 1);
+  // cleanPodPolicy Running (the default): the still-running worker goes, the failed one stays.
+  EXPECT_EQ(Names(r, Action::Kind::kDelete, "Pod"), std::vector<std::string>{"j-worker-0"});
+  ASSERT_NE(FindEvent(r, "BackoffLimitExceeded"), nullptr);
+}
+
+TEST(Reconcile, PodDeletedExternallyWhileRunningRestarts) {
+  FakeCluster c = RunningJob(MinimalJob(3));
+  c.RemovePod("j-worker-2");
+  const ReconcileResult r = c.Step(kT0 + 20);
+  EXPECT_EQ(Phase(c), "Restarting");
+  EXPECT_EQ(c.status()["epoch"], 2);
+  const Action* event = FindEvent(r, "WorkerFailed");
+  ASSERT_NE(event, nullptr);
+  EXPECT_NE(event->message.find("j-worker-2 disappeared"), std::string::npos) << event->message;
+  c.Settle(kT0 + 21);
+  EXPECT_EQ(c.PodNames(), (std::vector<std::string>{"j-worker-0", "j-worker-1", "j-worker-2"}));
+  for (const json& p : c.pods()) EXPECT_EQ(Epoch(p), "2");
+}
+
+TEST(Reconcile, EvictedPodRestarts) {
+  FakeCluster c = RunningJob(MinimalJob(2));
+  c.SetPodPhase("j-worker-0", "Failed");
+  c.Pod("j-worker-0")->at("status")["reason"] = "Evicted";
+  const ReconcileResult r = c.Step(kT0 + 20);
+  const Action* event = FindEvent(r, "WorkerFailed");
+  ASSERT_NE(event, nullptr);
+  EXPECT_NE(event->message.find("pod phase Failed (Evicted)"), std::string::npos) << event->message;
+}
+
+TEST(Reconcile, TerminatingWorkerRestarts) {
+  FakeCluster c = RunningJob(MinimalJob(2));
+  c.Pod("j-worker-1")->at("metadata")["deletionTimestamp"] = "2027-01-15T08:00:15Z";
+  const ReconcileResult r = c.Step(kT0 + 20);
+  EXPECT_EQ(Phase(c), "Restarting");
+  // Only the pod not already going away is deleted.
+  EXPECT_EQ(Names(r, Action::Kind::kDelete, "Pod"), std::vector<std::string>{"j-worker-0"});
+  const Action* event = FindEvent(r, "WorkerFailed");
+  ASSERT_NE(event, nullptr);
+  EXPECT_NE(event->message.find("j-worker-1 is being deleted"), std::string::npos);
+}
+
+TEST(Reconcile, ReplicasChangeStartsANewEpochWithoutCountingARestart) {
+  FakeCluster c = RunningJob(MinimalJob(2));
+  c.spec()["replicas"] = 3;
+  c.job()["metadata"]["generation"] = 2;
+  const ReconcileResult r = c.Step(kT0 + 20);
+  EXPECT_EQ(Phase(c), "Restarting");
+  EXPECT_EQ(c.status()["epoch"], 2);
+  EXPECT_EQ(c.status()["restartCount"], 0);
+  EXPECT_EQ(c.status()["observedGeneration"], 2);
+  EXPECT_EQ(Condition(c.status(), "Restarting")["reason"], "WorldResized");
+  EXPECT_EQ(Names(r, Action::Kind::kDelete, "Pod"),
+            (std::vector<std::string>{"j-worker-0", "j-worker-1"}));
+  c.Settle(kT0 + 21);
+  EXPECT_EQ(c.PodNames(), (std::vector<std::string>{"j-worker-0", "j-worker-1", "j-worker-2"}));
+  ASSERT_EQ(c.config_maps().size(), 1u);
+  EXPECT_EQ(c.config_maps()[0]["data"]["size"], "3");
+  EXPECT_EQ(c.config_maps()[0]["data"]["epoch"], "2");
+  for (const json& p : c.pods()) {
+    EXPECT_EQ(Epoch(p), "2");
+  }
+}
+
+// --- suspend -------------------------------------------------------------------------------
+
+TEST(Reconcile, SuspendDeletesPodsAndResumeStartsANewEpoch) {
+  json job = MinimalJob(2);
+  job["spec"]["schedulingPolicy"] = {{"gang", {{"enabled", true}, {"provider", "volcano"}}}};
+  FakeCluster c = RunningJob(job);
+  ASSERT_EQ(c.pod_groups().size(), 1u);
+  c.spec()["runPolicy"] = {{"suspend", true}};
+  const ReconcileResult r = c.Step(kT0 + 20);
+  EXPECT_EQ(Names(r, Action::Kind::kDelete, "Pod"),
+            (std::vector<std::string>{"j-worker-0", "j-worker-1"}));
+  EXPECT_EQ(Names(r, Action::Kind::kDelete, "PodGroup"), std::vector<std::string>{"j"});
+  for (const Action& a : r.actions) {
+    if (KindOf(a) == "PodGroup") {
+      EXPECT_EQ(a.object["apiVersion"], "scheduling.volcano.sh/v1beta1");
+    }
+  }
+  EXPECT_EQ(Phase(c), "Suspended");
+  EXPECT_EQ(Condition(c.status(), "Suspended")["status"], "True");
+  EXPECT_FALSE(c.status().contains("startTime"));
+  EXPECT_EQ(c.status()["activeWorkers"], 0);
+  EXPECT_TRUE(c.pods().empty());
+  const ReconcileResult quiet = c.Step(kT0 + 21);
+  EXPECT_TRUE(quiet.actions.empty());
+
+  c.spec()["runPolicy"] = {{"suspend", false}};
+  const ReconcileResult resumed = c.Step(kT0 + 50);
+  EXPECT_EQ(Names(resumed, Action::Kind::kCreate, "Pod"),
+            (std::vector<std::string>{"j-worker-0", "j-worker-1"}));
+  EXPECT_EQ(Names(resumed, Action::Kind::kCreate, "PodGroup"), std::vector<std::string>{"j"});
+  EXPECT_EQ(c.status()["epoch"], 2);
+  EXPECT_EQ(c.status()["restartCount"], 0);
+  EXPECT_EQ(Phase(c), "Pending");
+  EXPECT_EQ(c.status()["startTime"], "2027-01-15T08:00:50Z");
+  EXPECT_EQ(Condition(c.status(), "Suspended")["status"], "False");
+  for (const json& p : c.pods()) EXPECT_EQ(Epoch(p), "2");
+}
+
+TEST(Reconcile, CreatedSuspendedStartsNothingUntilResumed) {
+  json job = MinimalJob(2);
+  job["spec"]["runPolicy"] = {{"suspend", true}};
+  FakeCluster c(job);
+  const ReconcileResult r = c.Step(kT0);
+  EXPECT_EQ(CountKind(r, Action::Kind::kCreate, "Pod"), 0);
+  EXPECT_EQ(Phase(c), "Suspended");
+  c.spec()["runPolicy"]["suspend"] = false;
+  c.Step(kT0 + 1);
+  EXPECT_EQ(c.status()["epoch"], 1);
+  EXPECT_EQ(c.pods().size(), 2u);
+}
+
+// --- deadline ------------------------------------------------------------------------------
+
+TEST(Reconcile, ActiveDeadlineRequeuesThenFails) {
+  json job = MinimalJob(2);
+  job["spec"]["runPolicy"] = {{"activeDeadlineSeconds", 100}, {"cleanPodPolicy", "None"}};
+  FakeCluster c(job);
+  EXPECT_EQ(c.Step(kT0).requeue_after_seconds, 100);
+  c.SetAllPodsPhase("Running");
+  EXPECT_EQ(c.Step(kT0 + 60).requeue_after_seconds, 40);
+  const ReconcileResult r = c.Step(kT0 + 100);
+  EXPECT_EQ(Phase(c), "Failed");
+  EXPECT_EQ(Condition(c.status(), "Failed")["reason"], "DeadlineExceeded");
+  // Active pods are stopped whatever the cleanPodPolicy.
+  EXPECT_EQ(Names(r, Action::Kind::kDelete, "Pod"),
+            (std::vector<std::string>{"j-worker-0", "j-worker-1"}));
+  EXPECT_FALSE(r.requeue_after_seconds);
+  EXPECT_EQ(c.status()["completionTime"], "2027-01-15T08:01:40Z");
+}
+
+// --- cleanPodPolicy and TTL ----------------------------------------------------------------
+
+struct CleanCase {
+  std::string policy;
+  std::vector<std::string> deleted;
+};
+
+class CleanPodPolicyTest : public ::testing::TestWithParam<CleanCase> {};
+
+TEST_P(CleanPodPolicyTest, DeletesTheRightPodsAtTheFinish) {
+  json job = MinimalJob(3);
+  job["spec"]["runPolicy"] = {{"backoffLimit", 0}, {"cleanPodPolicy", GetParam().policy}};
+  FakeCluster c = RunningJob(job);
+  c.SetTrainerExit("j-worker-0", 0, "Completed");  // succeeded
+  c.SetTrainerExit("j-worker-1", 2, "Error");      // failed; j-worker-2 still running
+  const ReconcileResult r = c.Step(kT0 + 20);
+  EXPECT_EQ(Phase(c), "Failed");
+  EXPECT_EQ(Names(r, Action::Kind::kDelete, "Pod"), GetParam().deleted);
+  const ReconcileResult again = c.Step(kT0 + 21);
+  EXPECT_EQ(CountKind(again, Action::Kind::kDelete), 0);
+  EXPECT_EQ(CountKind(again, Action::Kind::kCreate), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Policies, CleanPodPolicyTest,
+    ::testing::Values(CleanCase{"Running", {"j-worker-2"}},
+                      CleanCase{"All", {"j-worker-0", "j-worker-1", "j-worker-2"}},
+                      CleanCase{"None", {}}),
+    [](const ::testing::TestParamInfo<CleanCase>& info) { return info.param.policy; });
+
+TEST(Reconcile, TtlRequeuesThenDeletesTheJob) {
+  json job = MinimalJob(1);
+  job["spec"]["runPolicy"] = {{"ttlSecondsAfterFinished", 60}};
+  FakeCluster c(job);
+  c.Step(kT0);
+  c.SetTrainerExit("j-worker-0", 0, "Completed");
+  EXPECT_EQ(c.Step(kT0 + 100).requeue_after_seconds, 60);
+  EXPECT_EQ(Phase(c), "Succeeded");
+  EXPECT_EQ(c.Step(kT0 + 159).requeue_after_seconds, 1);
+  EXPECT_FALSE(c.job_deleted());
+  const ReconcileResult r = c.Step(kT0 + 160);
+  ASSERT_EQ(CountKind(r, Action::Kind::kDeleteJob), 1);
+  for (const Action& a : r.actions) {
+    if (a.kind != Action::Kind::kDeleteJob) continue;
+    EXPECT_EQ(a.object["metadata"]["uid"], "job-uid");
+    EXPECT_EQ(a.object["kind"], "HorovodJob");
+  }
+  EXPECT_TRUE(c.job_deleted());
+}
+
+// --- invalid specs and deletion ------------------------------------------------------------
+
+TEST(Reconcile, InvalidSpecIsReportedOnceAndCreatesNothing) {
+  json job = MinimalJob(2);
+  job["spec"]["template"]["spec"]["containers"] =
+      json::array({{{"name", "a"}, {"image", "x"}}, {{"name", "b"}, {"image", "y"}}});
+  FakeCluster c(job);
+  const ReconcileResult r = c.Step(kT0);
+  EXPECT_EQ(CountKind(r, Action::Kind::kCreate), 0);
+  EXPECT_EQ(CountKind(r, Action::Kind::kDelete), 0);
+  ASSERT_EQ(CountKind(r, Action::Kind::kEvent), 1);
+  EXPECT_EQ(r.actions[0].event_type, "Warning");
+  EXPECT_EQ(r.actions[0].reason, "TrainerContainerNotFound");
+  EXPECT_EQ(Phase(c), "Failed");
+  const json valid = Condition(c.status(), "SpecValid");
+  EXPECT_EQ(valid["status"], "False");
+  EXPECT_EQ(valid["reason"], "TrainerContainerNotFound");
+  EXPECT_NE(valid["message"].get<std::string>().find("trainer"), std::string::npos);
+
+  const ReconcileResult again = c.Step(kT0 + 10);
+  EXPECT_TRUE(again.actions.empty());
+  EXPECT_FALSE(again.status);
+
+  // Fixing the spec (a new generation) starts the job.
+  c.spec()["template"]["spec"]["containers"][0]["name"] = "trainer";
+  c.job()["metadata"]["generation"] = 2;
+  const ReconcileResult fixed = c.Step(kT0 + 20);
+  EXPECT_EQ(CountKind(fixed, Action::Kind::kCreate, "Pod"), 2);
+  EXPECT_EQ(Phase(c), "Pending");
+  EXPECT_EQ(Condition(c.status(), "SpecValid")["status"], "True");
+  EXPECT_EQ(Condition(c.status(), "Failed")["status"], "False");
+}
+
+TEST(Reconcile, UnparsableSpecNamesTheField) {
+  json job = MinimalJob(2);
+  job["spec"]["runPolicy"] = {{"backoffLimit", -1}};
+  FakeCluster c(job);
+  const ReconcileResult r = c.Step(kT0);
+  EXPECT_EQ(CountKind(r, Action::Kind::kCreate), 0);
+  const json valid = Condition(c.status(), "SpecValid");
+  EXPECT_EQ(valid["reason"], "InvalidSpec");
+  EXPECT_NE(valid["message"].get<std::string>().find("spec.runPolicy.backoffLimit"),
+            std::string::npos);
+}
+
+TEST(Reconcile, GarbageDoesNotThrow) {
+  for (const json& job : {json(), json(42), json::parse(R"({"metadata": 3})"),
+                          json::parse(R"({"apiVersion": "korovod.dev/v1alpha1",
+                                          "kind": "HorovodJob", "metadata": {"name": "x"},
+                                          "spec": {"replicas": "two"}, "status": 7})")}) {
+    ObservedState o;
+    o.job = job;
+    o.pods = {json(1), json::parse(R"({"metadata": {"labels": 5}})")};
+    const ReconcileResult r = Reconcile(o);
+    EXPECT_EQ(CountKind(r, Action::Kind::kCreate), 0);
+  }
+  // A valid job with malformed children.
+  FakeCluster c(MinimalJob(2));
+  ObservedState o = c.Observe(kT0);
+  o.pods = {json(1), json::parse(R"({"metadata": {"name": 5, "labels": {"korovod.dev/epoch": 1}},
+                                     "status": {"containerStatuses": 3}})")};
+  o.config_maps = {json::parse(R"({"metadata": {"name": "j-world"}, "data": 1})")};
+  EXPECT_NO_THROW(Reconcile(o));
+}
+
+TEST(Reconcile, DeletionTimestampMeansNothingToDo) {
+  FakeCluster c = RunningJob();
+  c.job()["metadata"]["deletionTimestamp"] = "2027-01-15T09:00:00Z";
+  c.SetTrainerExit("j-worker-0", 1, "Error");
+  const ReconcileResult r = c.Step(kT0 + 20);
+  EXPECT_TRUE(r.actions.empty());
+  EXPECT_FALSE(r.status);
+}
+
+TEST(Reconcile, MissingFreshKeyCreatesNoWorkers) {
+  FakeCluster c(MinimalJob(2));
+  ObservedState o = c.Observe(kT0);
+  o.fresh_key_hex = "";
+  const ReconcileResult r = Reconcile(o);
+  EXPECT_EQ(CountKind(r, Action::Kind::kCreate, "Secret"), 0);
+  EXPECT_EQ(CountKind(r, Action::Kind::kCreate, "Pod"), 0);
+  ASSERT_NE(FindEvent(r, "JobKeyUnavailable"), nullptr);
+}
+
+TEST(Reconcile, GangPodGroupIsCreatedForBothProviders) {
+  for (const std::string provider : {"volcano", "scheduler-plugins"}) {
+    json job = MinimalJob(4);
+    job["spec"]["schedulingPolicy"] = {
+        {"gang", {{"enabled", true}, {"provider", provider}, {"minAvailable", 3}}}};
+    FakeCluster c(job);
+    const ReconcileResult r = c.Step(kT0);
+    ASSERT_EQ(Names(r, Action::Kind::kCreate, "PodGroup"), std::vector<std::string>{"j"});
+    for (const Action& a : r.actions) {
+      if (KindOf(a) != "PodGroup") continue;
+      EXPECT_EQ(a.object["apiVersion"], provider == "volcano" ? "scheduling.volcano.sh/v1beta1"
+                                                              : "scheduling.x-k8s.io/v1alpha1");
+      EXPECT_EQ(a.object["spec"]["minMember"], 3);
+    }
+    EXPECT_TRUE(c.Step(kT0 + 1).actions.empty());
+  }
+}
+
+}  // namespace
+}  // namespace korovod::op
