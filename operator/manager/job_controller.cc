@@ -11,11 +11,10 @@
 #include "operator/kube/api_result.h"
 #include "operator/manager/child_resource.h"
 #include "operator/manager/operator_log.h"
+#include "operator/manager/status_writer.h"
 
 namespace korovod::op {
 namespace {
-
-constexpr int kStatusWriteAttempts = 4;
 
 std::string FreshKeyHex() {
   unsigned char bytes[32];
@@ -213,38 +212,19 @@ Status JobController::ReconcileKey(const std::string& key,
     if (!s.ok() && first_error.ok()) first_error = s;
   }
   if (result.status) {
-    Status s = WriteStatus(std::move(job), std::move(*result.status), observed);
-    if (!s.ok() && first_error.ok()) first_error = s;
+    // Someone changed the job since we read it: recompute from the fresh object (the children,
+    // and so the actions already taken, are unchanged).
+    StatusWriteOutcome written = WriteJobStatus(client_, std::move(job), std::move(*result.status),
+                                                [&observed](const nlohmann::json& fresh) {
+                                                  ObservedState again = observed;
+                                                  again.job = fresh;
+                                                  return Reconcile(again).status;
+                                                });
+    metrics_.status_conflicts->Increment(written.conflicts);
+    if (!written.status.ok() && first_error.ok()) first_error = written.status;
   }
   *requeue_after_seconds = result.requeue_after_seconds;
   return first_error;
-}
-
-Status JobController::WriteStatus(nlohmann::json job, nlohmann::json status,
-                                  const ObservedState& observed) {
-  const std::string ns = job.at("metadata").value("namespace", "");
-  const std::string name = job.at("metadata").value("name", "");
-  const std::string path = kHorovodJobs.Path(ns, name, "status");
-  for (int attempt = 1;; ++attempt) {
-    job["status"] = std::move(status);
-    kube::ApiResult r = client_.Replace(path, job);
-    if (r.ok()) return OkStatus();
-    if (!kube::IsConflict(r) || attempt == kStatusWriteAttempts) {
-      return r.status().WithContext("write the status of HorovodJob " + ns + "/" + name);
-    }
-    // Someone changed the job since we read it: re-read it and recompute the status from the
-    // new object (the children, and so the actions already taken, are unchanged).
-    metrics_.status_conflicts->Increment();
-    kube::ApiResult fresh = client_.Get(kHorovodJobs.Path(ns, name));
-    if (kube::IsNotFound(fresh)) return OkStatus();
-    if (!fresh.ok()) return fresh.status();
-    ObservedState again = observed;
-    again.job = std::move(fresh).value();
-    ReconcileResult recomputed = Reconcile(again);
-    if (!recomputed.status) return OkStatus();  // the stored status is already right
-    job = std::move(again.job);
-    status = std::move(*recomputed.status);
-  }
 }
 
 }  // namespace korovod::op

@@ -56,7 +56,6 @@ class JobController {
   void Work();
   // One reconcile of "ns/name"; sets *requeue_after_seconds when the result asks for it.
   Status ReconcileKey(const std::string& key, std::optional<int64_t>* requeue_after_seconds);
-  Status WriteStatus(nlohmann::json job, nlohmann::json status, const ObservedState& observed);
   ObservedState Observe(const nlohmann::json& job) const;
 
   const kube::ApiClient& client_;

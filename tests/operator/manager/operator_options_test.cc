@@ -1,0 +1,81 @@
+// korovod-operator's flags and the REST paths of what it writes.
+#include "operator/manager/operator_options.h"
+
+#include <gtest/gtest.h>
+
+#include "operator/manager/child_resource.h"
+
+namespace korovod::op {
+namespace {
+
+TEST(OperatorOptions, Defaults) {
+  auto o = ParseOperatorFlags({});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->metrics_bind_address, "0.0.0.0:8080");
+  EXPECT_FALSE(o->leader_elect);
+  EXPECT_EQ(o->leader_election_namespace, "default");
+  EXPECT_EQ(o->leader_election_id, "korovod-operator");
+  EXPECT_EQ(o->workers, 2);
+  EXPECT_EQ(o->settings.coordinator_port, 29500);
+}
+
+TEST(OperatorOptions, ValuesBothSpellings) {
+  auto o = ParseOperatorFlags(
+      {"--namespace", "ml", "--leader-elect", "--workers=4", "--leader-election-lease-duration=3",
+       "--leader-election-renew-deadline", "2", "--leader-election-retry-period", "0.5",
+       "--sidecar-image=img:1", "--coordinator-port", "1234"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->namespace_name, "ml");
+  EXPECT_EQ(o->leader_election_namespace, "ml");  // follows --namespace
+  EXPECT_TRUE(o->leader_elect);
+  EXPECT_EQ(o->workers, 4);
+  EXPECT_EQ(o->lease_duration, std::chrono::milliseconds(3000));
+  EXPECT_EQ(o->retry_period, std::chrono::milliseconds(500));
+  EXPECT_EQ(o->settings.default_sidecar_image, "img:1");
+  EXPECT_EQ(o->settings.coordinator_port, 1234);
+}
+
+TEST(OperatorOptions, ErrorsNameTheFlag) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string expect;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"--bogus"}, "unknown flag --bogus"},
+           {{"--workers"}, "--workers needs a value"},
+           {{"--workers", "0"}, "--workers=0"},
+           {{"--coordinator-port", "x"}, "--coordinator-port=x"},
+           {{"--leader-election-retry-period", "-1"}, "--leader-election-retry-period=-1"},
+           {{"--leader-election-renew-deadline", "20"}, "shorter than"},
+           {{"--leader-elect=maybe"}, "--leader-elect=maybe"},
+           {{"--namespace="}, "--namespace needs a non-empty value"},
+       }) {
+    auto o = ParseOperatorFlags(c.args);
+    ASSERT_FALSE(o.ok()) << c.args[0];
+    EXPECT_NE(o.status().message().find(c.expect), std::string::npos) << o.status().ToString();
+  }
+}
+
+TEST(ChildResource, PathsOfWhatTheOperatorWrites) {
+  auto pod = ObjectPath({{"apiVersion", "v1"},
+                         {"kind", "Pod"},
+                         {"metadata", {{"name", "j-worker-0"}, {"namespace", "ns"}}}});
+  ASSERT_TRUE(pod.ok());
+  EXPECT_EQ(*pod, "/api/v1/namespaces/ns/pods/j-worker-0");
+  auto pg = ObjectPath({{"apiVersion", "scheduling.volcano.sh/v1beta1"},
+                        {"kind", "PodGroup"},
+                        {"metadata", {{"name", "j"}, {"namespace", "ns"}}}});
+  ASSERT_TRUE(pg.ok());
+  EXPECT_EQ(*pg, "/apis/scheduling.volcano.sh/v1beta1/namespaces/ns/podgroups/j");
+  auto job = ObjectPath({{"apiVersion", "korovod.dev/v1alpha1"},
+                         {"kind", "HorovodJob"},
+                         {"metadata", {{"name", "j"}, {"namespace", "ns"}}}});
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(*job, "/apis/korovod.dev/v1alpha1/namespaces/ns/horovodjobs/j");
+  auto other = ResourceOf("apps/v1", "Deployment");
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("Deployment (apps/v1)"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace korovod::op
