@@ -35,7 +35,10 @@ KOROVOD_REQUIRE_K8S=1 ctest --test-dir build -j"$JOBS" --output-on-failure --tim
 
 if [ "${KOROVOD_SKIP_SANITIZERS:-0}" != 1 ]; then
   step "configure + build (ASan+UBSan, runtime and sidecar tests)"
+  # -O1 -g1 (line tables only): the usual sanitizer setting, and about 3x faster to compile than
+  # -O2 -g on these machines; reports still name file and line.
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKOROVOD_SANITIZE=ON \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
     -DKOROVOD_WITH_NCCL=OFF -DKOROVOD_BUILD_PYTHON=OFF -DKOROVOD_BUILD_OPERATOR=OFF >/dev/null
   cmake --build build-asan -j"$JOBS"
   step "tests (ASan+UBSan)"
