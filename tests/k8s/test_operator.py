@@ -172,3 +172,31 @@ def test_conflicting_writers_do_not_stop_status_updates(operator, crd, ns):
         crd.wait_for(lambda: get_job(crd, ns, "busy")["status"].get("readyWorkers") == 2,
                      "readyWorkers 2 despite the concurrent writer", 30)
         assert get_job(crd, ns, "busy")["metadata"]["labels"]["touch"] == str(i - 1)
+
+
+# A stand-in for Volcano's PodGroup CRD (the real one's schema is not needed to store objects).
+VOLCANO_PODGROUP_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "podgroups.scheduling.volcano.sh"},
+    "spec": {"group": "scheduling.volcano.sh", "scope": "Namespaced",
+             "names": {"plural": "podgroups", "singular": "podgroup", "kind": "PodGroup"},
+             "versions": [{"name": "v1beta1", "served": True, "storage": True,
+                           "schema": {"openAPIV3Schema": {
+                               "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
+}
+
+
+def test_gang_job_gets_a_volcano_pod_group(operator, crd, ns):
+    crd.kubectl("apply", "-f", "-", input=json.dumps(VOLCANO_PODGROUP_CRD))
+    crd.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                "crd/podgroups.scheduling.volcano.sh")
+    with FakeKubelet(crd, ns):
+        apply(crd, ns, job_doc("gang", replicas=3, schedulingPolicy={
+            "gang": {"enabled": True, "provider": "volcano", "minAvailable": 3}}))
+        wait_phase(crd, ns, "gang", "Running")
+    pg = crd.get("/apis/scheduling.volcano.sh/v1beta1/namespaces/%s/podgroups/gang" % ns)
+    assert pg is not None and pg["spec"]["minMember"] == 3, pg
+    assert pg["metadata"]["ownerReferences"][0]["name"] == "gang"
+    for p in pods(crd, ns, "gang"):
+        assert p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "gang"
+        assert p["spec"]["schedulerName"] == "volcano"
