@@ -449,12 +449,17 @@ class JobReconciler {
     if (job_.spec.scheduling_policy.gang.enabled &&
         FindByName(observed_.pod_groups, PodGroupName(job_)) == nullptr) {
       Create(BuildPodGroup(job_), "gang scheduling");
+      // Workers wait until the PodGroup is observed: created without it they would be placed
+      // one by one (or never, when the scheduler's CRD is missing and the create fails). The
+      // executor does not watch PodGroups, so look again soon.
+      pod_group_ready_ = false;
+      Requeue(out_, 1);
     }
   }
 
   void CreateMissingWorkers() {
     // Wait until every pod of an older epoch is gone, and until the key exists or is on its way.
-    if (!stale_.empty() || !key_ready_) return;
+    if (!stale_.empty() || !key_ready_ || !pod_group_ready_) return;
     if (status_.phase == JobPhase::kRunning) return;  // a missing pod then is a failure
     int created = 0;
     for (int64_t i = 0; i < job_.spec.replicas; ++i) {
@@ -507,6 +512,7 @@ class JobReconciler {
   std::vector<const json*> stale_;
   std::set<std::string> deleted_;
   bool key_ready_ = true;
+  bool pod_group_ready_ = true;
   ReconcileResult out_;
 };
 

@@ -14,8 +14,14 @@ Status ActionExecutor::Execute(const nlohmann::json& job, const Action& action) 
                                                             action.object.value("kind", "")));
       kube::ApiResult r = client_.Create(ref.Path(meta.value("namespace", "")), action.object);
       if (!r.ok() && !kube::IsAlreadyExists(r)) {
-        return r.status().WithContext("create " + Describe(action.object) + " (" + action.reason +
-                                      ")");
+        std::string what = "create " + Describe(action.object) + " (" + action.reason + ")";
+        // A 404 on create: the cluster does not serve this kind at all (a gang scheduler's
+        // PodGroup CRD that is not installed); say so rather than "not found".
+        if (kube::IsNotFound(r)) {
+          what += ": the API " + ref.ApiVersion() + " " + ref.plural +
+                  " is not served by this cluster; is its scheduler (CRD) installed?";
+        }
+        return r.status().WithContext(what);
       }
       if (r.ok()) {
         metrics_.creates->Increment();

@@ -200,3 +200,14 @@ def test_gang_job_gets_a_volcano_pod_group(operator, crd, ns):
     for p in pods(crd, ns, "gang"):
         assert p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "gang"
         assert p["spec"]["schedulerName"] == "volcano"
+
+
+def test_gang_job_without_its_scheduler_is_named_in_the_log(operator, crd, ns):
+    # scheduler-plugins' PodGroup CRD is not installed in the test cluster.
+    with FakeKubelet(crd, ns):
+        apply(crd, ns, job_doc("nogang", replicas=2, schedulingPolicy={
+            "gang": {"enabled": True, "provider": "scheduler-plugins"}}))
+        crd.wait_for(lambda: "scheduling.x-k8s.io/v1alpha1 podgroups is not served" in
+                     operator.log(), "the missing PodGroup API named in the log", 30)
+        assert not pods(crd, ns, "nogang")  # workers wait for their PodGroup
+    crd.kubectl("-n", ns, "delete", "hvdjob", "nogang")

@@ -65,6 +65,7 @@ std::string Epoch(const json& pod) { return pod["metadata"]["labels"]["korovod.d
 FakeCluster RunningJob(json job = MinimalJob(2)) {
   FakeCluster c(std::move(job));
   c.Step(kT0);
+  c.Step(kT0 + 1);  // a gang job's workers come once its PodGroup is observed
   c.SetAllPodsPhase("Running");
   for (const std::string& name : c.PodNames()) c.SetPodReady(name, true);
   c.Step(kT0 + 10);
@@ -364,13 +365,16 @@ TEST(Reconcile, SuspendDeletesPodsAndResumeStartsANewEpoch) {
 
   c.spec()["runPolicy"] = {{"suspend", false}};
   const ReconcileResult resumed = c.Step(kT0 + 50);
-  EXPECT_EQ(Names(resumed, Action::Kind::kCreate, "Pod"),
-            (std::vector<std::string>{"j-worker-0", "j-worker-1"}));
+  // The PodGroup first; the workers once it is observed (the next reconcile).
   EXPECT_EQ(Names(resumed, Action::Kind::kCreate, "PodGroup"), std::vector<std::string>{"j"});
+  EXPECT_EQ(CountKind(resumed, Action::Kind::kCreate, "Pod"), 0);
+  const ReconcileResult workers = c.Step(kT0 + 51);
+  EXPECT_EQ(Names(workers, Action::Kind::kCreate, "Pod"),
+            (std::vector<std::string>{"j-worker-0", "j-worker-1"}));
   EXPECT_EQ(c.status()["epoch"], 2);
   EXPECT_EQ(c.status()["restartCount"], 0);
   EXPECT_EQ(Phase(c), "Pending");
-  EXPECT_EQ(c.status()["startTime"], "2027-01-15T08:00:50Z");
+  EXPECT_EQ(c.status()["startTime"], "2027-01-15T08:00:51Z");
   EXPECT_EQ(Condition(c.status(), "Suspended")["status"], "False");
   for (const json& p : c.pods()) EXPECT_EQ(Epoch(p), "2");
 }
@@ -555,7 +559,12 @@ TEST(Reconcile, GangPodGroupIsCreatedForBothProviders) {
                                                               : "scheduling.x-k8s.io/v1alpha1");
       EXPECT_EQ(a.object["spec"]["minMember"], 3);
     }
-    EXPECT_TRUE(c.Step(kT0 + 1).actions.empty());
+    // Workers wait for the PodGroup to be observed; the reconcile asks to look again soon.
+    EXPECT_EQ(CountKind(r, Action::Kind::kCreate, "Pod"), 0);
+    EXPECT_EQ(r.requeue_after_seconds, std::optional<int64_t>(1));
+    const ReconcileResult next = c.Step(kT0 + 1);
+    EXPECT_EQ(CountKind(next, Action::Kind::kCreate, "Pod"), 4);
+    EXPECT_TRUE(c.Step(kT0 + 2).actions.empty());
   }
 }
 
