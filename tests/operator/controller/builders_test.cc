@@ -365,7 +365,14 @@ TEST(Samples, ProduceValidPods) {
     o.job = job;
     o.now_unix = 1800000000;
     o.fresh_key_hex = testing::kTestKeyHex;
-    const ReconcileResult r = Reconcile(o);
+    ReconcileResult r = Reconcile(o);
+    // A gang job's workers come once its PodGroup is observed.
+    for (const Action& a : r.actions) {
+      if (a.kind == Action::Kind::kCreate && a.object["kind"] == "PodGroup") {
+        o.pod_groups.push_back(a.object);
+      }
+    }
+    if (!o.pod_groups.empty()) r = Reconcile(o);
     std::set<std::string> pods;
     for (const Action& a : r.actions) {
       if (a.kind != Action::Kind::kCreate || a.object["kind"] != "Pod") continue;
