@@ -34,8 +34,8 @@ std::string SocketPath(const OperatorSettings& settings) {
   return settings.socket_dir + "/" + std::string(kSocketFileName);
 }
 
-std::string TimelineDirectory(const HorovodJob& job, const OperatorSettings& settings) {
-  const std::string& timeline = job.spec.sidecar.engine.timeline;
+std::string TimelineDirectory(const HorovodJobSpec& spec, const OperatorSettings& settings) {
+  const std::string& timeline = spec.sidecar.engine.timeline;
   const size_t slash = timeline.rfind('/');
   if (timeline.empty() || slash == std::string::npos || slash == 0) return "";
   std::string dir = timeline.substr(0, slash);
@@ -43,18 +43,17 @@ std::string TimelineDirectory(const HorovodJob& job, const OperatorSettings& set
   return dir;
 }
 
-json BuildSidecarContainer(const HorovodJob& job, int64_t index, const OperatorSettings& settings) {
-  const HorovodJobSpec& spec = job.spec;
+json BuildSidecarContainer(const HorovodJobSpec& spec, const WorkerIdentity& id,
+                           const OperatorSettings& settings) {
   json env = json::array({
-      Env(kEnvRank, std::to_string(index)),
-      Env(kEnvSize, std::to_string(spec.replicas)),
-      Env(kEnvCoordinator, CoordinatorAddress(job, settings)),
+      Env(kEnvRank, std::to_string(id.rank)),
+      Env(kEnvSize, std::to_string(id.size)),
+      Env(kEnvCoordinator, id.coordinator),
       Env(kEnvSocket, SocketPath(settings)),
       json{{"name", std::string(kEnvJobKey)},
            {"valueFrom",
-            {{"secretKeyRef",
-              {{"name", JobKeySecretName(job)}, {"key", std::string(kJobKeySecretKey)}}}}}},
-      Env(kEnvShmPrefix, "/korovod-" + job.metadata.name + "-" + std::to_string(index) + "-"),
+            {{"secretKeyRef", {{"name", id.key_secret}, {"key", std::string(kJobKeySecretKey)}}}}}},
+      Env(kEnvShmPrefix, id.shm_prefix),
       Env(kEnvMetricsPort, std::to_string(settings.metrics_port)),
   });
   if (!spec.networking.interface_name.empty()) {
@@ -81,7 +80,7 @@ json BuildSidecarContainer(const HorovodJob& job, int64_t index, const OperatorS
       {{"name", std::string(kSocketVolume)}, {"mountPath", settings.socket_dir}},
       {{"name", std::string(kShmVolume)}, {"mountPath", std::string(kShmMountPath)}},
   });
-  if (const std::string dir = TimelineDirectory(job, settings); !dir.empty()) {
+  if (const std::string dir = TimelineDirectory(spec, settings); !dir.empty()) {
     mounts.push_back({{"name", std::string(kTimelineVolume)}, {"mountPath", dir}});
   }
 

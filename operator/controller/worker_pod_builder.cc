@@ -75,6 +75,62 @@ json MergedStringMap(const json& template_meta, const char* key) {
 
 }  // namespace
 
+WorkerIdentity HorovodJobWorker(const HorovodJob& job, int64_t index, int64_t epoch,
+                                const OperatorSettings& settings) {
+  WorkerIdentity id;
+  id.rank = index;
+  id.size = job.spec.replicas;
+  id.coordinator = CoordinatorAddress(job, settings);
+  id.key_secret = JobKeySecretName(job);
+  id.shm_prefix = "/korovod-" + job.metadata.name + "-" + std::to_string(index) + "-";
+  id.epoch = epoch;
+  return id;
+}
+
+void WireWorkerPodSpec(json& pod_spec, int trainer_index, const HorovodJobSpec& spec,
+                       const WorkerIdentity& id, const OperatorSettings& settings) {
+  json& containers = Ensure(pod_spec, "containers", json::array());
+  if (trainer_index >= 0 && static_cast<size_t>(trainer_index) < containers.size() &&
+      containers[trainer_index].is_object()) {
+    json& trainer = containers[trainer_index];
+    json env = json::array({
+        Env(kEnvRank, std::to_string(id.rank)),
+        Env(kEnvSize, std::to_string(id.size)),
+        Env(kEnvSocket, SocketPath(settings)),
+        Env(kEnvCoordinator, id.coordinator),
+    });
+    if (id.epoch) env.push_back(Env(kEnvEpoch, std::to_string(*id.epoch)));
+    WireTrainerEnv(trainer, env);
+    AddMountUnlessPathTaken(trainer, kSocketVolume, settings.socket_dir);
+    AddMountUnlessPathTaken(trainer, kShmVolume, std::string(kShmMountPath));
+    if (spec.worker.gpus > 0) {
+      SetExtendedResource(Ensure(trainer, "resources", json::object()),
+                          std::string(kGpuResourceName), spec.worker.gpus);
+    }
+  }
+
+  // Workers never call the API server: no service-account token unless the template asks.
+  if (!pod_spec.contains("automountServiceAccountToken")) {
+    pod_spec["automountServiceAccountToken"] = false;
+  }
+
+  // The native sidecar goes first so it is up before any template init container runs.
+  json init = json::array({BuildSidecarContainer(spec, id, settings)});
+  if (pod_spec.contains("initContainers") && pod_spec["initContainers"].is_array()) {
+    for (const json& c : pod_spec["initContainers"]) init.push_back(c);
+  }
+  pod_spec["initContainers"] = std::move(init);
+
+  AddVolumeUnlessNameTaken(pod_spec,
+                           {{"name", std::string(kSocketVolume)}, {"emptyDir", json::object()}});
+  AddVolumeUnlessNameTaken(
+      pod_spec, {{"name", std::string(kShmVolume)}, {"emptyDir", {{"medium", "Memory"}}}});
+  if (!TimelineDirectory(spec, settings).empty()) {
+    AddVolumeUnlessNameTaken(
+        pod_spec, {{"name", std::string(kTimelineVolume)}, {"emptyDir", json::object()}});
+  }
+}
+
 json BuildWorkerPod(const HorovodJob& job, int64_t index, int64_t epoch,
                     const OperatorSettings& settings) {
   const HorovodJobSpec& spec = job.spec;
@@ -122,47 +178,8 @@ json BuildWorkerPod(const HorovodJob& job, int64_t index, int64_t epoch,
   metadata["labels"] = std::move(labels);
   if (!annotations.empty()) metadata["annotations"] = std::move(annotations);
 
-  // The trainer container.
-  json& containers = Ensure(pod_spec, "containers", json::array());
-  const int trainer_index = TrainerContainerIndex(spec);
-  if (trainer_index >= 0 && static_cast<size_t>(trainer_index) < containers.size() &&
-      containers[trainer_index].is_object()) {
-    json& trainer = containers[trainer_index];
-    WireTrainerEnv(trainer, json::array({
-                                Env(kEnvRank, std::to_string(index)),
-                                Env(kEnvSize, std::to_string(spec.replicas)),
-                                Env(kEnvSocket, SocketPath(settings)),
-                                Env(kEnvCoordinator, CoordinatorAddress(job, settings)),
-                                Env(kEnvEpoch, std::to_string(epoch)),
-                            }));
-    AddMountUnlessPathTaken(trainer, kSocketVolume, settings.socket_dir);
-    AddMountUnlessPathTaken(trainer, kShmVolume, std::string(kShmMountPath));
-    if (spec.worker.gpus > 0) {
-      SetExtendedResource(Ensure(trainer, "resources", json::object()),
-                          std::string(kGpuResourceName), spec.worker.gpus);
-    }
-  }
-
-  // Workers never call the API server: no service-account token unless the template asks.
-  if (!pod_spec.contains("automountServiceAccountToken")) {
-    pod_spec["automountServiceAccountToken"] = false;
-  }
-
-  // The native sidecar goes first so it is up before any template init container runs.
-  json init = json::array({BuildSidecarContainer(job, index, settings)});
-  if (pod_spec.contains("initContainers") && pod_spec["initContainers"].is_array()) {
-    for (const json& c : pod_spec["initContainers"]) init.push_back(c);
-  }
-  pod_spec["initContainers"] = std::move(init);
-
-  AddVolumeUnlessNameTaken(pod_spec,
-                           {{"name", std::string(kSocketVolume)}, {"emptyDir", json::object()}});
-  AddVolumeUnlessNameTaken(
-      pod_spec, {{"name", std::string(kShmVolume)}, {"emptyDir", {{"medium", "Memory"}}}});
-  if (!TimelineDirectory(job, settings).empty()) {
-    AddVolumeUnlessNameTaken(
-        pod_spec, {{"name", std::string(kTimelineVolume)}, {"emptyDir", json::object()}});
-  }
+  WireWorkerPodSpec(pod_spec, TrainerContainerIndex(spec), spec,
+                    HorovodJobWorker(job, index, epoch, settings), settings);
 
   return json{{"apiVersion", "v1"},
               {"kind", "Pod"},

@@ -10,8 +10,21 @@
 
 #include "operator/api/types.h"
 #include "operator/controller/operator_settings.h"
+#include "operator/controller/worker_identity.h"
 
 namespace korovod::op {
+
+// The identity of rank `index` of a HorovodJob in `epoch`.
+WorkerIdentity HorovodJobWorker(const HorovodJob& job, int64_t index, int64_t epoch,
+                                const OperatorSettings& settings);
+
+// Wires a pod spec for one worker: the container at `trainer_index` gets korovod's env (first,
+// replacing template entries of the same name), the socket and /dev/shm mounts, and GPUs; the
+// native sidecar is prepended to initContainers; the socket, /dev/shm (and timeline) volumes
+// are added unless the spec has volumes of those names. `spec` gives the sidecar's image,
+// resources, engine settings, interface, GPUs and RDMA.
+void WireWorkerPodSpec(nlohmann::json& pod_spec, int trainer_index, const HorovodJobSpec& spec,
+                       const WorkerIdentity& id, const OperatorSettings& settings);
 
 // Requires a job that passed Validate (it has a trainer container).
 nlohmann::json BuildWorkerPod(const HorovodJob& job, int64_t index, int64_t epoch,

@@ -1,0 +1,20 @@
+// WorkerIdentity: where one worker sits in its world, which is all that differs between a
+// HorovodJob's pods and pods the injection webhook wires (a StatefulSet's, an Indexed Job's).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace korovod::op {
+
+struct WorkerIdentity {
+  int64_t rank = 0;
+  int64_t size = 0;
+  std::string coordinator;       // "host:port" of rank 0's rendezvous
+  std::string key_secret;        // the Secret whose item "key" is the job key
+  std::string shm_prefix;        // "/korovod-<world>-<rank>-": unique per pod on a node
+  std::optional<int64_t> epoch;  // HorovodJob pods only
+};
+
+}  // namespace korovod::op

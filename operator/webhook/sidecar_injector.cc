@@ -1,0 +1,262 @@
+#include "operator/webhook/sidecar_injector.h"
+
+#include <charconv>
+#include <cmath>
+#include <optional>
+
+#include "operator/api/types.h"
+#include "operator/api/validate.h"
+#include "operator/controller/base64.h"
+#include "operator/controller/worker_pod_builder.h"
+
+namespace korovod::op {
+namespace {
+
+using nlohmann::json;
+
+const json& Member(const json& object, const char* key) {
+  static const json kNull;
+  if (!object.is_object()) return kNull;
+  auto it = object.find(key);
+  return it == object.end() ? kNull : *it;
+}
+
+std::string StringMember(const json& object, const char* key) {
+  const json& v = Member(object, key);
+  return v.is_string() ? v.get<std::string>() : "";
+}
+
+std::optional<std::string> Annotation(const json& pod, std::string_view key) {
+  const json& annotations = Member(Member(pod, "metadata"), "annotations");
+  const json& v = Member(annotations, std::string(key).c_str());
+  if (!v.is_string()) return std::nullopt;
+  return v.get<std::string>();
+}
+
+std::string Label(const json& pod, std::string_view key) {
+  return StringMember(Member(Member(pod, "metadata"), "labels"), std::string(key).c_str());
+}
+
+std::optional<int64_t> ParseNonNegative(const std::string& text) {
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || p != text.data() + text.size() || v < 0) return std::nullopt;
+  return v;
+}
+
+// The workload that created the pod, its kind, and the pod's rank in it.
+struct Placement {
+  std::string kind;  // "StatefulSet" or "Job"
+  std::string workload;
+  int64_t rank = 0;
+};
+
+std::optional<Placement> FindPlacement(const json& pod, std::string* denial) {
+  const json& meta = Member(pod, "metadata");
+  for (const json& owner : Member(meta, "ownerReferences")) {
+    const std::string kind = StringMember(owner, "kind");
+    const std::string name = StringMember(owner, "name");
+    if (kind == "StatefulSet") {
+      std::string index = Label(pod, "apps.kubernetes.io/pod-index");
+      const std::string pod_name = StringMember(meta, "name");
+      if (index.empty() && pod_name.rfind(name + "-", 0) == 0) {
+        index = pod_name.substr(name.size() + 1);
+      }
+      std::optional<int64_t> rank = ParseNonNegative(index);
+      if (!rank) {
+        *denial = "StatefulSet " + name + " pod: cannot read its ordinal (label " +
+                  "apps.kubernetes.io/pod-index or the name's suffix)";
+        return std::nullopt;
+      }
+      return Placement{kind, name, *rank};
+    }
+    if (kind == "Job") {
+      std::optional<std::string> index =
+          Annotation(pod, "batch.kubernetes.io/job-completion-index");
+      if (!index) {
+        *denial = "Job " + name + " pod: no completion index; only Indexed Jobs " +
+                  "(completionMode: Indexed) give each pod a rank";
+        return std::nullopt;
+      }
+      std::optional<int64_t> rank = ParseNonNegative(*index);
+      if (!rank) {
+        *denial = "Job " + name + " pod: completion index \"" + *index + "\" is not a number";
+        return std::nullopt;
+      }
+      return Placement{kind, name, *rank};
+    }
+  }
+  *denial =
+      "cannot determine the rank: korovod injects pods of a StatefulSet (rank = ordinal) "
+      "or of an Indexed Job (rank = completion index); for other pods use a HorovodJob";
+  return std::nullopt;
+}
+
+bool AlreadyInjected(const json& spec) {
+  for (const json& c : Member(spec, "initContainers")) {
+    if (StringMember(c, "name") == kSidecarContainerName) return true;
+  }
+  return false;
+}
+
+// The sidecar settings a HorovodJob would carry, from the pod's annotations.
+std::optional<HorovodJobSpec> SpecFromAnnotations(const json& pod, int64_t size,
+                                                  const OperatorSettings& settings,
+                                                  std::string* denial) {
+  HorovodJobSpec spec;
+  spec.replicas = size;
+  spec.pod_template = {{"spec", Member(pod, "spec")}};
+  spec.sidecar.image =
+      Annotation(pod, kSidecarImageAnnotation).value_or(settings.default_sidecar_image);
+  if (spec.sidecar.image.empty()) {
+    *denial = std::string(kSidecarImageAnnotation) + " is empty";
+    return std::nullopt;
+  }
+  json requests = json::object();
+  if (auto cpu = Annotation(pod, kSidecarCpuAnnotation)) requests["cpu"] = *cpu;
+  if (auto mem = Annotation(pod, kSidecarMemoryAnnotation)) requests["memory"] = *mem;
+  if (!requests.empty()) spec.sidecar.resources = {{"requests", requests}};
+  if (auto v = Annotation(pod, kFusionThresholdAnnotation)) {
+    std::optional<int64_t> bytes = ParseNonNegative(*v);
+    if (!bytes) {
+      *denial = std::string(kFusionThresholdAnnotation) + "=\"" + *v +
+                "\" is not a non-negative number of bytes";
+      return std::nullopt;
+    }
+    spec.sidecar.engine.fusion_threshold_bytes = *bytes;
+  }
+  if (auto v = Annotation(pod, kCycleTimeAnnotation)) {
+    char* end = nullptr;
+    const double ms = std::strtod(v->c_str(), &end);
+    if (v->empty() || end != v->c_str() + v->size() || !std::isfinite(ms) || ms <= 0) {
+      *denial = std::string(kCycleTimeAnnotation) + "=\"" + *v +
+                "\" is not a positive number of milliseconds";
+      return std::nullopt;
+    }
+    spec.sidecar.engine.cycle_time_ms = ms;
+  }
+  if (auto v = Annotation(pod, kTimelineAnnotation)) spec.sidecar.engine.timeline = *v;
+  if (auto v = Annotation(pod, kInterfaceAnnotation)) spec.networking.interface_name = *v;
+  return spec;
+}
+
+}  // namespace
+
+InjectionPlan PlanInjection(const json& pod, const std::string& ns,
+                            const OperatorSettings& settings) {
+  InjectionPlan plan;
+  if (!pod.is_object() || !Member(pod, "spec").is_object()) {
+    plan.denial = "the review's object is not a Pod with a spec";
+    return plan;
+  }
+  if (Label(pod, kInjectLabel) == "false") {
+    plan.why = "opted out (" + std::string(kInjectLabel) + "=false)";
+    return plan;
+  }
+  const json& pod_spec = Member(pod, "spec");
+  if (AlreadyInjected(pod_spec)) {
+    plan.why = "already has " + std::string(kSidecarContainerName);
+    return plan;
+  }
+  std::optional<Placement> placement = FindPlacement(pod, &plan.denial);
+  if (!placement) return plan;
+
+  std::optional<std::string> size_text = Annotation(pod, kWorldSizeAnnotation);
+  std::optional<int64_t> size = size_text ? ParseNonNegative(*size_text) : std::nullopt;
+  if (!size || *size < 1) {
+    plan.denial = placement->kind + " " + placement->workload + ": set the pod template's " +
+                  "annotation " + std::string(kWorldSizeAnnotation) + " to the number of ranks (" +
+                  (size_text ? "\"" + *size_text + "\" is not a positive integer" : "missing") +
+                  ")";
+    return plan;
+  }
+  if (placement->rank >= *size) {
+    plan.denial = placement->kind + " " + placement->workload + ": rank " +
+                  std::to_string(placement->rank) + " is outside the world of " +
+                  std::to_string(*size) + " (" + std::string(kWorldSizeAnnotation) + ")";
+    return plan;
+  }
+  const std::string subdomain = StringMember(pod_spec, "subdomain");
+  if (subdomain.empty()) {
+    plan.denial = placement->kind + " " + placement->workload +
+                  ": the pod has no spec.subdomain, so rank 0 has no DNS name; set " +
+                  (placement->kind == "StatefulSet" ? "the StatefulSet's serviceName"
+                                                    : "spec.template.spec.subdomain") +
+                  " to a headless Service selecting these pods";
+    return plan;
+  }
+  std::optional<HorovodJobSpec> spec = SpecFromAnnotations(pod, *size, settings, &plan.denial);
+  if (!spec) return plan;
+  HorovodJob as_job;
+  as_job.spec = *spec;
+  const int trainer = TrainerContainerIndex(as_job.spec);
+  if (trainer < 0) {
+    plan.denial = "cannot tell which container is the trainer: name it \"" +
+                  std::string(kTrainerContainerName) + "\" (the pod has several containers)";
+    return plan;
+  }
+
+  WorkerIdentity id;
+  id.rank = placement->rank;
+  id.size = *size;
+  id.coordinator = placement->workload + "-0." + subdomain + "." + ns + ".svc." +
+                   settings.cluster_domain + ":" + std::to_string(settings.coordinator_port);
+  id.key_secret = Annotation(pod, kJobKeySecretAnnotation)
+                      .value_or(placement->workload + std::string(kJobKeySecretSuffix));
+  id.shm_prefix = "/korovod-" + placement->workload + "-" + std::to_string(placement->rank) + "-";
+
+  json wired = pod_spec;
+  WireWorkerPodSpec(wired, trainer, as_job.spec, id, settings);
+  // "add" replaces an existing member (RFC 6902 4.1), so one op per changed field suffices.
+  for (const char* key :
+       {"containers", "initContainers", "volumes", "automountServiceAccountToken"}) {
+    if (Member(wired, key) != Member(pod_spec, key)) {
+      plan.patch.push_back(
+          {{"op", "add"}, {"path", std::string("/spec/") + key}, {"value", wired[key]}});
+    }
+  }
+  plan.why = placement->kind + " " + ns + "/" + placement->workload + " rank " +
+             std::to_string(id.rank) + " of " + std::to_string(id.size);
+  return plan;
+}
+
+AdmissionReply ReviewPodCreation(std::string_view request_body, const OperatorSettings& settings) {
+  AdmissionReply reply;
+  json review = json::parse(request_body, nullptr, /*allow_exceptions=*/false);
+  const json& request = Member(review, "request");
+  const std::string uid = StringMember(request, "uid");
+  if (review.is_discarded() || StringMember(review, "kind") != "AdmissionReview" || uid.empty()) {
+    reply.http_status = 400;
+    reply.body = {{"error", "expected an admission.k8s.io/v1 AdmissionReview with request.uid"}};
+    reply.log = "rejected a request that is not an AdmissionReview";
+    return reply;
+  }
+  json response = {{"uid", uid}, {"allowed", true}};
+  const json& kind = Member(request, "kind");
+  if (StringMember(kind, "kind") != "Pod" || StringMember(request, "operation") != "CREATE") {
+    reply.log = "review " + uid + ": not a Pod CREATE; allowed unchanged";
+  } else {
+    InjectionPlan plan =
+        PlanInjection(Member(request, "object"), StringMember(request, "namespace"), settings);
+    if (!plan.denial.empty()) {
+      response["allowed"] = false;
+      response["status"] = {{"code", 403},
+                            {"reason", "Forbidden"},
+                            {"message", "korovod sidecar injection: " + plan.denial}};
+      reply.log = "review " + uid + ": denied: " + plan.denial;
+    } else {
+      if (!plan.patch.empty()) {
+        response["patchType"] = "JSONPatch";
+        response["patch"] = Base64Encode(plan.patch.dump());
+      }
+      reply.log =
+          "review " + uid + ": " + (plan.patch.empty() ? "unchanged: " : "injected: ") + plan.why;
+    }
+  }
+  reply.body = {{"apiVersion", "admission.k8s.io/v1"},
+                {"kind", "AdmissionReview"},
+                {"response", std::move(response)}};
+  return reply;
+}
+
+}  // namespace korovod::op
