@@ -5,8 +5,10 @@
 #include <chrono>
 #include <ctime>
 
+#include "operator/api/json.h"
 #include "operator/controller/child_metadata.h"
 #include "operator/controller/observed_state.h"
+#include "operator/controller/pod_group.h"
 #include "operator/controller/reconciler.h"
 #include "operator/kube/api_result.h"
 #include "operator/manager/child_resource.h"
@@ -30,19 +32,14 @@ std::string FreshKeyHex() {
 
 std::string JobKey(const std::string& ns, const std::string& name) { return ns + "/" + name; }
 
-// The PodGroup API version a gang-scheduled job's spec names, or "" when it asks for none.
+// The PodGroup API version a gang-scheduled job's spec names, or "" when it asks for none (or
+// does not parse: the reconciler then reports the spec, not us).
 std::string GangApiVersion(const nlohmann::json& job) {
-  const nlohmann::json* gang = nullptr;
-  try {
-    gang = &job.at("spec").at("schedulingPolicy").at("gang");
-  } catch (const nlohmann::json::exception&) {
-    return "";
-  }
-  if (!gang->is_object() || !gang->value("enabled", false)) return "";
-  const std::string provider = gang->value("provider", "");
-  if (provider == "volcano") return "scheduling.volcano.sh/v1beta1";
-  if (provider == "scheduler-plugins") return "scheduling.x-k8s.io/v1alpha1";
-  return "";
+  StatusOr<HorovodJob> parsed = HorovodJobFromJson(job);
+  if (!parsed.ok()) return "";
+  const GangSpec& gang = parsed->spec.scheduling_policy.gang;
+  if (!gang.enabled || !gang.provider) return "";
+  return std::string(PodGroupApiVersion(*gang.provider));
 }
 
 }  // namespace

@@ -86,11 +86,12 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
     le.lease_duration = options.lease_duration;
     le.renew_deadline = options.renew_deadline;
     le.retry_period = options.retry_period;
-    le.on_started_leading = [&] {
-      OperatorLog("leading (Lease %s/%s)", le.namespace_name.c_str(), le.lease_name.c_str());
+    // `le` ends with this block: the callbacks keep their own copies of what they print.
+    le.on_started_leading = [m, lease = le.namespace_name + "/" + le.lease_name] {
+      OperatorLog("leading (Lease %s)", lease.c_str());
       m->leader->Set(1);
     };
-    le.on_stopped_leading = [&] {
+    le.on_stopped_leading = [m, &shutting_down, &lost_leadership] {
       m->leader->Set(0);
       if (!shutting_down.load()) lost_leadership.store(true);
     };

@@ -41,7 +41,7 @@ def test_client_certificate_and_least_privilege_rbac(crd, ns, tmp_path):
                          ["--leader-elect", "--leader-election-namespace", ns],
                          kubeconfig=crd.cert_kubeconfig).start()
     try:
-        crd.wait_for(lambda: "403" in op.log() and "horovodjobs" in op.log(),
+        crd.wait_for(lambda: "HTTP 403" in op.log() and "horovodjobs" in op.log(),
                      "a 403 on horovodjobs in the operator log", 30)
         code, body = op.http("/readyz")
         assert code == 503 and "not synced" in body, (code, body)
@@ -61,7 +61,9 @@ def test_client_certificate_and_least_privilege_rbac(crd, ns, tmp_path):
         assert any(e["source"].get("component") == "korovod-operator" for e in events), events
         lease = crd.get("/apis/coordination.k8s.io/v1/namespaces/%s/leases/korovod-operator" % ns)
         assert lease["spec"]["holderIdentity"] == "op-cert"
-        assert "403" not in op.log().split("caches synced")[-1], op.log()[-3000:]
+        # "HTTP 403", not "403": a timestamp such as 15:24:22.403Z is no denial.
+        assert "HTTP 403" not in op.log().split("caches synced")[-1], op.log()[-3000:]
+        assert "leading (Lease %s/korovod-operator)" % ns in op.log(), op.log()[-3000:]
     finally:
         assert op.stop() == 0, op.log()[-3000:]
         crd.kubectl("delete", "clusterrolebinding,clusterrole", "korovod-operator-test",
