@@ -17,6 +17,7 @@
 #include "operator/manager/operator_log.h"
 #include "operator/manager/operator_metrics.h"
 #include "operator/manager/operator_options.h"
+#include "operator/webhook/webhook_server.h"
 #include "sidecar/http/health_server.h"
 
 namespace korovod::op {
@@ -54,10 +55,12 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
   controller_options.settings = options.settings;
   JobController controller(**client, recorder, **metrics, controller_options);
 
-  const size_t colon = options.metrics_bind_address.rfind(':');
+  // Both addresses were checked by ParseOperatorFlags.
+  const HostPort metrics_at =
+      *SplitHostPort("--metrics-bind-address", options.metrics_bind_address);
   sidecar::HealthServerOptions http;
-  http.host = options.metrics_bind_address.substr(0, colon);
-  http.port = std::atoi(options.metrics_bind_address.c_str() + colon + 1);
+  http.host = metrics_at.host;
+  http.port = metrics_at.port;
   http.registry = &registry;
   http.not_ready_reason = "informers not synced with " + server;
   OperatorMetrics* m = metrics->get();
@@ -73,6 +76,26 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
               options.namespace_name.empty() ? "(all)" : options.namespace_name.c_str(),
               (*health)->address().c_str(), options.identity.c_str(),
               options.leader_elect ? ", leader election on" : "");
+  // Every replica serves admission, leader or not: pod creation must not wait for an election.
+  std::unique_ptr<WebhookServer> webhook;
+  if (!options.webhook_bind_address.empty()) {
+    const HostPort at = *SplitHostPort("--webhook-bind-address", options.webhook_bind_address);
+    WebhookServerOptions w;
+    w.host = at.host;
+    w.port = at.port;
+    w.cert_dir = options.webhook_cert_dir;
+    w.settings = options.settings;
+    w.log = [](const std::string& line) { OperatorLog("%s", line.c_str()); };
+    w.on_review = [m](std::string_view outcome) {
+      auto it = m->webhook_reviews.find(outcome);
+      if (it != m->webhook_reviews.end()) it->second->Increment();
+    };
+    auto started = WebhookServer::Start(std::move(w));
+    if (!started.ok()) return Fail(started.status().WithContext("--webhook-bind-address"));
+    webhook = std::move(*started);
+    OperatorLog("webhook: serving POST /inject on %s (certificate from %s)",
+                webhook->address().c_str(), options.webhook_cert_dir.c_str());
+  }
   controller.StartInformers();
 
   std::atomic<bool> shutting_down{false};

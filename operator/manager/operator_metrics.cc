@@ -39,6 +39,12 @@ StatusOr<std::unique_ptr<OperatorMetrics>> OperatorMetrics::Create(
                         registry.GetGauge("korovod_operator_jobs", "HorovodJobs by phase.",
                                           {{"phase", std::string(phase)}}));
   }
+  for (const char* outcome : {"injected", "unchanged", "denied", "error"}) {
+    KV_ASSIGN_OR_RETURN(m->webhook_reviews[outcome],
+                        registry.GetCounter("korovod_operator_webhook_reviews_total",
+                                            "Sidecar injection admission reviews, by outcome.",
+                                            {{"outcome", outcome}}));
+  }
   return m;
 }
 

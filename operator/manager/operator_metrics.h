@@ -7,6 +7,8 @@
 //   korovod_operator_actions_total{action}          creates, deletes, events, job deletions
 //   korovod_operator_workqueue_depth                keys waiting (gauge, set per scrape)
 //   korovod_operator_leader                         1 while this replica leads, else 0
+//   korovod_operator_webhook_reviews_total{outcome} admission reviews: injected, unchanged,
+//                                                   denied, error
 #pragma once
 
 #include <map>
@@ -32,6 +34,7 @@ class OperatorMetrics {
   sidecar::Counter* job_deletions = nullptr;
   sidecar::Gauge* workqueue_depth = nullptr;
   sidecar::Gauge* leader = nullptr;
+  std::map<std::string, sidecar::Counter*, std::less<>> webhook_reviews;  // by outcome
 
   // Sets korovod_operator_jobs for every phase (absent phases read 0).
   void SetJobsByPhase(const std::map<std::string, int>& counts);

@@ -29,6 +29,20 @@ StatusOr<std::chrono::milliseconds> ParseSeconds(const std::string& flag, const 
 
 }  // namespace
 
+StatusOr<HostPort> SplitHostPort(const std::string& flag, const std::string& value) {
+  const size_t colon = value.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return InvalidArgument(flag + "=" + value + ": expected HOST:PORT, e.g. 0.0.0.0:8080");
+  }
+  HostPort out;
+  out.host = value.substr(0, colon);
+  if (out.host.front() == '[' && out.host.back() == ']') {
+    out.host = out.host.substr(1, out.host.size() - 2);
+  }
+  KV_ASSIGN_OR_RETURN(out.port, ParseInt(flag, value.substr(colon + 1), 0, 65535));
+  return out;
+}
+
 std::string OperatorUsage() {
   return R"(usage: korovod-operator [flags]
   --kubeconfig PATH                      kubeconfig (default: $KUBECONFIG, else in-cluster)
@@ -48,6 +62,9 @@ std::string OperatorUsage() {
   --coordinator-port PORT                rank 0's rendezvous port (default 29500)
   --sidecar-metrics-port PORT            the sidecar's /metrics and probes (default 9090)
   --cluster-domain DOMAIN                (default cluster.local)
+  --webhook-bind-address HOST:PORT       serve the sidecar injection webhook (HTTPS, POST /inject)
+  --webhook-cert-dir DIR                 its tls.crt + tls.key, re-read on rotation
+                                         (default /etc/korovod/webhook)
 )";
 }
 
@@ -67,6 +84,13 @@ StatusOr<OperatorOptions> ParseOperatorFlags(const std::vector<std::string>& arg
       return OkStatus();
     };
   };
+  auto host_port = [](std::string* dst) -> Setter {
+    return [dst](const std::string& flag, const std::string& v) {
+      KV_RETURN_IF_ERROR(SplitHostPort(flag, v).status());
+      *dst = v;
+      return OkStatus();
+    };
+  };
   auto seconds = [](std::chrono::milliseconds* dst) -> Setter {
     return [=](const std::string& flag, const std::string& v) {
       KV_ASSIGN_OR_RETURN(*dst, ParseSeconds(flag, v));
@@ -77,7 +101,7 @@ StatusOr<OperatorOptions> ParseOperatorFlags(const std::vector<std::string>& arg
       {"--kubeconfig", str(&o.kubeconfig)},
       {"--context", str(&o.context)},
       {"--namespace", str(&o.namespace_name)},
-      {"--metrics-bind-address", str(&o.metrics_bind_address)},
+      {"--metrics-bind-address", host_port(&o.metrics_bind_address)},
       {"--identity", str(&o.identity)},
       {"--leader-election-namespace", str(&o.leader_election_namespace)},
       {"--leader-election-id", str(&o.leader_election_id)},
@@ -90,6 +114,8 @@ StatusOr<OperatorOptions> ParseOperatorFlags(const std::vector<std::string>& arg
       {"--coordinator-port", integer(&o.settings.coordinator_port, 1, 65535)},
       {"--sidecar-metrics-port", integer(&o.settings.metrics_port, 1, 65535)},
       {"--cluster-domain", str(&o.settings.cluster_domain)},
+      {"--webhook-bind-address", host_port(&o.webhook_bind_address)},
+      {"--webhook-cert-dir", str(&o.webhook_cert_dir)},
   };
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i];

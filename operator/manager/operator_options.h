@@ -24,8 +24,18 @@ struct OperatorOptions {
   std::chrono::milliseconds retry_period{2000};
   int workers = 2;
   int watch_timeout_seconds = 300;
+  std::string webhook_bind_address;                       // "" = no injection webhook
+  std::string webhook_cert_dir = "/etc/korovod/webhook";  // tls.crt + tls.key
   OperatorSettings settings;
 };
+
+struct HostPort {
+  std::string host;
+  int port = 0;
+};
+
+// "HOST:PORT" or "[IPV6]:PORT" with PORT in [0, 65535]; the error names `flag`.
+StatusOr<HostPort> SplitHostPort(const std::string& flag, const std::string& value);
 
 // Parses argv (without argv[0]); main handles --help before this.
 StatusOr<OperatorOptions> ParseOperatorFlags(const std::vector<std::string>& args);

@@ -208,8 +208,9 @@ InjectionPlan PlanInjection(const json& pod, const std::string& ns,
   json wired = pod_spec;
   WireWorkerPodSpec(wired, trainer, as_job.spec, id, settings);
   // "add" replaces an existing member (RFC 6902 4.1), so one op per changed field suffices.
-  for (const char* key :
-       {"containers", "initContainers", "volumes", "automountServiceAccountToken"}) {
+  // automountServiceAccountToken is the workload's own choice: by admission time the API server
+  // has already mounted the token (or not), so the webhook leaves it alone.
+  for (const char* key : {"containers", "initContainers", "volumes"}) {
     if (Member(wired, key) != Member(pod_spec, key)) {
       plan.patch.push_back(
           {{"op", "add"}, {"path", std::string("/spec/") + key}, {"value", wired[key]}});
@@ -229,21 +230,31 @@ AdmissionReply ReviewPodCreation(std::string_view request_body, const OperatorSe
     reply.http_status = 400;
     reply.body = {{"error", "expected an admission.k8s.io/v1 AdmissionReview with request.uid"}};
     reply.log = "rejected a request that is not an AdmissionReview";
+    reply.outcome = "error";
     return reply;
   }
   json response = {{"uid", uid}, {"allowed", true}};
   const json& kind = Member(request, "kind");
   if (StringMember(kind, "kind") != "Pod" || StringMember(request, "operation") != "CREATE") {
     reply.log = "review " + uid + ": not a Pod CREATE; allowed unchanged";
+    reply.outcome = "unchanged";
   } else {
-    InjectionPlan plan =
-        PlanInjection(Member(request, "object"), StringMember(request, "namespace"), settings);
+    InjectionPlan plan;
+    try {
+      plan = PlanInjection(Member(request, "object"), StringMember(request, "namespace"), settings);
+    } catch (const nlohmann::json::exception& e) {
+      // A field of an unexpected type deep in the pod (the API server validates pods after
+      // mutating admission, so the webhook sees them raw).
+      plan = InjectionPlan{};
+      plan.denial = std::string("the pod is malformed: ") + e.what();
+    }
     if (!plan.denial.empty()) {
       response["allowed"] = false;
       response["status"] = {{"code", 403},
                             {"reason", "Forbidden"},
                             {"message", "korovod sidecar injection: " + plan.denial}};
       reply.log = "review " + uid + ": denied: " + plan.denial;
+      reply.outcome = "denied";
     } else {
       if (!plan.patch.empty()) {
         response["patchType"] = "JSONPatch";
@@ -251,6 +262,7 @@ AdmissionReply ReviewPodCreation(std::string_view request_body, const OperatorSe
       }
       reply.log =
           "review " + uid + ": " + (plan.patch.empty() ? "unchanged: " : "injected: ") + plan.why;
+      reply.outcome = plan.patch.empty() ? "unchanged" : "injected";
     }
   }
   reply.body = {{"apiVersion", "admission.k8s.io/v1"},

@@ -37,9 +37,10 @@ InjectionPlan PlanInjection(const nlohmann::json& pod, const std::string& ns,
                             const OperatorSettings& settings);
 
 struct AdmissionReply {
-  int http_status = 200;  // 400: not an AdmissionReview we can answer at all
-  nlohmann::json body;    // the AdmissionReview response, or {"error": ...} with 400
-  std::string log;        // one line for the operator's log
+  int http_status = 200;               // 400: not an AdmissionReview we can answer at all
+  nlohmann::json body;                 // the AdmissionReview response, or {"error": ...} with 400
+  std::string log;                     // one line for the operator's log
+  std::string_view outcome = "error";  // "injected", "unchanged", "denied" or "error" (metrics)
 };
 
 AdmissionReply ReviewPodCreation(std::string_view request_body, const OperatorSettings& settings);

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "runtime/common/status.h"
+#include "sidecar/http/http_listener.h"
 #include "sidecar/http/metrics_registry.h"
 
 namespace korovod::sidecar {
@@ -57,8 +58,5 @@ class HealthServer {
  private:
   std::unique_ptr<Impl> impl_;
 };
-
-// "host:port", with brackets around an IPv6 host.
-std::string JoinHostPort(const std::string& host, int port);
 
 }  // namespace korovod::sidecar

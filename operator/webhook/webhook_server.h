@@ -1,0 +1,53 @@
+// WebhookServer: the sidecar injection webhook over HTTPS. POST /inject takes an
+// admission.k8s.io/v1 AdmissionReview and answers ReviewPodCreation's reply; the certificate
+// comes from ServingCertificate and is re-read on rotation. Every replica of the operator serves
+// it, leader or not: admission must not wait for an election.
+//
+//   POST /inject   200 AdmissionReview (allowed + JSON Patch, allowed unchanged, or denied)
+//                  400 {"error": ...} for a body that is not an AdmissionReview
+//                  413 for a body over max_body_bytes
+//   GET  /healthz  200 "ok"
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "operator/controller/operator_settings.h"
+#include "runtime/common/status.h"
+
+namespace korovod::op {
+
+struct WebhookServerOptions {
+  std::string host = "0.0.0.0";
+  int port = 9443;                   // 0: ephemeral (tests)
+  std::string cert_dir;              // tls.crt + tls.key
+  OperatorSettings settings;         // sidecar image, ports, cluster domain
+  size_t max_body_bytes = 8u << 20;  // a Pod is at most ~1.5 MiB in etcd; 8 MiB leaves headroom
+  // One line per review (what was decided and why) and per certificate reload.
+  std::function<void(const std::string&)> log;
+  // Per review: "injected", "unchanged", "denied" or "error" (for metrics). May be null.
+  std::function<void(std::string_view outcome)> on_review;
+};
+
+class WebhookServer {
+ public:
+  // Loads the certificate (a missing or bad one fails, naming the file) and starts listening.
+  static StatusOr<std::unique_ptr<WebhookServer>> Start(WebhookServerOptions options);
+  ~WebhookServer();
+  WebhookServer(const WebhookServer&) = delete;
+  WebhookServer& operator=(const WebhookServer&) = delete;
+
+  int port() const;
+  std::string address() const;
+  void Stop();  // idempotent
+
+  struct Impl;
+  explicit WebhookServer(std::unique_ptr<Impl> impl);  // use Start
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace korovod::op
