@@ -509,9 +509,11 @@ def test_entrypoints_match_how_the_containers_are_started():
         assert Path(exe).name == binary, f"{df.path}: ENTRYPOINT {exe}, expected {binary}"
     # The operator renders the sidecar without command/args, the chart the operator with args only:
     # both rely on the image's ENTRYPOINT, and neither may be given a CMD it would not expect.
-    assert '"command"' not in sidecar_container_source()
+    assert '"command"' not in sidecar_container_source(), \
+        "sidecar_container.cc now sets a command: check the sidecar images' ENTRYPOINT/CMD"
     deployment = (REPO / "helm/korovod/templates/deployment.yaml").read_text()
-    assert not re.search(r"^\s*command:", deployment, re.M)
+    assert not re.search(r"^\s*command:", deployment, re.M), \
+        "the chart now sets the operator's command: check images/operator's ENTRYPOINT/CMD"
 
 
 def test_sidecar_images_match_the_operator_security_context():
