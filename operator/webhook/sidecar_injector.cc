@@ -44,6 +44,30 @@ std::optional<int64_t> ParseNonNegative(const std::string& text) {
   return v;
 }
 
+// As KOROVOD_FUSION_THRESHOLD reads it: bytes with an optional binary K, M or G suffix.
+std::optional<int64_t> ParseByteSize(std::string text) {
+  int shift = 0;
+  if (!text.empty()) {
+    switch (text.back()) {
+      case 'K':
+        shift = 10;
+        break;
+      case 'M':
+        shift = 20;
+        break;
+      case 'G':
+        shift = 30;
+        break;
+      default:
+        break;
+    }
+    if (shift != 0) text.pop_back();
+  }
+  std::optional<int64_t> v = ParseNonNegative(text);
+  if (!v || *v > (int64_t{1} << (62 - shift))) return std::nullopt;
+  return *v << shift;
+}
+
 // The workload that created the pod, its kind, and the pod's rank in it.
 struct Placement {
   std::string kind;  // "StatefulSet" or "Job"
@@ -117,10 +141,10 @@ std::optional<HorovodJobSpec> SpecFromAnnotations(const json& pod, int64_t size,
   if (auto mem = Annotation(pod, kSidecarMemoryAnnotation)) requests["memory"] = *mem;
   if (!requests.empty()) spec.sidecar.resources = {{"requests", requests}};
   if (auto v = Annotation(pod, kFusionThresholdAnnotation)) {
-    std::optional<int64_t> bytes = ParseNonNegative(*v);
+    std::optional<int64_t> bytes = ParseByteSize(*v);
     if (!bytes) {
       *denial = std::string(kFusionThresholdAnnotation) + "=\"" + *v +
-                "\" is not a non-negative number of bytes";
+                "\" is not a byte size (e.g. 67108864 or 64M; K, M, G are binary)";
       return std::nullopt;
     }
     spec.sidecar.engine.fusion_threshold_bytes = *bytes;
@@ -158,10 +182,17 @@ InjectionPlan PlanInjection(const json& pod, const std::string& ns,
     plan.why = "already has " + std::string(kSidecarContainerName);
     return plan;
   }
+  // A pod labelled inject=true asked for the sidecar: anything missing is a denial. A pod that
+  // is here only because its namespace opted in is a training pod only if it names its world.
+  std::optional<std::string> size_text = Annotation(pod, kWorldSizeAnnotation);
+  if (Label(pod, kInjectLabel) != "true" && !size_text) {
+    plan.why = "namespace opt-in, but the pod has no " + std::string(kWorldSizeAnnotation) +
+               " annotation (not a training pod)";
+    return plan;
+  }
   std::optional<Placement> placement = FindPlacement(pod, &plan.denial);
   if (!placement) return plan;
 
-  std::optional<std::string> size_text = Annotation(pod, kWorldSizeAnnotation);
   std::optional<int64_t> size = size_text ? ParseNonNegative(*size_text) : std::nullopt;
   if (!size || *size < 1) {
     plan.denial = placement->kind + " " + placement->workload + ": set the pod template's " +

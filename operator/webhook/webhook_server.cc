@@ -40,6 +40,10 @@ StatusOr<std::unique_ptr<WebhookServer>> WebhookServer::Start(WebhookServerOptio
   srv.set_read_timeout(10, 0);
   srv.set_write_timeout(10, 0);
   srv.set_payload_max_length(s->options.max_body_bytes);
+  // The API server keeps its connection alive; a rotated certificate applies at the next
+  // handshake, so bound a connection's life: 5 requests, or 5 s idle.
+  srv.set_keep_alive_max_count(5);
+  srv.set_keep_alive_timeout(5);
 
   srv.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain; charset=utf-8");

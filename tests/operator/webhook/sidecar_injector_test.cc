@@ -114,6 +114,37 @@ TEST(SidecarInjector, OptedOutPodIsLeftAlone) {
   EXPECT_TRUE(plan.patch.empty());
 }
 
+TEST(SidecarInjector, FusionThresholdTakesTheEngineSuffixes) {
+  json pod = StatefulSetPod(0);
+  pod["metadata"]["annotations"]["korovod.dev/fusion-threshold-bytes"] = "32M";
+  const InjectionPlan plan = PlanInjection(pod, "ml", OperatorSettings{});
+  ASSERT_TRUE(plan.denial.empty()) << plan.denial;
+  const json wired = Apply(pod, plan.patch);
+  EXPECT_EQ(EnvValue(wired["spec"]["initContainers"][0], "KOROVOD_FUSION_THRESHOLD"), "33554432");
+}
+
+// A namespace label brings every new pod of the namespace here; only those that name their world
+// are training pods. A pod labelled inject=true asked explicitly, so it is denied instead.
+TEST(SidecarInjector, NamespaceOptInSkipsPodsWithoutAWorldSize) {
+  json helper = StatefulSetPod(0);
+  helper["metadata"]["labels"].erase("korovod.dev/inject");
+  helper["metadata"]["annotations"].erase("korovod.dev/world-size");
+  helper["metadata"].erase("ownerReferences");
+  const InjectionPlan skipped = PlanInjection(helper, "ml", OperatorSettings{});
+  EXPECT_TRUE(skipped.denial.empty()) << skipped.denial;
+  EXPECT_TRUE(skipped.patch.empty());
+  EXPECT_NE(skipped.why.find("namespace opt-in"), std::string::npos) << skipped.why;
+
+  json unranked = helper;
+  unranked["metadata"]["annotations"]["korovod.dev/world-size"] = "4";
+  EXPECT_NE(PlanInjection(unranked, "ml", OperatorSettings{}).denial.find("cannot determine"),
+            std::string::npos);
+
+  json trainer = StatefulSetPod(1);
+  trainer["metadata"]["labels"].erase("korovod.dev/inject");
+  EXPECT_FALSE(PlanInjection(trainer, "ml", OperatorSettings{}).patch.empty());
+}
+
 TEST(SidecarInjector, IndexedJobPodTakesItsCompletionIndex) {
   json pod = json::parse(R"({
     "metadata": {"generateName": "train-1-",
@@ -170,6 +201,9 @@ TEST(SidecarInjector, DenialsNameWhatIsMissing) {
       {"bad fusion",
        [](json& p) { p["metadata"]["annotations"]["korovod.dev/fusion-threshold-bytes"] = "-1"; },
        "korovod.dev/fusion-threshold-bytes=\"-1\""},
+      {"fusion suffix",
+       [](json& p) { p["metadata"]["annotations"]["korovod.dev/fusion-threshold-bytes"] = "64T"; },
+       "is not a byte size"},
   };
   for (const Case& c : cases) {
     json pod = StatefulSetPod(2);
