@@ -11,10 +11,6 @@ namespace {
 
 using nlohmann::json;
 
-json Env(std::string_view name, const std::string& value) {
-  return json{{"name", std::string(name)}, {"value", value}};
-}
-
 // Shortest round-trip decimal, so the same spec always renders the same text.
 std::string FormatDouble(double v) {
   char buf[64];
@@ -46,25 +42,26 @@ std::string TimelineDirectory(const HorovodJobSpec& spec, const OperatorSettings
 json BuildSidecarContainer(const HorovodJobSpec& spec, const WorkerIdentity& id,
                            const OperatorSettings& settings) {
   json env = json::array({
-      Env(kEnvRank, std::to_string(id.rank)),
-      Env(kEnvSize, std::to_string(id.size)),
-      Env(kEnvCoordinator, id.coordinator),
-      Env(kEnvSocket, SocketPath(settings)),
+      EnvVar(kEnvRank, std::to_string(id.rank)),
+      EnvVar(kEnvSize, std::to_string(id.size)),
+      EnvVar(kEnvCoordinator, id.coordinator),
+      EnvVar(kEnvSocket, SocketPath(settings)),
       json{{"name", std::string(kEnvJobKey)},
            {"valueFrom",
             {{"secretKeyRef", {{"name", id.key_secret}, {"key", std::string(kJobKeySecretKey)}}}}}},
-      Env(kEnvShmPrefix, id.shm_prefix),
-      Env(kEnvMetricsPort, std::to_string(settings.metrics_port)),
+      EnvVar(kEnvShmPrefix, id.shm_prefix),
+      EnvVar(kEnvMetricsPort, std::to_string(settings.metrics_port)),
   });
   if (!spec.networking.interface_name.empty()) {
-    env.push_back(Env(kEnvIface, spec.networking.interface_name));
+    env.push_back(EnvVar(kEnvIface, spec.networking.interface_name));
   }
   const EngineSpec& engine = spec.sidecar.engine;
   if (engine.fusion_threshold_bytes) {
-    env.push_back(Env(kEnvFusionThreshold, std::to_string(*engine.fusion_threshold_bytes)));
+    env.push_back(EnvVar(kEnvFusionThreshold, std::to_string(*engine.fusion_threshold_bytes)));
   }
-  if (engine.cycle_time_ms) env.push_back(Env(kEnvCycleTime, FormatDouble(*engine.cycle_time_ms)));
-  if (!engine.timeline.empty()) env.push_back(Env(kEnvTimeline, engine.timeline));
+  if (engine.cycle_time_ms)
+    env.push_back(EnvVar(kEnvCycleTime, FormatDouble(*engine.cycle_time_ms)));
+  if (!engine.timeline.empty()) env.push_back(EnvVar(kEnvTimeline, engine.timeline));
 
   json resources = spec.sidecar.resources.is_object() ? spec.sidecar.resources : json::object();
   if (spec.worker.rdma.count > 0) {

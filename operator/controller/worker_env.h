@@ -3,6 +3,8 @@
 // trainer client read, and the paths of the volumes that carry the socket, /dev/shm and the key.
 #pragma once
 
+#include <nlohmann/json.hpp>
+#include <string>
 #include <string_view>
 
 namespace korovod::op {
@@ -38,5 +40,10 @@ inline constexpr std::string_view kHealthzPath = "/healthz";
 
 inline constexpr std::string_view kGpuResourceName = "nvidia.com/gpu";
 inline constexpr std::string_view kIpcLockCapability = "IPC_LOCK";
+
+// One plain {name, value} entry of a container's env.
+inline nlohmann::json EnvVar(std::string_view name, const std::string& value) {
+  return nlohmann::json{{"name", std::string(name)}, {"value", value}};
+}
 
 }  // namespace korovod::op

@@ -16,10 +16,6 @@ namespace {
 
 using nlohmann::json;
 
-json Env(std::string_view name, const std::string& value) {
-  return json{{"name", std::string(name)}, {"value", value}};
-}
-
 std::string NameOf(const json& item) {
   if (!item.is_object()) return "";
   auto it = item.find("name");
@@ -94,12 +90,12 @@ void WireWorkerPodSpec(json& pod_spec, int trainer_index, const HorovodJobSpec& 
       containers[trainer_index].is_object()) {
     json& trainer = containers[trainer_index];
     json env = json::array({
-        Env(kEnvRank, std::to_string(id.rank)),
-        Env(kEnvSize, std::to_string(id.size)),
-        Env(kEnvSocket, SocketPath(settings)),
-        Env(kEnvCoordinator, id.coordinator),
+        EnvVar(kEnvRank, std::to_string(id.rank)),
+        EnvVar(kEnvSize, std::to_string(id.size)),
+        EnvVar(kEnvSocket, SocketPath(settings)),
+        EnvVar(kEnvCoordinator, id.coordinator),
     });
-    if (id.epoch) env.push_back(Env(kEnvEpoch, std::to_string(*id.epoch)));
+    if (id.epoch) env.push_back(EnvVar(kEnvEpoch, std::to_string(*id.epoch)));
     WireTrainerEnv(trainer, env);
     AddMountUnlessPathTaken(trainer, kSocketVolume, settings.socket_dir);
     AddMountUnlessPathTaken(trainer, kShmVolume, std::string(kShmMountPath));

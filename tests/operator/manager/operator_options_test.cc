@@ -35,6 +35,21 @@ TEST(OperatorOptions, ValuesBothSpellings) {
   EXPECT_EQ(o->settings.coordinator_port, 1234);
 }
 
+TEST(OperatorOptions, WebhookIsOffUntilGivenAnAddress) {
+  auto off = ParseOperatorFlags({});
+  ASSERT_TRUE(off.ok());
+  EXPECT_TRUE(off->webhook_bind_address.empty());
+  EXPECT_EQ(off->webhook_cert_dir, "/etc/korovod/webhook");
+  auto on =
+      ParseOperatorFlags({"--webhook-bind-address=[::]:9443", "--webhook-cert-dir", "/run/certs"});
+  ASSERT_TRUE(on.ok()) << on.status().ToString();
+  EXPECT_EQ(on->webhook_cert_dir, "/run/certs");
+  auto at = SplitHostPort("--webhook-bind-address", on->webhook_bind_address);
+  ASSERT_TRUE(at.ok());
+  EXPECT_EQ(at->host, "::");
+  EXPECT_EQ(at->port, 9443);
+}
+
 TEST(OperatorOptions, ErrorsNameTheFlag) {
   struct Case {
     std::vector<std::string> args;
@@ -49,6 +64,10 @@ TEST(OperatorOptions, ErrorsNameTheFlag) {
            {{"--leader-election-renew-deadline", "20"}, "shorter than"},
            {{"--leader-elect=maybe"}, "--leader-elect=maybe"},
            {{"--namespace="}, "--namespace needs a non-empty value"},
+           {{"--metrics-bind-address", "8080"}, "--metrics-bind-address=8080: expected HOST:PORT"},
+           {{"--webhook-bind-address", ":9443"},
+            "--webhook-bind-address=:9443: expected HOST:PORT"},
+           {{"--webhook-bind-address", "0.0.0.0:99999"}, "--webhook-bind-address=99999"},
        }) {
     auto o = ParseOperatorFlags(c.args);
     ASSERT_FALSE(o.ok()) << c.args[0];
