@@ -162,7 +162,7 @@ Status ParseWorker(const ObjectReader& r, WorkerSpec& out) {
 }
 
 Status ParseSidecar(const ObjectReader& r, SidecarSpec& out) {
-  KV_RETURN_IF_ERROR(r.OnlyKnown({"image", "resources", "engine"}));
+  KV_RETURN_IF_ERROR(r.OnlyKnown({"image", "resources", "engine", "env"}));
   if (r.Find("image") == nullptr) return Bad(r.PathOf("image"), "required");
   KV_RETURN_IF_ERROR(r.String("image", out.image));
   if (out.image.empty()) return Bad(r.PathOf("image"), "must not be empty");
@@ -175,6 +175,22 @@ Status ParseSidecar(const ObjectReader& r, SidecarSpec& out) {
         engine->OptInt("fusionThresholdBytes", out.engine.fusion_threshold_bytes, 0));
     KV_RETURN_IF_ERROR(engine->OptPositiveNumber("cycleTimeMs", out.engine.cycle_time_ms));
     KV_RETURN_IF_ERROR(engine->String("timeline", out.engine.timeline));
+  }
+  if (const json* env = r.Find("env")) {
+    if (!env->is_array()) {
+      return Bad(r.PathOf("env"), std::string("must be a list, got ") + env->type_name());
+    }
+    for (size_t i = 0; i < env->size(); ++i) {
+      KV_ASSIGN_OR_RETURN(
+          ObjectReader item,
+          ObjectReader::Open((*env)[i], r.PathOf("env") + "[" + std::to_string(i) + "]"));
+      KV_RETURN_IF_ERROR(item.OnlyKnown({"name", "value"}));
+      EnvEntry e;
+      if (item.Find("name") == nullptr) return Bad(item.PathOf("name"), "required");
+      KV_RETURN_IF_ERROR(item.String("name", e.name));
+      KV_RETURN_IF_ERROR(item.String("value", e.value));
+      out.env.push_back(std::move(e));
+    }
   }
   return OkStatus();
 }

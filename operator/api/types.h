@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace korovod::op {
@@ -71,10 +72,37 @@ struct EngineSpec {
   std::string timeline;                           // path of the Timeline file; empty = off
 };
 
+// One more engine setting for the sidecar (KOROVOD_AUTOTUNE=1, KOROVOD_STALL_...): every engine
+// variable of docs/configuration.md can be set, except those the operator sets itself.
+struct EnvEntry {
+  std::string name;
+  std::string value;
+  bool operator==(const EnvEntry&) const = default;
+};
+
+// Variables the operator writes into the sidecar (identity and wiring) or derives from a spec
+// field: spec.sidecar.env may not set them (Validate names the field to use instead). The
+// builders' test checks that every variable they set is listed here.
+inline constexpr std::array<std::pair<std::string_view, std::string_view>, 11>
+    kSidecarEnvSetByOperator = {{
+        {"KOROVOD_RANK", "the worker's index"},
+        {"KOROVOD_SIZE", "spec.replicas"},
+        {"KOROVOD_COORDINATOR", "the operator's rendezvous wiring"},
+        {"KOROVOD_SOCKET", "the operator's socket volume"},
+        {"KOROVOD_JOB_KEY", "the job key Secret"},
+        {"KOROVOD_SHM_PREFIX", "the operator's shared-memory naming"},
+        {"KOROVOD_METRICS_PORT", "the operator's --sidecar-metrics-port"},
+        {"KOROVOD_IFACE", "spec.networking.interface"},
+        {"KOROVOD_FUSION_THRESHOLD", "spec.sidecar.engine.fusionThresholdBytes"},
+        {"KOROVOD_CYCLE_TIME", "spec.sidecar.engine.cycleTimeMs"},
+        {"KOROVOD_TIMELINE", "spec.sidecar.engine.timeline"},
+    }};
+
 struct SidecarSpec {
   std::string image;
   nlohmann::json resources = nlohmann::json::object();  // core/v1 ResourceRequirements, as is
   EngineSpec engine;
+  std::vector<EnvEntry> env;  // appended to the sidecar's env, in order
 };
 
 struct NetworkingSpec {

@@ -36,6 +36,42 @@ int TrainerContainerIndex(const HorovodJobSpec& spec) {
   return containers->size() == 1 ? 0 : -1;
 }
 
+Verdict ValidateSidecarEnv(const std::vector<EnvEntry>& env, std::string_view field) {
+  for (size_t i = 0; i < env.size(); ++i) {
+    const std::string& name = env[i].name;
+    const std::string at = std::string(field) + "[" + std::to_string(i) + "] " + name;
+    std::string_view suffix;
+    for (std::string_view prefix : {"KOROVOD_", "HOROVOD_"}) {
+      if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0) {
+        suffix = std::string_view(name).substr(prefix.size());
+      }
+    }
+    bool well_formed = !suffix.empty();
+    for (char ch : suffix) {
+      well_formed =
+          well_formed && ((ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_');
+    }
+    if (!well_formed) {
+      return Fail(kReasonInvalidSidecarEnv,
+                  at + ": not an engine variable (KOROVOD_* or HOROVOD_*, upper case; see "
+                       "docs/configuration.md)");
+    }
+    for (const auto& [reserved, use] : kSidecarEnvSetByOperator) {
+      if (reserved.substr(std::string_view("KOROVOD_").size()) == suffix) {
+        return Fail(kReasonInvalidSidecarEnv,
+                    at + ": set by the operator from " + std::string(use) + "; not settable here");
+      }
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (env[j].name == name) {
+        return Fail(kReasonInvalidSidecarEnv,
+                    at + ": given twice (also at index " + std::to_string(j) + ")");
+      }
+    }
+  }
+  return Verdict{};
+}
+
 Verdict Validate(std::string_view job_name, const HorovodJobSpec& spec) {
   const std::string last_pod = std::string(job_name) + "-worker-" +
                                std::to_string(spec.replicas > 0 ? spec.replicas - 1 : 0);
@@ -96,6 +132,8 @@ Verdict Validate(std::string_view job_name, const HorovodJobSpec& spec) {
                       "whitespace)");
     }
   }
+
+  if (Verdict v = ValidateSidecarEnv(spec.sidecar.env, "spec.sidecar.env"); !v.ok()) return v;
 
   const GangSpec& gang = spec.scheduling_policy.gang;
   if (gang.enabled && !gang.provider) {

@@ -21,6 +21,7 @@ inline constexpr std::string_view kReasonReservedContainerName = "ReservedContai
 inline constexpr std::string_view kReasonUnsupportedRestartPolicy = "UnsupportedRestartPolicy";
 inline constexpr std::string_view kReasonInvalidInterfaceName = "InvalidInterfaceName";
 inline constexpr std::string_view kReasonNameTooLong = "NameTooLong";
+inline constexpr std::string_view kReasonInvalidSidecarEnv = "InvalidSidecarEnv";
 
 struct Verdict {
   std::string reason{kReasonValid};
@@ -31,6 +32,11 @@ struct Verdict {
 // The index of the trainer container in spec.template.spec.containers: the container named
 // kTrainerContainerName, else the only container; -1 when neither exists.
 int TrainerContainerIndex(const HorovodJobSpec& spec);
+
+// spec.sidecar.env: names must be engine variables (KOROVOD_* or HOROVOD_*, upper case, digits,
+// underscores), appear once, and not be one of kSidecarEnvSetByOperator (or its HOROVOD_
+// spelling). Shared with the injection webhook's korovod.dev/sidecar-env annotation.
+Verdict ValidateSidecarEnv(const std::vector<EnvEntry>& env, std::string_view field);
 
 // The first problem found, or a Verdict with reason kReasonValid. `job_name` is checked too:
 // worker pods are named "<job>-worker-<i>" and must stay valid DNS labels (63 characters).

@@ -62,6 +62,7 @@ json BuildSidecarContainer(const HorovodJobSpec& spec, const WorkerIdentity& id,
   if (engine.cycle_time_ms)
     env.push_back(EnvVar(kEnvCycleTime, FormatDouble(*engine.cycle_time_ms)));
   if (!engine.timeline.empty()) env.push_back(EnvVar(kEnvTimeline, engine.timeline));
+  for (const EnvEntry& e : spec.sidecar.env) env.push_back(EnvVar(e.name, e.value));
 
   json resources = spec.sidecar.resources.is_object() ? spec.sidecar.resources : json::object();
   if (spec.worker.rdma.count > 0) {

@@ -161,6 +161,27 @@ std::optional<HorovodJobSpec> SpecFromAnnotations(const json& pod, int64_t size,
   }
   if (auto v = Annotation(pod, kTimelineAnnotation)) spec.sidecar.engine.timeline = *v;
   if (auto v = Annotation(pod, kInterfaceAnnotation)) spec.networking.interface_name = *v;
+  if (auto v = Annotation(pod, kSidecarEnvAnnotation)) {
+    size_t i = 0;
+    while (i < v->size()) {
+      const size_t end = v->find_first_of(" ,\n\t", i);
+      const std::string item = v->substr(i, end == std::string::npos ? std::string::npos : end - i);
+      i = end == std::string::npos ? v->size() : end + 1;
+      if (item.empty()) continue;
+      const size_t eq = item.find('=');
+      if (eq == std::string::npos) {
+        *denial = std::string(kSidecarEnvAnnotation) + ": \"" + item +
+                  "\" is not NAME=value (e.g. KOROVOD_AUTOTUNE=1)";
+        return std::nullopt;
+      }
+      spec.sidecar.env.push_back({item.substr(0, eq), item.substr(eq + 1)});
+    }
+    const Verdict v_env = ValidateSidecarEnv(spec.sidecar.env, kSidecarEnvAnnotation);
+    if (!v_env.ok()) {
+      *denial = v_env.message;
+      return std::nullopt;
+    }
+  }
   return spec;
 }
 

@@ -22,6 +22,9 @@ inline constexpr std::string_view kFusionThresholdAnnotation = "korovod.dev/fusi
 inline constexpr std::string_view kCycleTimeAnnotation = "korovod.dev/cycle-time-ms";
 inline constexpr std::string_view kTimelineAnnotation = "korovod.dev/timeline";
 inline constexpr std::string_view kInterfaceAnnotation = "korovod.dev/interface";
+// More engine variables: "KOROVOD_AUTOTUNE=1 KOROVOD_STALL_CHECK_TIME_SECONDS=30" (separated by
+// spaces, commas or newlines), as spec.sidecar.env.
+inline constexpr std::string_view kSidecarEnvAnnotation = "korovod.dev/sidecar-env";
 inline constexpr std::string_view kJobKeySecretSuffix = "-korovod-key";
 
 // What to do with one pod. `denial` non-empty: reject with that message. Else `patch` (a JSON

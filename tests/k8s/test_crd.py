@@ -45,6 +45,8 @@ def test_defaults_are_applied_by_the_server(crd):
     ({"schedulingPolicy": {"gang": {"enabled": True, "provider": "yunikorn"}}},
      "spec.schedulingPolicy.gang.provider"),
     ({"template": None}, "spec.template"),
+    ({"sidecar": {"image": "s", "env": [{"name": "PATH", "value": "/x"}]}},
+     "spec.sidecar.env[0].name"),
 ])
 def test_schema_rejects_bad_specs_naming_the_field(crd, spec, field):
     doc = json.loads(job("bad"))

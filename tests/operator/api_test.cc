@@ -306,6 +306,55 @@ TEST(Validate, Interface) {
   }
 }
 
+TEST(Validate, SidecarEnv) {
+  HorovodJobSpec s = MinimalSpec();
+  s.sidecar.env = {{"KOROVOD_AUTOTUNE", "1"}, {"HOROVOD_STALL_CHECK_TIME_SECONDS", "30"}};
+  EXPECT_TRUE(Validate("j", s).ok()) << Validate("j", s).message;
+  struct Case {
+    std::vector<EnvEntry> env;
+    std::string expect;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{{"PATH", "/bin"}}, "spec.sidecar.env[0] PATH: not an engine variable"},
+           {{{"KOROVOD_", "x"}}, "not an engine variable"},
+           {{{"korovod_autotune", "1"}}, "not an engine variable"},
+           {{{"KOROVOD_RANK", "0"}}, "set by the operator from the worker's index"},
+           {{{"HOROVOD_CYCLE_TIME", "2"}}, "spec.sidecar.engine.cycleTimeMs"},
+           {{{"KOROVOD_AUTOTUNE", "1"}, {"KOROVOD_AUTOTUNE", "0"}}, "given twice"},
+       }) {
+    s.sidecar.env = c.env;
+    const Verdict v = Validate("j", s);
+    EXPECT_EQ(v.reason, kReasonInvalidSidecarEnv) << c.expect;
+    EXPECT_NE(v.message.find(c.expect), std::string::npos) << v.message;
+  }
+}
+
+TEST(HorovodJobFromJson, SidecarEnv) {
+  json object = {{"apiVersion", "korovod.dev/v1alpha1"},
+                 {"kind", "HorovodJob"},
+                 {"metadata", {{"name", "j"}}},
+                 {"spec",
+                  {{"replicas", 1},
+                   {"template", {{"spec", {{"containers", {{{"name", "trainer"}}}}}}}},
+                   {"sidecar",
+                    {{"image", "s"},
+                     {"env",
+                      {{{"name", "KOROVOD_AUTOTUNE"}, {"value", "1"}},
+                       {{"name", "KOROVOD_AUTOTUNE_LOG"}}}}}}}}};
+  auto job = HorovodJobFromJson(object);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->spec.sidecar.env,
+            (std::vector<EnvEntry>{{"KOROVOD_AUTOTUNE", "1"}, {"KOROVOD_AUTOTUNE_LOG", ""}}));
+  object["spec"]["sidecar"]["env"] = {{{"value", "1"}}};
+  EXPECT_EQ(HorovodJobFromJson(object).status().message(), "spec.sidecar.env[0].name: required");
+  object["spec"]["sidecar"]["env"] = {{{"name", "KOROVOD_X"}, {"valueFrom", {}}}};
+  EXPECT_EQ(HorovodJobFromJson(object).status().message(),
+            "spec.sidecar.env[0].valueFrom: unknown field");
+  object["spec"]["sidecar"]["env"] = "KOROVOD_X=1";
+  EXPECT_EQ(HorovodJobFromJson(object).status().message(),
+            "spec.sidecar.env: must be a list, got string");
+}
+
 TEST(Validate, NameTooLong) {
   HorovodJobSpec s = MinimalSpec();
   s.replicas = 100;

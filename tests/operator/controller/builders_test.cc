@@ -232,6 +232,31 @@ TEST(WorkerPod, NetworkingAndEngine) {
   EXPECT_NE(Named(pod["spec"]["volumes"], "korovod-timeline"), nullptr);
 }
 
+TEST(WorkerPod, SidecarEnvIsAppendedAfterWhatTheOperatorSets) {
+  json job = MinimalJob(2);
+  job["spec"]["sidecar"]["env"] = {{{"name", "KOROVOD_AUTOTUNE"}, {"value", "1"}},
+                                   {{"name", "HOROVOD_STALL_CHECK_TIME_SECONDS"}, {"value", "5"}}};
+  const json env = Sidecar(Pod(job))["env"];
+  ASSERT_GE(env.size(), 2u);
+  EXPECT_EQ(env[env.size() - 2], (json{{"name", "KOROVOD_AUTOTUNE"}, {"value", "1"}}));
+  EXPECT_EQ(env.back(), (json{{"name", "HOROVOD_STALL_CHECK_TIME_SECONDS"}, {"value", "5"}}));
+}
+
+// spec.sidecar.env may not set what the operator sets: Validate's list must cover every variable
+// the builder writes, with every optional field on.
+TEST(WorkerPod, EveryVariableTheOperatorSetsIsReserved) {
+  json job = MinimalJob(2);
+  job["spec"]["networking"] = {{"interface", "ib0"}};
+  job["spec"]["sidecar"]["engine"] = {
+      {"fusionThresholdBytes", 1}, {"cycleTimeMs", 1}, {"timeline", "/t/x.json"}};
+  for (const json& e : Sidecar(Pod(job))["env"]) {
+    const std::string name = e["name"];
+    bool reserved = false;
+    for (const auto& [n, use] : kSidecarEnvSetByOperator) reserved = reserved || n == name;
+    EXPECT_TRUE(reserved) << name << " is set by the operator but not in kSidecarEnvSetByOperator";
+  }
+}
+
 TEST(WorkerPod, SchedulingPolicy) {
   json job = MinimalJob(2);
   job["spec"]["schedulingPolicy"] = {{"schedulerName", "custom"}, {"priorityClassName", "high"}};

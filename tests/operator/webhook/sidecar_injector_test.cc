@@ -123,6 +123,18 @@ TEST(SidecarInjector, FusionThresholdTakesTheEngineSuffixes) {
   EXPECT_EQ(EnvValue(wired["spec"]["initContainers"][0], "KOROVOD_FUSION_THRESHOLD"), "33554432");
 }
 
+TEST(SidecarInjector, SidecarEnvAnnotationReachesTheSidecar) {
+  json pod = StatefulSetPod(0);
+  pod["metadata"]["annotations"]["korovod.dev/sidecar-env"] =
+      "KOROVOD_AUTOTUNE=1, KOROVOD_STALL_CHECK_TIME_SECONDS=30\nHOROVOD_AUTOTUNE_LOG=/tmp/a.csv";
+  const InjectionPlan plan = PlanInjection(pod, "ml", OperatorSettings{});
+  ASSERT_TRUE(plan.denial.empty()) << plan.denial;
+  const json sidecar = Apply(pod, plan.patch)["spec"]["initContainers"][0];
+  EXPECT_EQ(EnvValue(sidecar, "KOROVOD_AUTOTUNE"), "1");
+  EXPECT_EQ(EnvValue(sidecar, "KOROVOD_STALL_CHECK_TIME_SECONDS"), "30");
+  EXPECT_EQ(EnvValue(sidecar, "HOROVOD_AUTOTUNE_LOG"), "/tmp/a.csv");
+}
+
 // A namespace label brings every new pod of the namespace here; only those that name their world
 // are training pods. A pod labelled inject=true asked explicitly, so it is denied instead.
 TEST(SidecarInjector, NamespaceOptInSkipsPodsWithoutAWorldSize) {
@@ -201,6 +213,14 @@ TEST(SidecarInjector, DenialsNameWhatIsMissing) {
       {"bad fusion",
        [](json& p) { p["metadata"]["annotations"]["korovod.dev/fusion-threshold-bytes"] = "-1"; },
        "korovod.dev/fusion-threshold-bytes=\"-1\""},
+      {"env without =",
+       [](json& p) {
+         p["metadata"]["annotations"]["korovod.dev/sidecar-env"] = "KOROVOD_AUTOTUNE";
+       },
+       "korovod.dev/sidecar-env: \"KOROVOD_AUTOTUNE\" is not NAME=value"},
+      {"env reserved",
+       [](json& p) { p["metadata"]["annotations"]["korovod.dev/sidecar-env"] = "KOROVOD_SIZE=9"; },
+       "korovod.dev/sidecar-env[0] KOROVOD_SIZE: set by the operator"},
       {"fusion suffix",
        [](json& p) { p["metadata"]["annotations"]["korovod.dev/fusion-threshold-bytes"] = "64T"; },
        "is not a byte size"},
