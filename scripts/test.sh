@@ -11,9 +11,9 @@ bash scripts/install-deps.sh --cuda --k8s
 
 step() { printf '\n==== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
 
-# kube-apiserver and kubectl build from the Go module proxy while the C++ builds (the module
-# download overlaps the compiles); the operator's k8s tests need them.
-step "kube-apiserver + kubectl for the k8s tests (background, log in build-testinfra.log)"
+# kube-apiserver, kubectl and helm build from the Go module proxy while the C++ builds (the module
+# download overlaps the compiles); the operator's and the chart's k8s tests need them.
+step "kube-apiserver + kubectl + helm for the k8s tests (background, log in build-testinfra.log)"
 bash scripts/build-testinfra.sh > build-testinfra.log 2>&1 &
 TESTINFRA_PID=$!
 
@@ -21,16 +21,16 @@ step "configure + build (Release)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKOROVOD_WITH_NCCL=AUTO >/dev/null
 cmake --build build -j"$JOBS"
 
-step "wait for kube-apiserver + kubectl"
+step "wait for kube-apiserver + kubectl + helm"
 if ! wait "$TESTINFRA_PID"; then
   cat build-testinfra.log >&2
   echo "scripts/build-testinfra.sh failed: the k8s tests cannot run" >&2
   exit 1
 fi
-tail -1 build-testinfra.log
+tail -2 build-testinfra.log
 
 step "tests (Release)"
-# A missing kube-apiserver, kubectl or etcd fails the k8s tests here instead of skipping them.
+# A missing kube-apiserver, kubectl, helm or etcd fails the k8s tests here instead of skipping them.
 KOROVOD_REQUIRE_K8S=1 ctest --test-dir build -j"$JOBS" --output-on-failure --timeout 900
 
 if [ "${KOROVOD_SKIP_SANITIZERS:-0}" != 1 ]; then

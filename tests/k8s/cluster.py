@@ -27,29 +27,34 @@ def free_port():
         return s.getsockname()[1]
 
 
-def binaries():
-    """The paths of etcd, kube-apiserver and kubectl, or a message naming what is missing."""
+def binaries(extra=()):
+    """The paths of etcd, kube-apiserver and kubectl (and of each name in `extra` that
+    scripts/build-testinfra.sh builds, e.g. helm), or a message naming what is missing."""
     paths = {
         "etcd": shutil.which("etcd"),
         "kube-apiserver": os.path.join(TESTINFRA_BIN, "kube-apiserver"),
         "kubectl": os.path.join(TESTINFRA_BIN, "kubectl"),
     }
+    for name in extra:
+        paths[name] = os.path.join(TESTINFRA_BIN, name)
     missing = [n for n, p in paths.items() if not p or not os.access(p, os.X_OK)]
     if missing:
-        return None, ("missing %s: run scripts/build-testinfra.sh (kube-apiserver, kubectl) and "
-                      "install etcd-server" % ", ".join(missing))
+        return None, ("missing %s: run scripts/build-testinfra.sh (kube-apiserver, kubectl, helm) "
+                      "and install etcd-server" % ", ".join(missing))
     return paths, ""
 
 
-def require_binaries():
-    """Skips the calling test when the binaries are missing, or fails it under
-    KOROVOD_REQUIRE_K8S=1 (CI, where scripts/test.sh builds them first)."""
+def require_binaries(*extra):
+    """Skips the calling test when the binaries (etcd, kube-apiserver, kubectl and `extra`, e.g.
+    "helm") are missing, or fails it under KOROVOD_REQUIRE_K8S=1 (CI, where scripts/test.sh
+    builds them first). Returns their paths."""
     import pytest
-    paths, why = binaries()
+    paths, why = binaries(extra)
     if not paths:
         if os.environ.get("KOROVOD_REQUIRE_K8S") == "1":
             pytest.fail(why)
         pytest.skip(why)
+    return paths
 
 
 def _openssl(*args, cwd):
@@ -66,10 +71,26 @@ def _kubeconfig(server, ca, user):
     }, indent=1)
 
 
+# Audit policy of Cluster(audit_users=...): who did what (verb, resource, response code), no bodies,
+# for the listed users only (the API server's own and admin traffic stays out of the log).
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    users: %s
+  - level: None
+"""
+
+
 class Cluster:
-    def __init__(self, workdir, extra_apiserver_args=()):
+    def __init__(self, workdir, extra_apiserver_args=(), audit_users=()):
+        """audit_users: users whose requests kube-apiserver writes to self.audit_log (JSON lines,
+        Metadata level); empty: no audit log."""
         self.dir = workdir
         self.extra_apiserver_args = list(extra_apiserver_args)
+        self.audit_users = list(audit_users)
+        self.audit_log = os.path.join(workdir, "audit.log") if self.audit_users else None
         self.paths, why = binaries()
         if not self.paths:
             raise RuntimeError(why)
@@ -100,6 +121,14 @@ class Cluster:
         with open(os.path.join(self.dir, "tokens.csv"), "w") as f:
             f.write('%s,admin,admin,"system:masters"\n' % ADMIN_TOKEN)
 
+        audit_args = []
+        if self.audit_users:
+            policy = os.path.join(self.dir, "audit-policy.yaml")
+            with open(policy, "w") as f:
+                f.write(AUDIT_POLICY % json.dumps(self.audit_users))
+            audit_args = ["--audit-policy-file=" + policy, "--audit-log-path=" + self.audit_log,
+                          "--audit-log-mode=blocking", "--audit-log-format=json"]
+
         etcd_port, etcd_peer, api_port = free_port(), free_port(), free_port()
         self._spawn("etcd", [self.paths["etcd"], "--data-dir", os.path.join(self.dir, "etcd"),
                              "--listen-client-urls", "http://127.0.0.1:%d" % etcd_port,
@@ -119,7 +148,7 @@ class Cluster:
             "--service-account-signing-key-file=%s/sa.key" % pki,
             "--service-cluster-ip-range=10.96.0.0/16",
             # Short watch timeouts make the operator's watch reconnect path run in every test.
-            "--min-request-timeout=30", *self.extra_apiserver_args]
+            "--min-request-timeout=30", *audit_args, *self.extra_apiserver_args]
         self._spawn("kube-apiserver", self._apiserver_argv)
         self.etcd_url = "http://127.0.0.1:%d" % etcd_port
         self.server = "https://127.0.0.1:%d" % api_port
@@ -234,6 +263,16 @@ class Cluster:
         rev = int(post("/v3/kv/range", {"key": "AA=="})["header"]["revision"])
         post("/v3/kv/compaction", {"revision": rev, "physical": True})
         return rev
+
+    def audit_events(self, user):
+        """The audit events (dicts) of `user`'s requests so far, in order (audit_users only)."""
+        events = []
+        with open(self.audit_log) as f:
+            for line in f:
+                e = json.loads(line)
+                if e.get("user", {}).get("username") == user:
+                    events.append(e)
+        return events
 
     def get(self, path):
         code, body = self.request("GET", path)
