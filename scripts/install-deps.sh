@@ -39,12 +39,13 @@ export DEBIAN_FRONTEND=noninteractive
 PKGS=(g++ make cmake ninja-build pkg-config libgtest-dev libssl-dev nlohmann-json3-dev libyaml-cpp-dev iproute2
       python3 python3-pip python3-venv
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libcpp-httplib-dev
-      python3-grpcio python3-sklearn python3-numpy python3-torch pybind11-dev python3-pytest)
+      python3-grpcio python3-sklearn python3-numpy python3-torch pybind11-dev python3-pytest
+      python3-yaml)
 if [ "$WITH_BENCH" = 1 ]; then
   PKGS+=(libopenmpi-dev openmpi-bin libgloo-dev python3-torch)
 fi
 if [ "$WITH_K8S" = 1 ]; then
-  PKGS+=(etcd-server openssl)
+  PKGS+=(etcd-server openssl python3-cryptography)
 fi
 
 missing=()

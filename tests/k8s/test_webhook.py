@@ -1,6 +1,6 @@
-"""The sidecar injection webhook, called by a real kube-apiserver over HTTPS: a
-MutatingWebhookConfiguration shaped as helm/korovod installs it (a pod-label entry and a
-namespace-label entry) points at korovod-operator's --webhook-bind-address. Pods of a StatefulSet
+"""The sidecar injection webhook, called by a real kube-apiserver over HTTPS: the
+MutatingWebhookConfiguration that helm/korovod renders (a pod-label entry and a namespace-label
+entry) points at korovod-operator's --webhook-bind-address. Pods of a StatefulSet
 that opt in are stored with the sidecar and the trainer's rendezvous env, and NodeAgent trains the
 digits example with them; pods that cannot be ranked are refused with the reason in kubectl's
 error; pods that did not opt in are untouched; a rotated certificate is picked up without a
@@ -16,6 +16,7 @@ import uuid
 import pytest
 
 from cluster import REPO, free_port
+from helm_chart import template
 from jobs import crd  # noqa: F401
 from node_agent import NodeAgent
 from operator_process import OperatorProcess
@@ -57,29 +58,19 @@ def _fingerprint(d, name):
 
 
 def _webhook_configuration(name, port, ca_pem):
-    """The two entries of helm/korovod/templates/webhook.yaml, with a URL instead of a Service
-    (the test cluster has no Service routing)."""
-    entries = []
-    for sel in ("pod", "namespace"):
-        e = {
-            "name": "%s.inject.korovod.dev" % sel,
-            "admissionReviewVersions": ["v1"], "sideEffects": "None",
-            "failurePolicy": "Fail", "timeoutSeconds": 10, "reinvocationPolicy": "IfNeeded",
-            "clientConfig": {"url": "https://127.0.0.1:%d/inject" % port,
-                             "caBundle": base64.b64encode(ca_pem).decode()},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                       "resources": ["pods"], "scope": "Namespaced"}],
-        }
-        if sel == "pod":
-            e["objectSelector"] = {"matchLabels": {"korovod.dev/inject": "true"}}
-        else:
-            e["namespaceSelector"] = {"matchLabels": {"korovod.dev/inject": "true"}}
-            e["objectSelector"] = {"matchExpressions": [
-                {"key": "korovod.dev/inject", "operator": "NotIn", "values": ["true", "false"]}]}
-        entries.append(e)
-    return {"apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration", "metadata": {"name": name},
-            "webhooks": entries}
+    """The MutatingWebhookConfiguration helm/korovod installs (rendered by the pinned helm), with a
+    URL instead of its Service (the test cluster routes no Services) and the test's CA."""
+    rendered = [d for d in template() if d["kind"] == "MutatingWebhookConfiguration"]
+    assert len(rendered) == 1, rendered
+    doc = rendered[0]
+    doc["metadata"] = {"name": name}
+    for e in doc["webhooks"]:
+        path = e["clientConfig"]["service"]["path"]
+        e["clientConfig"] = {"url": "https://127.0.0.1:%d%s" % (port, path),
+                             "caBundle": base64.b64encode(ca_pem).decode()}
+    assert [e["name"] for e in doc["webhooks"]] == ["pod.inject.korovod.dev",
+                                                   "namespace.inject.korovod.dev"], doc
+    return doc
 
 
 def _statefulset_pod(sts, ordinal, size, trainer, labels=None):
