@@ -59,7 +59,7 @@ if [ "$K8S_OK" = 0 ]; then
   # shellcheck disable=SC2086
   (cd "$SRC" && GOFLAGS=-mod=mod go build -trimpath -ldflags "$K8S_LDFLAGS" -o "$OUT/" $K8S_PKGS)
   echo "$STAMP" > "$OUT/.stamp"
-  "$OUT/kubectl" version --client | head -1
+  "$OUT/kubectl" version --client | sed -n 1p  # sed reads it all: no SIGPIPE under pipefail
 fi
 if [ "$HELM_OK" = 0 ]; then
   echo "build-testinfra: building helm $HELM_VERSION (first time: ~550 MB of modules, ~7 CPU-minutes)"
