@@ -64,7 +64,8 @@ def wait_phase(cluster, ns, name, phase, deadline=60):
         return cluster.wait_for(check, "job %s/%s phase %s" % (ns, name, phase), deadline)
     except AssertionError:
         raise AssertionError("job %s/%s never reached %s; last: %s" % (
-            ns, name, phase, json.dumps(get_job(cluster, ns, name).get("status"))))
+            ns, name, phase, json.dumps((get_job(cluster, ns, name) or {"status": "deleted"}).get(
+                "status"))))
 
 
 def condition(job, type_):

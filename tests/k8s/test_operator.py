@@ -128,7 +128,7 @@ def test_clean_pod_policy(operator, crd, ns, policy, left):
 
 def test_ttl_deletes_the_finished_job(operator, crd, ns):
     with FakeKubelet(crd, ns, outcome=lambda p: "succeed"):
-        apply(crd, ns, job_doc("ttl", replicas=1, runPolicy={"ttlSecondsAfterFinished": 2}))
+        apply(crd, ns, job_doc("ttl", replicas=1, runPolicy={"ttlSecondsAfterFinished": 4}))
         wait_phase(crd, ns, "ttl", "Succeeded")
         crd.wait_for(lambda: get_job(crd, ns, "ttl") is None, "job deleted by its TTL", 30)
 

@@ -95,7 +95,7 @@ def test_client_certificate_and_least_privilege_rbac(crd, ns, tmp_path):
 
         with FakeKubelet(crd, ns, outcome=kubelet):
             apply(crd, ns, job_doc("rbac", replicas=2,
-                                   runPolicy={"ttlSecondsAfterFinished": 1, "backoffLimit": 1}))
+                                   runPolicy={"ttlSecondsAfterFinished": 5, "backoffLimit": 1}))
             crd.wait_for(lambda: (get_job(crd, ns, "rbac") or {}).get("status", {}).get("epoch")
                          == 2, "the restart into epoch 2", 60)
             wait_phase(crd, ns, "rbac", "Running", 60)
