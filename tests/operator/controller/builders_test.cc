@@ -249,7 +249,8 @@ TEST(WorkerPod, EveryVariableTheOperatorSetsIsReserved) {
   job["spec"]["networking"] = {{"interface", "ib0"}};
   job["spec"]["sidecar"]["engine"] = {
       {"fusionThresholdBytes", 1}, {"cycleTimeMs", 1}, {"timeline", "/t/x.json"}};
-  for (const json& e : Sidecar(Pod(job))["env"]) {
+  const json pod = Pod(job);  // a range-for over Sidecar(Pod(job)) would read a dead temporary
+  for (const json& e : Sidecar(pod)["env"]) {
     const std::string name = e["name"];
     bool reserved = false;
     for (const auto& [n, use] : kSidecarEnvSetByOperator) reserved = reserved || n == name;
