@@ -8,6 +8,7 @@
 #include "operator/api/validate.h"
 #include "operator/controller/base64.h"
 #include "operator/controller/worker_pod_builder.h"
+#include "runtime/common/byte_count.h"
 
 namespace korovod::op {
 namespace {
@@ -42,30 +43,6 @@ std::optional<int64_t> ParseNonNegative(const std::string& text) {
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || p != text.data() + text.size() || v < 0) return std::nullopt;
   return v;
-}
-
-// As KOROVOD_FUSION_THRESHOLD reads it: bytes with an optional binary K, M or G suffix.
-std::optional<int64_t> ParseByteSize(std::string text) {
-  int shift = 0;
-  if (!text.empty()) {
-    switch (text.back()) {
-      case 'K':
-        shift = 10;
-        break;
-      case 'M':
-        shift = 20;
-        break;
-      case 'G':
-        shift = 30;
-        break;
-      default:
-        break;
-    }
-    if (shift != 0) text.pop_back();
-  }
-  std::optional<int64_t> v = ParseNonNegative(text);
-  if (!v || *v > (int64_t{1} << (62 - shift))) return std::nullopt;
-  return *v << shift;
 }
 
 // The workload that created the pod, its kind, and the pod's rank in it.
@@ -141,10 +118,11 @@ std::optional<HorovodJobSpec> SpecFromAnnotations(const json& pod, int64_t size,
   if (auto mem = Annotation(pod, kSidecarMemoryAnnotation)) requests["memory"] = *mem;
   if (!requests.empty()) spec.sidecar.resources = {{"requests", requests}};
   if (auto v = Annotation(pod, kFusionThresholdAnnotation)) {
-    std::optional<int64_t> bytes = ParseByteSize(*v);
-    if (!bytes) {
+    StatusOr<int64_t> bytes = ParseByteCount(*v);  // exactly as the engine reads the variable
+    if (!bytes.ok()) {
       *denial = std::string(kFusionThresholdAnnotation) + "=\"" + *v +
-                "\" is not a byte size (e.g. 67108864 or 64M; K, M, G are binary)";
+                "\" is not a byte size (e.g. 67108864 or 64M; K, M, G are binary): " +
+                bytes.status().message();
       return std::nullopt;
     }
     spec.sidecar.engine.fusion_threshold_bytes = *bytes;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "runtime/common/byte_count.h"
+
 namespace korovod {
 namespace {
 
@@ -25,30 +27,10 @@ Status Bad(const std::string& name, const std::string& value, const std::string&
   return InvalidArgument(name + "=" + value + ": " + expected);
 }
 
-// Byte counts: an integer with an optional K/M/G suffix (binary units, "KiB" forms accepted).
 StatusOr<int64_t> ParseBytes(const std::string& name, const std::string& v) {
-  const char* s = v.c_str();
-  char* end = nullptr;
-  errno = 0;
-  const long long n = std::strtoll(s, &end, 10);
-  if (end == s || errno != 0 || n < 0) {
-    return Bad(name, v, "expected a byte count >= 0 (e.g. 67108864 or 64M)");
-  }
-  std::string suffix(end);
-  int64_t mult = 1;
-  if (suffix.empty() || suffix == "B") {
-    mult = 1;
-  } else if (suffix == "K" || suffix == "KiB" || suffix == "k") {
-    mult = int64_t{1} << 10;
-  } else if (suffix == "M" || suffix == "MiB") {
-    mult = int64_t{1} << 20;
-  } else if (suffix == "G" || suffix == "GiB") {
-    mult = int64_t{1} << 30;
-  } else {
-    return Bad(name, v, "unknown unit '" + suffix + "' (use K, M or G)");
-  }
-  if (n > (int64_t{1} << 40) / mult) return Bad(name, v, "larger than 1 TiB");
-  return n * mult;
+  StatusOr<int64_t> bytes = ParseByteCount(v);
+  if (!bytes.ok()) return Bad(name, v, bytes.status().message());
+  return *bytes;
 }
 
 StatusOr<double> ParseNumber(const std::string& name, const std::string& v,

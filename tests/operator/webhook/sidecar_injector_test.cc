@@ -121,6 +121,13 @@ TEST(SidecarInjector, FusionThresholdTakesTheEngineSuffixes) {
   ASSERT_TRUE(plan.denial.empty()) << plan.denial;
   const json wired = Apply(pod, plan.patch);
   EXPECT_EQ(EnvValue(wired["spec"]["initContainers"][0], "KOROVOD_FUSION_THRESHOLD"), "33554432");
+  // The engine's own parser: its other spellings pass, and what the sidecar would refuse at
+  // start (over 1 TiB) is denied at admission instead.
+  pod["metadata"]["annotations"]["korovod.dev/fusion-threshold-bytes"] = "2GiB";
+  EXPECT_TRUE(PlanInjection(pod, "ml", OperatorSettings{}).denial.empty());
+  pod["metadata"]["annotations"]["korovod.dev/fusion-threshold-bytes"] = "1025G";
+  EXPECT_NE(PlanInjection(pod, "ml", OperatorSettings{}).denial.find("larger than 1 TiB"),
+            std::string::npos);
 }
 
 TEST(SidecarInjector, SidecarEnvAnnotationReachesTheSidecar) {

@@ -105,6 +105,20 @@ class SecretVolume {
   int generation_ = 0;
 };
 
+// SHA-256 of a certificate, hex (what ServingCertificate::Fingerprint reports).
+std::string Sha256Hex(X509* cert) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  X509_digest(cert, EVP_sha256(), md, &n);
+  std::string out;
+  for (unsigned int i = 0; i < n; ++i) {
+    char hex[3];
+    std::snprintf(hex, sizeof(hex), "%02x", md[i]);
+    out += hex;
+  }
+  return out;
+}
+
 // SHA-256 (hex) of the certificate a TLS handshake with 127.0.0.1:port presents.
 std::string ServedFingerprint(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -119,14 +133,7 @@ std::string ServedFingerprint(int port) {
     SSL_set_fd(ssl, fd);
     if (SSL_connect(ssl) == 1) {
       X509* peer = SSL_get1_peer_certificate(ssl);
-      unsigned char md[EVP_MAX_MD_SIZE];
-      unsigned int n = 0;
-      X509_digest(peer, EVP_sha256(), md, &n);
-      for (unsigned int i = 0; i < n; ++i) {
-        char hex[3];
-        std::snprintf(hex, sizeof(hex), "%02x", md[i]);
-        out += hex;
-      }
+      out = Sha256Hex(peer);
       X509_free(peer);
       SSL_shutdown(ssl);
     }
@@ -141,16 +148,8 @@ std::string FingerprintOf(const std::string& crt) {
   FILE* f = std::fopen(TestCerts().path(crt).c_str(), "r");
   X509* x = PEM_read_X509(f, nullptr, nullptr, nullptr);
   std::fclose(f);
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  X509_digest(x, EVP_sha256(), md, &n);
+  std::string out = Sha256Hex(x);
   X509_free(x);
-  std::string out;
-  for (unsigned int i = 0; i < n; ++i) {
-    char hex[3];
-    std::snprintf(hex, sizeof(hex), "%02x", md[i]);
-    out += hex;
-  }
   return out;
 }
 
