@@ -116,8 +116,9 @@ int Main() {
   if (!engine.ok()) return Fail(engine.status());
 
   ArenaSizes sizes;
-  sizes.client_heap_bytes = uint64_t(cfg.arena_heap_mib) << 20;
-  sizes.result_heap_bytes = uint64_t(cfg.arena_heap_mib) << 20;
+  sizes.client_heap_bytes = uint64_t(cfg.arena_heap_max_mib) << 20;
+  sizes.result_heap_bytes = uint64_t(cfg.arena_heap_max_mib) << 20;
+  sizes.heap_reserve_bytes = uint64_t(cfg.arena_heap_mib) << 20;
   auto arena = Arena::Create(cfg.arena_name(), sizes);
   if (!arena.ok()) {
     (*engine)->Shutdown();

@@ -135,6 +135,14 @@ StatusOr<SidecarConfig> SidecarConfig::FromEnvironment(const GetEnv& getenv) {
   KV_ASSIGN_OR_RETURN(int timeout, Optional(getenv, "KOROVOD_START_TIMEOUT_SECONDS", 1, 86400, 60));
   c.start_timeout = std::chrono::seconds(timeout);
   KV_ASSIGN_OR_RETURN(c.arena_heap_mib, Optional(getenv, "KOROVOD_ARENA_HEAP_MIB", 1, 1 << 20, 64));
+  KV_ASSIGN_OR_RETURN(c.arena_heap_max_mib,
+                      Optional(getenv, "KOROVOD_ARENA_HEAP_MAX_MIB", 1, 1 << 20, 16384));
+  if (c.arena_heap_mib > c.arena_heap_max_mib) {
+    return InvalidArgument(
+        "KOROVOD_ARENA_HEAP_MIB=" + std::to_string(c.arena_heap_mib) +
+        " is more than KOROVOD_ARENA_HEAP_MAX_MIB=" + std::to_string(c.arena_heap_max_mib) +
+        ": a heap cannot start larger than it may grow");
+  }
   return c;
 }
 

@@ -36,7 +36,10 @@ struct SidecarConfig {
   std::string shm_prefix;                  // KOROVOD_SHM_PREFIX, e.g. "/korovod-<job>-"
   int metrics_port = -1;                   // KOROVOD_METRICS_PORT; -1: no HTTP server, 0: ephemeral
   std::chrono::seconds start_timeout{60};  // KOROVOD_START_TIMEOUT_SECONDS
-  int arena_heap_mib = 64;  // KOROVOD_ARENA_HEAP_MIB: each of the client and the result heap
+  // Each of the arena's two heaps (client, result): reserved in /dev/shm at start, and the most
+  // it may grow to as bursts need it.
+  int arena_heap_mib = 64;         // KOROVOD_ARENA_HEAP_MIB
+  int arena_heap_max_mib = 16384;  // KOROVOD_ARENA_HEAP_MAX_MIB (address space until used)
 
   std::string arena_name() const { return shm_prefix + "rank" + std::to_string(rank); }
 

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -18,22 +19,6 @@ namespace korovod::sidecar {
 namespace {
 
 constexpr mode_t kArenaMode = 0660;
-
-// Owns a descriptor from shm_open.
-class ShmFd {
- public:
-  explicit ShmFd(int fd) : fd_(fd) {}
-  ~ShmFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  ShmFd(const ShmFd&) = delete;
-  ShmFd& operator=(const ShmFd&) = delete;
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-
- private:
-  int fd_;
-};
 
 // Unlinks a just-created name unless the creation succeeded.
 class UnlinkOnFailure {
@@ -71,8 +56,8 @@ std::string MiB(uint64_t bytes) { return std::to_string((bytes + (1 << 20) - 1) 
 
 }  // namespace
 
-Arena::Arena(Key, std::string name, ArenaSide side, std::byte* base, size_t bytes)
-    : name_(std::move(name)), side_(side), base_(base), mapped_bytes_(bytes) {}
+Arena::Arena(Key, std::string name, ArenaSide side, Fd fd, std::byte* base, size_t bytes)
+    : name_(std::move(name)), side_(side), base_(base), mapped_bytes_(bytes), fd_(std::move(fd)) {}
 
 Arena::~Arena() {
   if (attached_) {
@@ -95,7 +80,7 @@ StatusOr<std::unique_ptr<Arena>> Arena::Create(const std::string& name, const Ar
   if (!computed.ok()) return computed.status().WithContext("arena " + name);
   const ArenaLayout layout = *computed;
 
-  ShmFd fd(::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, kArenaMode));
+  Fd fd(::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, kArenaMode));
   if (!fd.valid()) {
     const int err = errno;
     if (err == EEXIST) {
@@ -115,24 +100,37 @@ StatusOr<std::unique_ptr<Arena>> Arena::Create(const std::string& name, const Ar
     return ErrnoStatus(StatusCode::kUnavailable,
                        "arena " + name + ": ftruncate to " + MiB(layout.total_bytes), errno);
   }
+  // Header, queues and the first heap_reserve_bytes of each heap now; the rest as the heaps grow.
+  const uint64_t client_end =
+      layout.client_heap.offset + std::min(sizes.heap_reserve_bytes, layout.client_heap.bytes);
+  const uint64_t result_bytes = std::min(sizes.heap_reserve_bytes, layout.result_heap.bytes);
   if (sizes.reserve_memory) {
-    const int err = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(layout.total_bytes));
+    int err = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(client_end));
+    if (err == 0 && result_bytes > 0) {
+      err = ::posix_fallocate(fd.get(), static_cast<off_t>(layout.result_heap.offset),
+                              static_cast<off_t>(result_bytes));
+    }
     if (err != 0) {
       return ErrnoStatus(StatusCode::kUnavailable,
-                         "arena " + name + ": cannot reserve " + MiB(layout.total_bytes) +
+                         "arena " + name + ": cannot reserve " + MiB(client_end + result_bytes) +
                              " in /dev/shm (is it large enough? in a pod, mount an emptyDir "
                              "with medium: Memory there)",
                          err);
     }
   }
-  void* base = ::mmap(nullptr, layout.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  void* base = ::mmap(nullptr, layout.total_bytes, PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_NORESERVE, fd.get(), 0);
   if (base == MAP_FAILED) {
     return ErrnoStatus(StatusCode::kUnavailable,
                        "arena " + name + ": mmap of " + MiB(layout.total_bytes), errno);
   }
-  auto arena = std::make_unique<Arena>(Key{}, name, ArenaSide::kSidecar,
+  auto arena = std::make_unique<Arena>(Key{}, name, ArenaSide::kSidecar, std::move(fd),
                                        static_cast<std::byte*>(base), layout.total_bytes);
   arena->layout_ = layout;
+  if (sizes.reserve_memory) {
+    arena->reserved_[static_cast<int>(ArenaHeap::kClient)] = client_end - layout.client_heap.offset;
+    arena->reserved_[static_cast<int>(ArenaHeap::kResult)] = result_bytes;
+  }
 
   // Fresh shm pages are zero; construct the header's objects there, then publish the magic last.
   ArenaHeader* h = std::construct_at(reinterpret_cast<ArenaHeader*>(base));
@@ -153,7 +151,7 @@ StatusOr<std::unique_ptr<Arena>> Arena::Create(const std::string& name, const Ar
 
 StatusOr<std::unique_ptr<Arena>> Arena::Open(const std::string& name) {
   KV_RETURN_IF_ERROR(CheckName(name));
-  ShmFd fd(::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
+  Fd fd(::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
   if (!fd.valid()) {
     const int err = errno;
     if (err == ENOENT) {
@@ -178,13 +176,14 @@ StatusOr<std::unique_ptr<Arena>> Arena::Open(const std::string& name) {
                               " bytes, smaller than its " + std::to_string(kArenaPageBytes) +
                               "-byte header: not a korovod arena, or not initialised yet");
   }
-  void* base = ::mmap(nullptr, file_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  void* base =
+      ::mmap(nullptr, file_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd.get(), 0);
   if (base == MAP_FAILED) {
     return ErrnoStatus(StatusCode::kUnavailable,
                        "arena " + name + ": mmap of " + std::to_string(file_bytes) + " bytes",
                        errno);
   }
-  auto arena = std::make_unique<Arena>(Key{}, name, ArenaSide::kClient,
+  auto arena = std::make_unique<Arena>(Key{}, name, ArenaSide::kClient, std::move(fd),
                                        static_cast<std::byte*>(base), file_bytes);
   ArenaHeader& h = arena->header();
 
@@ -262,6 +261,39 @@ bool Arena::peer_alive() {
   const SharedWord& w =
       side_ == ArenaSide::kSidecar ? header().client_alive : header().sidecar_alive;
   return w.value.load(std::memory_order_acquire) != 0;
+}
+
+Status Arena::Reserve(ArenaHeap heap, uint64_t end) {
+  const Region& r = heap_region(heap);
+  if (end > r.bytes) {
+    return InvalidArgument("arena " + name_ + ": " + std::to_string(end) + " bytes of the " +
+                           (heap == ArenaHeap::kClient ? "client" : "result") +
+                           " heap, which has " + std::to_string(r.bytes));
+  }
+  std::lock_guard<std::mutex> lock(reserve_mu_);
+  uint64_t& reserved = reserved_[static_cast<int>(heap)];
+  if (end <= reserved) return OkStatus();
+  const uint64_t target =
+      std::min(r.bytes, (end + kReserveStepBytes - 1) / kReserveStepBytes * kReserveStepBytes);
+  // posix_fallocate keeps pages already there, so two sides reserving the same range is fine.
+  const int err = ::posix_fallocate(fd_.get(), static_cast<off_t>(r.offset + reserved),
+                                    static_cast<off_t>(target - reserved));
+  if (err != 0) {
+    return ErrnoStatus(StatusCode::kUnavailable,
+                       "arena " + name_ + ": cannot grow the " +
+                           (heap == ArenaHeap::kClient ? "client" : "result") + " heap from " +
+                           MiB(reserved) + " to " + MiB(target) +
+                           " in /dev/shm (is it large enough? in a pod, mount an emptyDir with "
+                           "medium: Memory there)",
+                       err);
+  }
+  reserved = target;
+  return OkStatus();
+}
+
+uint64_t Arena::reserved(ArenaHeap heap) {
+  std::lock_guard<std::mutex> lock(reserve_mu_);
+  return reserved_[static_cast<int>(heap)];
 }
 
 void Arena::ReleaseClient() { header().client_alive.value.store(0, std::memory_order_release); }

@@ -1,6 +1,12 @@
 // Arena: one mapping of the shared-memory arena (arena_layout.h). The sidecar creates it (POSIX
-// shm, mode 0660, reserved up front), the trainer opens it by name and gets a clear error when the
-// bytes are not an arena or speak another protocol version. One client session per arena.
+// shm, mode 0660; header, queues and the first part of each heap reserved up front), the trainer
+// opens it by name and gets a clear error when the bytes are not an arena or speak another
+// protocol version. One client session per arena.
+//
+// Growth: both sides map each heap at its full size (address space only), and reserve /dev/shm
+// pages (Reserve) before they touch a part of a heap that may not be backed yet: the client for
+// its own allocations, the sidecar for its result blocks and for any client range a record names.
+// So a full /dev/shm is an error naming it, never a SIGBUS, whoever touches the page first.
 //
 // Trust: the sidecar never re-reads the layout from shared memory (layout() is a private copy
 // checked at Open/computed at Create), so a client scribbling on the header cannot move the
@@ -9,15 +15,18 @@
 
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 
 #include "runtime/common/status.h"
+#include "runtime/transport/socket.h"
 #include "sidecar/protocol/arena_layout.h"
 
 namespace korovod::sidecar {
 
 enum class ArenaSide { kSidecar, kClient };
+enum class ArenaHeap { kClient, kResult };
 
 class Arena {
  public:
@@ -50,6 +59,17 @@ class Arena {
   std::span<std::byte> completion_slots() { return region(layout_.completion_queue); }
   std::span<std::byte> client_heap() { return region(layout_.client_heap); }
   std::span<std::byte> result_heap() { return region(layout_.result_heap); }
+  const Region& heap_region(ArenaHeap heap) const {
+    return heap == ArenaHeap::kClient ? layout_.client_heap : layout_.result_heap;
+  }
+
+  // Makes sure /dev/shm backs `heap` from its start up to `end` bytes (rounded up to
+  // kReserveStepBytes, capped at the heap's size). Cheap when already reserved; Unavailable naming
+  // /dev/shm and the sizes when it is full. Thread-safe.
+  Status Reserve(ArenaHeap heap, uint64_t end);
+  static constexpr uint64_t kReserveStepBytes = uint64_t{8} << 20;
+  // Bytes of `heap` this side has reserved so far.
+  uint64_t reserved(ArenaHeap heap);
 
   // The other side's liveness word (a process that was killed leaves it set: pair this with the
   // gRPC session for death detection).
@@ -61,7 +81,7 @@ class Arena {
   struct Key {};  // only Create/Open construct
 
  public:
-  Arena(Key, std::string name, ArenaSide side, std::byte* base, size_t bytes);
+  Arena(Key, std::string name, ArenaSide side, Fd fd, std::byte* base, size_t bytes);
 
  private:
   std::string name_;
@@ -69,7 +89,10 @@ class Arena {
   std::byte* base_;
   size_t mapped_bytes_;
   ArenaLayout layout_;
-  bool attached_ = false;  // fully created/opened: the destructor updates the header
+  Fd fd_;  // kept for Reserve: the name is unlinked once both sides have mapped it
+  std::mutex reserve_mu_;
+  uint64_t reserved_[2] = {0, 0};  // per ArenaHeap, guarded by reserve_mu_
+  bool attached_ = false;          // fully created/opened: the destructor updates the header
   bool unlink_on_destroy_ = false;
 };
 

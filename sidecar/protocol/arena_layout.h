@@ -64,7 +64,7 @@ enum class WireReduceOp : uint8_t { kSum = 0, kAverage = 1, kMin = 2, kMax = 3, 
 inline constexpr uint8_t kWireReduceOpCount = 5;
 
 // DataType (runtime/common/data_type.h) goes on the wire as its underlying value; pin it.
-inline constexpr uint8_t kWireDataTypeCount = 8;
+inline constexpr uint8_t kWireDataTypeCount = 11;
 static_assert(static_cast<uint8_t>(DataType::kUint8) == 0 &&
                   static_cast<uint8_t>(DataType::kInt8) == 1 &&
                   static_cast<uint8_t>(DataType::kInt32) == 2 &&
@@ -72,7 +72,11 @@ static_assert(static_cast<uint8_t>(DataType::kUint8) == 0 &&
                   static_cast<uint8_t>(DataType::kFloat16) == 4 &&
                   static_cast<uint8_t>(DataType::kBFloat16) == 5 &&
                   static_cast<uint8_t>(DataType::kFloat32) == 6 &&
-                  static_cast<uint8_t>(DataType::kFloat64) == 7,
+                  static_cast<uint8_t>(DataType::kFloat64) == 7 &&
+                  static_cast<uint8_t>(DataType::kInt16) == 8 &&
+                  static_cast<uint8_t>(DataType::kUint16) == 9 &&
+                  static_cast<uint8_t>(DataType::kBool) == 10 &&
+                  static_cast<uint8_t>(kLastDataType) == kWireDataTypeCount - 1,
               "DataType values are on the sidecar wire");
 // StatusCode (runtime/common/status.h) goes in CompletionRecord::status as a byte; pin it.
 static_assert(static_cast<int>(StatusCode::kOk) == 0 &&
@@ -185,10 +189,15 @@ struct Region {
 struct ArenaSizes {
   uint32_t submission_slots = 1024;  // power of two in [kMinQueueSlots, kMaxQueueSlots]
   uint32_t completion_slots = 1024;
+  // The most each heap may grow to: both sides map this much address space, but /dev/shm
+  // pages are only reserved (posix_fallocate) as the heaps grow into it.
   uint64_t client_heap_bytes = uint64_t{64} << 20;  // (0, kMaxHeapBytes]
   uint64_t result_heap_bytes = uint64_t{64} << 20;
-  // Reserve the whole arena in /dev/shm at creation (posix_fallocate), so a too-small /dev/shm
-  // is a clear error from Create rather than a SIGBUS on first touch.
+  // Reserved in /dev/shm at creation: the header and queues, and this much of each heap (capped
+  // at the heap's size). A too-small /dev/shm is then a clear error from Create, and growth past
+  // it a clear error from Arena::Reserve, never a SIGBUS on first touch.
+  uint64_t heap_reserve_bytes = uint64_t{64} << 20;
+  // Off: nothing is reserved, pages come on first touch (tests of layout and queues only).
   bool reserve_memory = true;
 };
 

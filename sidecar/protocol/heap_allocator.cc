@@ -1,12 +1,19 @@
 #include "sidecar/protocol/heap_allocator.h"
 
+#include <algorithm>
+#include <chrono>
 #include <iterator>
 #include <utility>
 
 namespace korovod::sidecar {
 
 HeapAllocator::HeapAllocator(uint64_t capacity, std::string name)
-    : capacity_(capacity / kAlignment * kAlignment), name_(std::move(name)) {
+    : HeapAllocator(capacity, std::move(name), ReserveFn()) {}
+
+HeapAllocator::HeapAllocator(uint64_t capacity, std::string name, ReserveFn reserve)
+    : capacity_(capacity / kAlignment * kAlignment),
+      name_(std::move(name)),
+      reserve_(std::move(reserve)) {
   if (capacity_ > 0) InsertFree(0, capacity_);
 }
 
@@ -20,21 +27,33 @@ void HeapAllocator::EraseFree(std::map<uint64_t, uint64_t>::iterator it) {
   free_.erase(it);
 }
 
+std::string HeapAllocator::Describe(uint64_t bytes) const {
+  return name_ + ": cannot allocate " + std::to_string(bytes) + " bytes (" +
+         std::to_string(capacity_ - used_) + " of " + std::to_string(capacity_) +
+         " bytes free, largest free block " +
+         std::to_string(free_sizes_.empty() ? 0 : *free_sizes_.rbegin()) + "); " +
+         std::to_string(allocated_.size()) + " blocks in use hold the rest";
+}
+
 StatusOr<uint64_t> HeapAllocator::Allocate(uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
+  return AllocateLocked(bytes);
+}
+
+StatusOr<uint64_t> HeapAllocator::AllocateLocked(uint64_t bytes) {
   uint64_t need = bytes == 0 ? kAlignment : bytes;
   if (need > capacity_ || free_sizes_.empty() || need > *free_sizes_.rbegin()) {
-    return Unavailable(name_ + ": cannot allocate " + std::to_string(bytes) + " bytes (" +
-                       std::to_string(capacity_ - used_) + " of " + std::to_string(capacity_) +
-                       " bytes free, largest free block " +
-                       std::to_string(free_sizes_.empty() ? 0 : *free_sizes_.rbegin()) +
-                       "); results not yet released hold the rest");
+    return Unavailable(Describe(bytes));
   }
   need = (need + kAlignment - 1) / kAlignment * kAlignment;  // <= capacity_: no overflow
   // First fit: the lowest-addressed free block that is large enough.
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     if (it->second < need) continue;
     const uint64_t offset = it->first;
+    if (reserve_) {
+      Status s = reserve_(offset + need);
+      if (!s.ok()) return s.WithContext(name_ + ": allocating " + std::to_string(bytes) + " bytes");
+    }
     const uint64_t rest = it->second - need;
     EraseFree(it);
     if (rest > 0) InsertFree(offset + need, rest);
@@ -43,6 +62,25 @@ StatusOr<uint64_t> HeapAllocator::Allocate(uint64_t bytes) {
     return offset;
   }
   return Internal(name_ + ": free-list sizes and blocks disagree");  // unreachable
+}
+
+StatusOr<uint64_t> HeapAllocator::AllocateWaiting(uint64_t bytes, Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (bytes > capacity_) {
+    return InvalidArgument(name_ + ": a block of " + std::to_string(bytes) +
+                           " bytes can never fit its " + std::to_string(capacity_) + " bytes");
+  }
+  for (;;) {
+    auto offset = AllocateLocked(bytes);
+    if (offset.ok()) return offset;
+    if (deadline.Expired()) {
+      return DeadlineExceeded(offset.status().message() +
+                              "; waited for ops in flight to complete and free space, "
+                              "in vain: are ranks submitting in different orders, or are "
+                              "results held and never released?");
+    }
+    freed_.wait_for(lock, std::chrono::milliseconds(std::min(deadline.RemainingMs(), 100)));
+  }
 }
 
 Status HeapAllocator::Free(uint64_t offset) {
@@ -81,6 +119,7 @@ Status HeapAllocator::Free(uint64_t offset) {
     }
   }
   InsertFree(start, bytes);
+  freed_.notify_all();
   return OkStatus();
 }
 

@@ -338,20 +338,66 @@ TEST(ArenaTest, OpenAfterTheSidecarShutDownIsRefused) {
   EXPECT_NE(c.status().message().find("sidecar has shut down"), std::string::npos);
 }
 
-TEST(ArenaTest, TooLargeForDevShmIsAClearError) {
+uint64_t DevShmBytes() {
   struct statvfs vfs {};
-  ASSERT_EQ(::statvfs("/dev/shm", &vfs), 0);
+  EXPECT_EQ(::statvfs("/dev/shm", &vfs), 0);
+  return static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
+}
+
+uint64_t BackedBytes(const std::string& name) {
+  struct stat st {};
+  EXPECT_EQ(::stat(("/dev/shm" + name).c_str(), &st), 0);
+  return static_cast<uint64_t>(st.st_blocks) * 512;
+}
+
+TEST(ArenaTest, ReservingMoreThanDevShmAtCreationIsAClearError) {
   ArenaSizes s = SmallSizes();
   s.result_heap_bytes = kMaxHeapBytes;  // 1 TiB
-  if (static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize >= s.result_heap_bytes) {
-    GTEST_SKIP() << "/dev/shm can hold 1 TiB here";
-  }
+  s.heap_reserve_bytes = kMaxHeapBytes;
+  if (DevShmBytes() >= s.result_heap_bytes) GTEST_SKIP() << "/dev/shm can hold 1 TiB here";
   const std::string name = UniqueArenaName("huge");
   auto a = Arena::Create(name, s);
   ASSERT_FALSE(a.ok());
   EXPECT_EQ(a.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(a.status().message().find("cannot reserve"), std::string::npos) << a.status().message();
   EXPECT_FALSE(ShmExists(name));  // nothing left behind
+}
+
+// A heap is address space until used: only heap_reserve_bytes is backed at creation, Reserve
+// backs more as it grows (on either side), and growth past /dev/shm is an error naming it.
+TEST(ArenaTest, HeapsAreBackedAsTheyGrow) {
+  ArenaSizes s = SmallSizes();
+  s.client_heap_bytes = uint64_t{1} << 30;
+  s.result_heap_bytes = kMaxHeapBytes;  // 1 TiB of address space
+  s.heap_reserve_bytes = 1 << 20;
+  const std::string name = UniqueArenaName("grow");
+  auto a = Arena::Create(name, s);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  const uint64_t at_start = BackedBytes(name);
+  EXPECT_LT(at_start, uint64_t{4} << 20);
+  EXPECT_EQ((*a)->reserved(ArenaHeap::kClient), uint64_t{1} << 20);
+
+  // The client side (another mapping, as the trainer has) grows the client heap.
+  auto c = Arena::Open(name);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_TRUE((*c)->Reserve(ArenaHeap::kClient, 20 << 20).ok());
+  EXPECT_EQ((*c)->reserved(ArenaHeap::kClient), uint64_t{24} << 20);  // whole 8 MiB steps
+  EXPECT_GE(BackedBytes(name), at_start + (uint64_t{19} << 20));
+  std::memset((*c)->client_heap().data() + (uint64_t{24} << 20) - 4096, 0x5a, 4096);
+  EXPECT_EQ(static_cast<uint8_t>((*a)->client_heap()[(uint64_t{24} << 20) - 1]), 0x5au);
+  // Already backed: nothing to do.
+  ASSERT_TRUE((*c)->Reserve(ArenaHeap::kClient, 1 << 20).ok());
+  // Past the heap: refused.
+  auto past = (*c)->Reserve(ArenaHeap::kClient, (uint64_t{1} << 30) + 1);
+  EXPECT_EQ(past.code(), StatusCode::kInvalidArgument);
+
+  if (DevShmBytes() >= kMaxHeapBytes) GTEST_SKIP() << "/dev/shm can hold 1 TiB here";
+  auto full = (*a)->Reserve(ArenaHeap::kResult, kMaxHeapBytes);
+  ASSERT_FALSE(full.ok());
+  EXPECT_EQ(full.code(), StatusCode::kUnavailable);
+  EXPECT_NE(full.message().find("cannot grow the result heap"), std::string::npos)
+      << full.message();
+  EXPECT_NE(full.message().find("/dev/shm"), std::string::npos);
 }
 
 }  // namespace

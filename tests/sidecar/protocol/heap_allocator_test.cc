@@ -4,8 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <iterator>
 #include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -250,6 +256,120 @@ TEST(HeapAllocatorTest, ConcurrentUseFromSeveralThreads) {
   EXPECT_EQ(failures.load(), 0);
   EXPECT_EQ(h.stats().used_bytes, 0u);
   EXPECT_EQ(h.stats().free_blocks, 1u);
+}
+
+TEST(HeapAllocatorTest, ReserveHookBacksEveryBlockBeforeItIsHandedOut) {
+  uint64_t reserved = 0;
+  bool refuse = false;
+  HeapAllocator h(1 << 20, "client heap", [&](uint64_t end) -> Status {
+    if (refuse && end > reserved) return Unavailable("/dev/shm is full");
+    reserved = std::max(reserved, end);
+    return OkStatus();
+  });
+  const uint64_t a = *h.Allocate(1000);
+  EXPECT_EQ(reserved, 1024u);
+  const uint64_t b = *h.Allocate(4096);
+  EXPECT_EQ(reserved, 1024u + 4096u);
+  // Growth refused: the block is not handed out, the error says why and whose heap it is.
+  refuse = true;
+  auto c = h.Allocate(8192);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(c.status().message().find("/dev/shm is full"), std::string::npos);
+  EXPECT_NE(c.status().message().find("client heap: allocating 8192 bytes"), std::string::npos)
+      << c.status().message();
+  EXPECT_EQ(h.stats().allocations, 2u);
+  // Space below what is backed is still handed out without growing.
+  ASSERT_TRUE(h.Free(a).ok());
+  EXPECT_EQ(*h.Allocate(512), 0u);
+  ASSERT_TRUE(h.Free(b).ok());
+}
+
+TEST(HeapAllocatorTest, AllocateWaitingGetsTheSpaceAFreeGivesBack) {
+  HeapAllocator h(4096, "client heap");
+  const uint64_t a = *h.Allocate(4096);  // full
+  std::thread completer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_TRUE(h.Free(a).ok());
+  });
+  auto b = h.AllocateWaiting(2048, Deadline::After(std::chrono::seconds(30)));
+  completer.join();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(*b, 0u);
+}
+
+TEST(HeapAllocatorTest, AllocateWaitingGivesUpNamingWhatHoldsTheHeap) {
+  HeapAllocator h(4096, "client heap");
+  ASSERT_TRUE(h.Allocate(3000).ok());
+  auto b = h.AllocateWaiting(2048, Deadline::After(std::chrono::milliseconds(50)));
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(b.status().message().find("client heap: cannot allocate 2048 bytes"), std::string::npos)
+      << b.status().message();
+  EXPECT_NE(b.status().message().find("1 blocks in use hold the rest"), std::string::npos);
+  // A block larger than the whole heap can never fit: refused at once, not after the deadline.
+  auto huge = h.AllocateWaiting(8192, Deadline::After(std::chrono::hours(1)));
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(huge.status().message().find("can never fit"), std::string::npos);
+}
+
+// A burst several times the heap from several submitting threads, while a completer frees blocks
+// in submission order (as the sidecar's completions do): every allocation succeeds and no two
+// live blocks overlap.
+TEST(HeapAllocatorTest, BurstsLargerThanTheHeapFromSeveralThreadsAllSucceed) {
+  constexpr uint64_t kHeap = 64 << 10;
+  HeapAllocator h(kHeap, "client heap");
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<uint64_t> in_flight;
+  std::map<uint64_t, uint64_t> live;  // offset -> bytes, checked for overlap
+  uint64_t allocated_total = 0;
+  int submitters_left = 4;
+  std::atomic<int> failures{0};
+  std::thread completer([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      cv.wait(lock, [&] { return !in_flight.empty() || submitters_left == 0; });
+      if (in_flight.empty()) return;
+      const uint64_t off = in_flight.front();
+      in_flight.pop_front();
+      live.erase(off);
+      if (!h.Free(off).ok()) ++failures;
+    }
+  });
+  std::vector<std::thread> submitters;
+  for (int t = 0; t < 4; ++t) {
+    submitters.emplace_back([&, t] {
+      std::mt19937 rng(100 + t);
+      for (int i = 0; i < 400; ++i) {
+        const uint64_t bytes = 1 + rng() % (kHeap / 3);
+        auto off = h.AllocateWaiting(bytes, Deadline::After(std::chrono::seconds(60)));
+        if (!off.ok()) {
+          ++failures;
+          continue;
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        auto next = live.lower_bound(*off);
+        if (next != live.end() && next->first < *off + bytes) ++failures;
+        if (next != live.begin() && std::prev(next)->first + std::prev(next)->second > *off) {
+          ++failures;
+        }
+        live.emplace(*off, bytes);
+        allocated_total += bytes;
+        in_flight.push_back(*off);
+        cv.notify_all();
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      --submitters_left;
+      cv.notify_all();
+    });
+  }
+  for (auto& t : submitters) t.join();
+  completer.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GT(allocated_total, 20 * kHeap);
+  EXPECT_EQ(h.stats().used_bytes, 0u);
 }
 
 }  // namespace
