@@ -31,6 +31,12 @@ uint64_t Encode(DataType t, double v) {
       return std::bit_cast<uint32_t>(static_cast<float>(v));
     case DataType::kFloat64:
       return std::bit_cast<uint64_t>(v);
+    case DataType::kInt16:
+      return static_cast<uint16_t>(static_cast<int16_t>(v));
+    case DataType::kUint16:
+      return static_cast<uint16_t>(v);
+    case DataType::kBool:
+      return v != 0 ? 1 : 0;
   }
   return 0;
 }
@@ -60,6 +66,12 @@ double Decode(DataType t, const std::byte* p) {
       return Load<float>(p);
     case DataType::kFloat64:
       return Load<double>(p);
+    case DataType::kInt16:
+      return Load<int16_t>(p);
+    case DataType::kUint16:
+      return Load<uint16_t>(p);
+    case DataType::kBool:
+      return Load<uint8_t>(p);
   }
   return 0;
 }

@@ -73,6 +73,12 @@ double MaxExactInteger(DataType t) {
       return 16777216.0;
     case DataType::kInt32:
       return 2147483647.0;
+    case DataType::kInt16:
+      return 32767;
+    case DataType::kUint16:
+      return 65535;
+    case DataType::kBool:  // refused at --dtype: sums of bools are logical ors
+      return 1;
     case DataType::kInt64:
     case DataType::kFloat64:
       return 9007199254740992.0;
@@ -338,9 +344,11 @@ std::optional<BenchOptions> ParseArgs(int argc, char** argv, UsageError* error, 
       o.algo_given = true;
     } else if (a == "--dtype") {
       auto t = ParseDataType(value);
-      if (!t) {
+      if (!t || *t == DataType::kBool) {
         return fail("bad --dtype '" + std::string(value) +
-                    "' (float32, float64, float16, bfloat16, int32, int64, int8, uint8)");
+                    "' (float32, float64, float16, bfloat16, int32, int64, int16, uint16, int8, "
+                    "uint8; bool is not benchmarked: its sums are logical ors, which the "
+                    "verification patterns do not model)");
       }
       o.dtype = *t;
     } else if (a == "--min-iters" || a == "--max-iters") {

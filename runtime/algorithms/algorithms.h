@@ -17,12 +17,13 @@ Status RingAllgather(AlgorithmContext& ctx, std::byte* buf, const BlockLayout& b
 
 // Bandwidth-optimal allreduce: ring reduce-scatter, post-scale of the owned block, ring
 // allgather. 2(N-1) steps, 2(N-1)/N of the message per rank on the wire.
+// `postscale` and `divisor` as ScaleInPlace's (Average divides by the set size).
 Status RingAllreduce(AlgorithmContext& ctx, std::byte* buf, size_t count, DataType type,
-                     ReduceOp op, double postscale);
+                     ReduceOp op, double postscale, int divisor = 1);
 
 // Latency-optimal allreduce: ceil(log2 N) full-message exchanges (+2 for non-powers of two).
 Status RecursiveDoublingAllreduce(AlgorithmContext& ctx, std::byte* buf, size_t count,
-                                  DataType type, ReduceOp op, double postscale);
+                                  DataType type, ReduceOp op, double postscale, int divisor = 1);
 
 // Broadcast from set rank `root`: binomial tree for small messages, pipelined chain for large.
 Status Broadcast(AlgorithmContext& ctx, std::byte* buf, size_t len, int root);

@@ -10,7 +10,7 @@ namespace korovod {
 // result back. IEEE + and * are commutative, so partners that combine the same two partials get
 // the same bits.
 Status RecursiveDoublingAllreduce(AlgorithmContext& ctx, std::byte* buf, size_t count,
-                                  DataType type, ReduceOp op, double postscale) {
+                                  DataType type, ReduceOp op, double postscale, int divisor) {
   const int n = ctx.size(), r = ctx.rank();
   const size_t esize = DataTypeSize(type);
   const size_t bytes = count * esize;
@@ -56,7 +56,7 @@ Status RecursiveDoublingAllreduce(AlgorithmContext& ctx, std::byte* buf, size_t 
       std::swap(cur, next);
     }
     if (cur != buf) std::memcpy(buf, cur, bytes);
-    ScaleInPlace(buf, count, type, postscale);
+    ScaleInPlace(buf, count, type, postscale, divisor);
     if (r < 2 * rem) KV_RETURN_IF_ERROR(ctx.Send(r - 1, buf, bytes));
   } else {
     KV_RETURN_IF_ERROR(ctx.Recv(r + 1, buf, bytes));

@@ -3,7 +3,7 @@
 namespace korovod {
 
 Status RingAllreduce(AlgorithmContext& ctx, std::byte* buf, size_t count, DataType type,
-                     ReduceOp op, double postscale) {
+                     ReduceOp op, double postscale, int divisor) {
   const size_t esize = DataTypeSize(type);
   const BlockLayout blocks = EvenBlocks(count, ctx.size(), esize);
   {
@@ -14,7 +14,7 @@ Status RingAllreduce(AlgorithmContext& ctx, std::byte* buf, size_t count, DataTy
   // Scale only the block this rank owns: 1/N of the work, and every rank then copies the same
   // bits, so results stay identical everywhere.
   const int r = ctx.rank();
-  ScaleInPlace(buf + blocks[r], (blocks[r + 1] - blocks[r]) / esize, type, postscale);
+  ScaleInPlace(buf + blocks[r], (blocks[r + 1] - blocks[r]) / esize, type, postscale, divisor);
   return RingAllgather(ctx, buf, blocks);
 }
 

@@ -13,7 +13,7 @@ namespace korovod {
 namespace {
 
 bool ValidType(DataType t) {
-  return static_cast<uint8_t>(t) <= static_cast<uint8_t>(DataType::kFloat64);
+  return static_cast<uint8_t>(t) <= static_cast<uint8_t>(kLastDataType);
 }
 bool ValidOp(ReduceOp op) {
   return static_cast<uint8_t>(op) <= static_cast<uint8_t>(ReduceOp::kProduct);
@@ -87,10 +87,10 @@ Status Allreduce(Communicator& comm, const AllreduceOptions& o) {
   auto* out = static_cast<std::byte*>(o.output);
   if (o.input != o.output) std::memcpy(out, o.input, bytes);
   ScaleInPlace(out, o.count, o.type, o.prescale);
-  double postscale = o.postscale;
-  if (o.op == ReduceOp::kAverage) postscale /= set->size();
+  const double postscale = o.postscale;
+  const int divisor = o.op == ReduceOp::kAverage ? set->size() : 1;
   if (set->size() == 1) {
-    ScaleInPlace(out, o.count, o.type, postscale);
+    ScaleInPlace(out, o.count, o.type, postscale, divisor);
     return OkStatus();
   }
   AlgorithmContext ctx{comm, *set, comm.OpDeadline()};
@@ -101,10 +101,10 @@ Status Allreduce(Communicator& comm, const AllreduceOptions& o) {
   }
   Status s;
   if (algo == AllreduceAlgorithm::kRing) {
-    s = RingAllreduce(ctx, out, o.count, o.type, o.op, postscale);
+    s = RingAllreduce(ctx, out, o.count, o.type, o.op, postscale, divisor);
   } else {
     PhaseScope phase(ctx, "RECURSIVE_DOUBLING");
-    s = RecursiveDoublingAllreduce(ctx, out, o.count, o.type, o.op, postscale);
+    s = RecursiveDoublingAllreduce(ctx, out, o.count, o.type, o.op, postscale, divisor);
   }
   if (s.ok()) return s;  // the context string is built only on failure: this is the hot path
   return Run(comm, kWhat,
@@ -198,10 +198,9 @@ Status ReduceScatter(Communicator& comm, const ReduceScatterOptions& o) {
     PhaseScope phase(ctx, "RING_REDUCE_SCATTER");
     KV_RETURN_IF_ERROR(Run(comm, kWhat, RingReduceScatter(ctx, work, blocks, o.type, o.op)));
   }
-  double postscale = o.postscale;
-  if (o.op == ReduceOp::kAverage) postscale /= set->size();
+  const int divisor = o.op == ReduceOp::kAverage ? set->size() : 1;
   std::byte* own = work + blocks[set->rank()];
-  ScaleInPlace(own, mine, o.type, postscale);
+  ScaleInPlace(own, mine, o.type, o.postscale, divisor);
   if (mine > 0) std::memcpy(o.output, own, mine * esize);
   return OkStatus();
 }

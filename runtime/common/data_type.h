@@ -18,11 +18,17 @@ enum class DataType : uint8_t {
   kBFloat16,
   kFloat32,
   kFloat64,
+  // Appended after the first eight: the values are on the sidecar wire.
+  kInt16,
+  kUint16,
+  kBool,  // one byte, 0 or 1; sum, average and max reduce as logical or, min and product as and
 };
 
 inline constexpr DataType kAllDataTypes[] = {
     DataType::kUint8,   DataType::kInt8,     DataType::kInt32,   DataType::kInt64,
-    DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64};
+    DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64,
+    DataType::kInt16,   DataType::kUint16,   DataType::kBool};
+inline constexpr DataType kLastDataType = DataType::kBool;
 
 size_t DataTypeSize(DataType t);
 const char* DataTypeName(DataType t);

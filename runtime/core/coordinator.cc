@@ -1,6 +1,7 @@
 #include "runtime/core/coordinator.h"
 
 #include <algorithm>
+#include <cctype>
 #include <functional>
 
 namespace korovod {
@@ -41,6 +42,27 @@ std::string Num(double d) {
 }
 
 }  // namespace
+
+bool RunsWithJoinedRanks(OpType type) {
+  return type == OpType::kAllreduce || type == OpType::kBarrier || type == OpType::kJoin;
+}
+
+std::string JoinRefusal(OpType type, const std::string& tensor, const std::string& joined_rank) {
+  std::string lower = OpTypeName(type);
+  std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+  return "tensor \"" + tensor + "\": " + lower + " cannot run while " + joined_rank +
+         " has joined (only allreduce runs with joined ranks, as in Horovod)";
+}
+
+int Coordinator::RefusingJoinedRank(const Entry& e) const {
+  int first = 0;
+  while (first < size_ && !e.by_rank[first]) ++first;
+  if (first == size_ || RunsWithJoinedRanks(e.by_rank[first]->type)) return -1;
+  for (int r = 0; r < size_; ++r) {
+    if (joined_[r] && !e.by_rank[r]) return r;
+  }
+  return -1;
+}
 
 Coordinator::Coordinator(int set_size, std::function<std::string(int)> describe,
                          StallInspector* stall)
@@ -169,16 +191,7 @@ Response Coordinator::Decide(const std::string& name, const Entry& e) const {
       !d.empty()) {
     return fail("grouping", d);
   }
-  if (ref.type == OpType::kAlltoall || ref.type == OpType::kAddProcessSet) {
-    for (int r = 0; r < size_; ++r) {
-      if (!e.by_rank[r]) {
-        resp.error = "tensor \"" + name + "\": " + OpTypeName(ref.type) + " cannot run while " +
-                     describe_(r) + " has joined";
-        return resp;
-      }
-    }
-  }
-  if (ref.type == OpType::kAddProcessSet) {
+  if (ref.type == OpType::kAddProcessSet || ref.type == OpType::kRemoveProcessSet) {
     if (S d = Disagreement<std::vector<int32_t>>(
             e.by_rank, [](const Request& r) { return r.set_ranks; },
             [](const std::vector<int32_t>& v) {
@@ -207,13 +220,26 @@ Response Coordinator::Decide(const std::string& name, const Entry& e) const {
 std::vector<Response> Coordinator::TakeReady() {
   std::vector<std::pair<uint64_t, std::string>> complete;
   for (const auto& [name, e] : table_) {
-    if (Complete(e)) complete.push_back({e.first_seq, name});
+    if (Complete(e) || RefusingJoinedRank(e) >= 0) complete.push_back({e.first_seq, name});
   }
   std::sort(complete.begin(), complete.end());
   std::vector<Response> out;
   for (const auto& [seq, name] : complete) {
     auto node = table_.extract(name);
     if (stall_ != nullptr) stall_->Resolved(name);
+    if (const int joined = RefusingJoinedRank(node.mapped()); joined >= 0) {
+      // Refused at once, for the ranks that submitted it (see JoinRefusal).
+      const Entry& e = node.mapped();
+      const Request& ref = **std::find_if(e.by_rank.begin(), e.by_rank.end(),
+                                          [](const auto& q) { return q.has_value(); });
+      Response r;
+      r.type = ref.type;
+      r.name = name;
+      r.dtype = ref.dtype;
+      r.error = JoinRefusal(ref.type, name, describe_(joined));
+      out.push_back(std::move(r));
+      continue;
+    }
     Response r = Decide(name, node.mapped());
     if (r.group.empty() || r.group_size <= 1) {
       out.push_back(std::move(r));

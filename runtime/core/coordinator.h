@@ -16,6 +16,16 @@
 
 namespace korovod {
 
+// Horovod runs only allreduce (and barrier) while some rank of the set has joined: an allgather,
+// broadcast, alltoall or reducescatter that a joined rank did not submit, or a process set change
+// while a rank has joined, fails on the ranks that submitted it. It fails as soon as one rank
+// submits it (the others need not: unnamed ops of ranks that did different work before joining
+// need not have the same names), and each later submission of it fails the same way while the
+// rank stays joined.
+bool RunsWithJoinedRanks(OpType type);
+// The error, naming the tensor and the joined rank.
+std::string JoinRefusal(OpType type, const std::string& tensor, const std::string& joined_rank);
+
 class Coordinator {
  public:
   // `describe` names a set rank in error messages.
@@ -39,6 +49,8 @@ class Coordinator {
   };
   Response Decide(const std::string& name, const Entry& e) const;
   bool Complete(const Entry& e) const;
+  // A joined set rank that did not submit `e`, an op that cannot run with it; -1 when none.
+  int RefusingJoinedRank(const Entry& e) const;
 
   int size_;
   std::function<std::string(int)> describe_;

@@ -38,6 +38,12 @@ void Log(int rank, const std::string& msg) {
   std::fprintf(stderr, "[korovod rank %d] %s\n", rank, msg.c_str());
 }
 
+std::string RanksString(const std::vector<int>& ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s + "]";
+}
+
 std::string ExpandRank(const std::string& path, int rank) {
   std::string out = path;
   for (size_t at = out.find("{rank}"); at != std::string::npos; at = out.find("{rank}")) {
@@ -141,6 +147,26 @@ struct Engine::Impl {
     return ref;
   }
 
+  // Drops set `id` (background thread, during the world's cycle: the loop over `sets` is at the
+  // world's entry, which stays valid). Ops of this rank still in flight on it fail.
+  void RemoveSet(int id) {
+    auto it = sets.find(id);
+    if (id == 0 || it == sets.end()) return;
+    std::unique_ptr<SetState> st = std::move(it->second);
+    sets.erase(it);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      set_shapes.erase(id);
+      joined_sets.erase(id);
+    }
+    for (auto& [name, op] : st->pending) {
+      if (timeline) timeline->End(name);
+      Complete(std::move(op),
+               Aborted("tensor \"" + name + "\": process set " + std::to_string(id) + " " +
+                       RanksString(st->set.ranks()) + " was removed before the op ran"));
+    }
+  }
+
   // ---- completion ----
   void Complete(std::unique_ptr<PendingOp> op, Status s) {
     {
@@ -191,10 +217,10 @@ struct Engine::Impl {
     PendingOp* raw = op.get();
     if (timeline) timeline->NegotiateStart(raw->wire.name, OpTypeName(raw->wire.type));
     if (raw->wire.type == OpType::kJoin) s.joined = true;
-    const bool cacheable = s.cache.capacity() > 0 && raw->wire.type != OpType::kJoin &&
-                           raw->wire.type != OpType::kAlltoall &&
-                           raw->wire.type != OpType::kAddProcessSet &&
-                           raw->wire.type != OpType::kBarrier;
+    const bool cacheable =
+        s.cache.capacity() > 0 && raw->wire.type != OpType::kJoin &&
+        raw->wire.type != OpType::kAlltoall && raw->wire.type != OpType::kAddProcessSet &&
+        raw->wire.type != OpType::kRemoveProcessSet && raw->wire.type != OpType::kBarrier;
     int bit = -1;
     ResponseCache::Lookup found =
         cacheable ? s.cache.Find(raw->wire, &bit) : ResponseCache::Lookup::kMiss;
@@ -370,12 +396,43 @@ Status Engine::Impl::RunSetCycle(SetState& s, bool world, bool* stop, std::strin
         r.absent.push_back(q);
         if (r.type == OpType::kAllgather) r.first_dims[q] = 0;
       }
+      if (!RunsWithJoinedRanks(r.type)) {
+        for (int q : r.absent) {
+          if (!joined[q]) continue;
+          r.error = JoinRefusal(r.type, r.name, DescribeSetRank(s, q));
+          break;
+        }
+      }
       responses.push_back(std::move(r));
       cache_bits.push_back(b);
     };
+    // A cached op that cannot run with joined ranks fails as soon as a rank has it ready while a
+    // joined rank lacks it (see JoinRefusal); the others get the same error when they submit it.
+    std::vector<uint64_t> refused(words, 0);
+    if (any_joined) {
+      for (int w = 0; w < words; ++w) {
+        uint64_t live = 0, joined_all = ~uint64_t{0};
+        for (int r = 0; r < n; ++r) {
+          const uint64_t word = s.all_states[static_cast<size_t>(r) * stride + kHeaderWords + w];
+          if (joined[r]) {
+            joined_all &= word;
+          } else {
+            live |= word;
+          }
+        }
+        uint64_t bits = live & ~joined_all & ~ready[w] & ~invalid[w];
+        while (bits != 0) {
+          const int b = w * 64 + __builtin_ctzll(bits);
+          bits &= bits - 1;
+          if (s.cache.occupied(b) && !RunsWithJoinedRanks(s.cache.response(b).type)) {
+            refused[w] |= uint64_t{1} << (b % 64);
+          }
+        }
+      }
+    }
     std::map<std::string, std::vector<int>> groups;
     for (int w = 0; w < words; ++w) {
-      uint64_t bits = ready[w] & ~invalid[w];
+      uint64_t bits = (ready[w] | refused[w]) & ~invalid[w];
       while (bits != 0) {
         const int b = w * 64 + __builtin_ctzll(bits);
         bits &= bits - 1;
@@ -545,7 +602,8 @@ Status Engine::Impl::ExecuteResponses(SetState& s, std::vector<Response>& respon
   for (const FusedOp& f : plan) {
     const Response& head = responses[f.responses.front()];
     // Control responses: errors, join, process sets.
-    if (!head.error.empty() || head.type == OpType::kJoin || head.type == OpType::kAddProcessSet) {
+    if (!head.error.empty() || head.type == OpType::kJoin || head.type == OpType::kAddProcessSet ||
+        head.type == OpType::kRemoveProcessSet) {
       // A join completes this rank's join op, whatever the rank named it.
       std::string name = head.name;
       if (head.type == OpType::kJoin && head.error.empty()) {
@@ -573,10 +631,27 @@ Status Engine::Impl::ExecuteResponses(SetState& s, std::vector<Response>& respon
         }
         continue;
       }
-      // AddProcessSet: every rank creates the set here, in the same cycle, with the same id.
+      if (head.type == OpType::kRemoveProcessSet) {
+        // Every rank drops the set here, in the same (world) cycle.
+        const int id = head.set_ranks.empty() ? -1 : head.set_ranks.front();
+        RemoveSet(id);
+        if (op) Complete(std::move(op), OkStatus());
+        continue;
+      }
+      // AddProcessSet: every rank creates the set here, in the same cycle, with the same id. The
+      // set tables agree everywhere, so every rank refuses a duplicate alike.
       std::vector<int> ranks(head.set_ranks.begin(), head.set_ranks.end());
       auto ps = ProcessSet::Create(ranks, comm->size(), rank());
-      const int id = next_set_id++;
+      if (ps.ok()) {
+        for (const auto& [other_id, other] : sets) {
+          if (other->set.ranks() != ps->ranks()) continue;
+          ps = FailedPrecondition("process set " + RanksString(ps->ranks()) +
+                                  " already exists (id " + std::to_string(other_id) +
+                                  (other_id == 0 ? ", the world" : "") + ")");
+          break;
+        }
+      }
+      const int id = ps.ok() ? next_set_id++ : -1;
       if (ps.ok()) AddSet(id, std::move(*ps));
       if (op) {
         op->state->result.process_set_id = id;
@@ -784,8 +859,8 @@ Status CheckRequest(const OpRequest& r, int set_size, int set_rank) {
     if (d < 0) return InvalidArgument(who + "negative dimension in shape " + ShapeString(r.shape));
   }
   const int64_t elems = NumElements(r.shape);
-  const bool has_data =
-      r.type != OpType::kBarrier && r.type != OpType::kJoin && r.type != OpType::kAddProcessSet;
+  const bool has_data = r.type != OpType::kBarrier && r.type != OpType::kJoin &&
+                        r.type != OpType::kAddProcessSet && r.type != OpType::kRemoveProcessSet;
   if (has_data && elems > 0 && r.input == nullptr) {
     if (!(r.type == OpType::kBroadcast && set_rank != r.root)) {
       return InvalidArgument(who + "null input for " + std::to_string(elems) + " elements");
@@ -941,6 +1016,31 @@ StatusOr<int> Engine::AddProcessSet(std::vector<int> ranks, Deadline deadline) {
   // The wire request carries the members (set through the pending op below).
   KV_RETURN_IF_ERROR(h.Wait(deadline));
   return h.result().process_set_id;
+}
+
+StatusOr<bool> Engine::RemoveProcessSet(int id, Deadline deadline) {
+  if (id == 0) return false;  // the world stays
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->set_shapes.count(id) == 0) return false;
+  }
+  OpRequest r;
+  r.type = OpType::kRemoveProcessSet;
+  r.name = "process_set.remove." + std::to_string(id);
+  r.members = {id};
+  OpHandle h;
+  { KV_ASSIGN_OR_RETURN(h, Submit(std::move(r))); }
+  KV_RETURN_IF_ERROR(h.Wait(deadline));
+  return true;
+}
+
+StatusOr<Engine::SetInfo> Engine::ProcessSetInfo(int id) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto it = impl_->set_shapes.find(id);
+  if (it == impl_->set_shapes.end()) {
+    return InvalidArgument("unknown process set " + std::to_string(id));
+  }
+  return SetInfo{it->second.size, it->second.my_rank};
 }
 
 Status Engine::StartTimeline(const std::string& path, bool mark_cycles) {

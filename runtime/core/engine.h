@@ -68,7 +68,22 @@ class Engine {
 
   // Collective over the world: every rank calls it with the same ranks, in the same order relative
   // to other AddProcessSet calls. Returns the new set's id (> 0), the same on every rank.
+  // Fails with FailedPrecondition on every rank when a set of the same ranks exists (the world
+  // included), as Horovod refuses duplicate process sets.
   StatusOr<int> AddProcessSet(std::vector<int> ranks, Deadline deadline);
+
+  // Collective over the world, like AddProcessSet: every rank calls it with the same id, in the
+  // same order relative to other AddProcessSet/RemoveProcessSet calls. Ops of this rank still in
+  // flight on the set fail with Aborted naming the set. Returns false (on this rank, at once, with
+  // nothing exchanged) when no set has that id; the world (id 0) is never removed.
+  StatusOr<bool> RemoveProcessSet(int id, Deadline deadline);
+
+  // The size of a registered set and this rank's position in it (-1: not a member).
+  struct SetInfo {
+    int size = 0;
+    int rank = -1;
+  };
+  StatusOr<SetInfo> ProcessSetInfo(int id) const;
 
   // Timeline at run time; `path` may contain "{rank}".
   Status StartTimeline(const std::string& path, bool mark_cycles);

@@ -36,13 +36,6 @@ size_t RowElements(const TensorShape& trailing) {
   return static_cast<size_t>(NumElements(trailing));
 }
 
-// Average over the ranks that contributed data: absent (joined) ranks add the identity (zero).
-void AverageOverContributors(const Response& r, int set_size, ReduceOp* op, double* postscale) {
-  if (r.op != ReduceOp::kAverage || r.absent.empty()) return;
-  *op = ReduceOp::kSum;
-  *postscale = r.postscale / static_cast<double>(set_size - static_cast<int>(r.absent.size()));
-}
-
 }  // namespace
 
 StatusOr<std::byte*> OpExecutor::Output(PendingOp& op, const TensorShape& shape, size_t bytes) {
@@ -107,7 +100,7 @@ Status OpExecutor::Allreduce(const ProcessSet& set, std::vector<Item>& items, ui
   o.prescale = head.prescale;
   o.postscale = head.postscale;
   o.set = &set;
-  AverageOverContributors(head, set.size(), &o.op, &o.postscale);
+  // Absent (joined) ranks add the identity (zero): Average divides by the whole set, as Horovod.
   // Unfused: straight from the input to the output, no staging copy.
   if (items.size() == 1) {
     Item& it = items.front();
@@ -409,7 +402,6 @@ Status OpExecutor::ReduceScatter(const ProcessSet& set, Item& it, uint64_t* byte
   o.prescale = r.prescale;
   o.postscale = r.postscale;
   o.set = &set;
-  AverageOverContributors(r, n, &o.op, &o.postscale);
   std::byte* out = nullptr;
   if (it.op != nullptr) {
     TensorShape shape{static_cast<int64_t>(mine / std::max<size_t>(row, 1))};

@@ -20,6 +20,8 @@ const char* OpTypeName(OpType t) {
       return "JOIN";
     case OpType::kAddProcessSet:
       return "ADD_PROCESS_SET";
+    case OpType::kRemoveProcessSet:
+      return "REMOVE_PROCESS_SET";
   }
   return "UNKNOWN";
 }

@@ -20,7 +20,8 @@ enum class OpType : uint8_t {
   kReduceScatter,
   kBarrier,
   kJoin,
-  kAddProcessSet,  // engine-internal: registers a process set on every rank at the same point
+  kAddProcessSet,     // engine-internal: registers a process set on every rank at the same point
+  kRemoveProcessSet,  // engine-internal: drops a process set on every rank at the same point
 };
 const char* OpTypeName(OpType t);  // "ALLREDUCE", ...
 
@@ -50,7 +51,8 @@ struct OpRequest {
   int root = 0;                  // broadcast: set rank of the root
   std::vector<int64_t> splits;   // alltoall: rows of the first dimension sent to each set rank
   int process_set = 0;           // 0: the world
-  std::vector<int32_t> members;  // add-process-set (engine-internal): the new set's ranks
+  // Engine-internal: add-process-set: the new set's ranks; remove-process-set: {the set's id}.
+  std::vector<int32_t> members;
 };
 
 struct OpResult {

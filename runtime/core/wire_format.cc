@@ -76,8 +76,8 @@ class Reader {
   size_t left_;
 };
 
-constexpr uint8_t kMaxOpType = static_cast<uint8_t>(OpType::kAddProcessSet);
-constexpr uint8_t kMaxDataType = static_cast<uint8_t>(DataType::kFloat64);
+constexpr uint8_t kMaxOpType = static_cast<uint8_t>(OpType::kRemoveProcessSet);
+constexpr uint8_t kMaxDataType = static_cast<uint8_t>(kLastDataType);
 constexpr uint8_t kMaxReduceOp = static_cast<uint8_t>(ReduceOp::kProduct);
 
 Status Corrupt(const char* what, size_t at) {

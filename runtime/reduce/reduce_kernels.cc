@@ -106,16 +106,36 @@ void ByOp(void* dst, const void* a, const void* b, size_t n, ReduceOp op) {
   }
 }
 
+// bool (one byte, 0 or 1) as Gloo reduces it: sum, average and max are logical or, min and product
+// logical and. On 0/1 bytes these are max and min.
+void ByOpBool(void* dst, const void* a, const void* b, size_t n, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage:
+    case ReduceOp::kMax:
+      return Kernel<Plain<uint8_t>, Max>(dst, a, b, n);
+    case ReduceOp::kMin:
+    case ReduceOp::kProduct:
+      return Kernel<Plain<uint8_t>, Min>(dst, a, b, n);
+  }
+}
+
 template <typename T>
-void ScaleTyped(T* p, size_t n, double factor) {
+void ScaleTyped(T* p, size_t n, double factor, int divisor) {
   if constexpr (std::is_integral_v<T>) {
+    const double d = divisor;
     for (size_t i = 0; i < n; ++i)
-      p[i] = static_cast<T>(std::trunc(static_cast<double>(p[i]) * factor));
-  } else if constexpr (std::is_same_v<T, double>) {
-    for (size_t i = 0; i < n; ++i) p[i] *= factor;
+      p[i] = static_cast<T>(std::trunc(static_cast<double>(p[i]) * factor / d));
   } else {
-    const float f = static_cast<float>(factor);
-    for (size_t i = 0; i < n; ++i) p[i] *= f;
+    // In the type itself; the division is a real one (p * (1/3) can miss p / 3 by an ulp).
+    const T f = static_cast<T>(factor);
+    const T d = static_cast<T>(divisor);
+    if (factor != 1.0) {
+      for (size_t i = 0; i < n; ++i) p[i] *= f;
+    }
+    if (divisor != 1) {
+      for (size_t i = 0; i < n; ++i) p[i] /= d;
+    }
   }
 }
 
@@ -201,6 +221,12 @@ void ReduceTo(void* dst, const void* a, const void* b, size_t n, DataType type, 
       return ByOp<Plain<float>>(dst, a, b, n, op);
     case DataType::kFloat64:
       return ByOp<Plain<double>>(dst, a, b, n, op);
+    case DataType::kInt16:
+      return ByOp<Plain<int16_t>>(dst, a, b, n, op);
+    case DataType::kUint16:
+      return ByOp<Plain<uint16_t>>(dst, a, b, n, op);
+    case DataType::kBool:
+      return ByOpBool(dst, a, b, n, op);
   }
 }
 
@@ -208,31 +234,39 @@ void ReduceInto(void* dst, const void* src, size_t n, DataType type, ReduceOp op
   ReduceTo(dst, dst, src, n, type, op);
 }
 
-void ScaleInPlace(void* buf, size_t n, DataType type, double factor) {
-  if (factor == 1.0) return;
+void ScaleInPlace(void* buf, size_t n, DataType type, double factor, int divisor) {
+  if (factor == 1.0 && divisor == 1) return;
   switch (type) {
     case DataType::kUint8:
-      return ScaleTyped(static_cast<uint8_t*>(buf), n, factor);
+      return ScaleTyped(static_cast<uint8_t*>(buf), n, factor, divisor);
     case DataType::kInt8:
-      return ScaleTyped(static_cast<int8_t*>(buf), n, factor);
+      return ScaleTyped(static_cast<int8_t*>(buf), n, factor, divisor);
     case DataType::kInt32:
-      return ScaleTyped(static_cast<int32_t*>(buf), n, factor);
+      return ScaleTyped(static_cast<int32_t*>(buf), n, factor, divisor);
     case DataType::kInt64:
-      return ScaleTyped(static_cast<int64_t*>(buf), n, factor);
+      return ScaleTyped(static_cast<int64_t*>(buf), n, factor, divisor);
     case DataType::kFloat16:
       if (Float16KernelsAvailable()) {
-        return ScaleHalfF16C(static_cast<uint16_t*>(buf), n, static_cast<float>(factor));
+        return ScaleHalfF16C(static_cast<uint16_t*>(buf), n, static_cast<float>(factor / divisor));
       }
-      return ScaleConv<Half>(buf, n, factor);
+      return ScaleConv<Half>(buf, n, factor / divisor);
     case DataType::kBFloat16:
       if (Float16KernelsAvailable()) {
-        return ScaleBFloat16Avx2(static_cast<uint16_t*>(buf), n, static_cast<float>(factor));
+        return ScaleBFloat16Avx2(static_cast<uint16_t*>(buf), n,
+                                 static_cast<float>(factor / divisor));
       }
-      return ScaleConv<BFloat>(buf, n, factor);
+      return ScaleConv<BFloat>(buf, n, factor / divisor);
     case DataType::kFloat32:
-      return ScaleTyped(static_cast<float*>(buf), n, factor);
+      return ScaleTyped(static_cast<float*>(buf), n, factor, divisor);
     case DataType::kFloat64:
-      return ScaleTyped(static_cast<double*>(buf), n, factor);
+      return ScaleTyped(static_cast<double*>(buf), n, factor, divisor);
+    case DataType::kInt16:
+      return ScaleTyped(static_cast<int16_t*>(buf), n, factor, divisor);
+    case DataType::kUint16:
+      return ScaleTyped(static_cast<uint16_t*>(buf), n, factor, divisor);
+    case DataType::kBool:  // a truth value keeps its truth under any non-zero factor
+      if (factor == 0.0) FillTyped(buf, n, uint8_t{0});
+      return;
   }
 }
 
@@ -254,6 +288,13 @@ void FillIdentity(void* buf, size_t n, DataType type, ReduceOp op) {
       return FillTyped(buf, n, IdentityOf<float>(op));
     case DataType::kFloat64:
       return FillTyped(buf, n, IdentityOf<double>(op));
+    case DataType::kInt16:
+      return FillTyped(buf, n, IdentityOf<int16_t>(op));
+    case DataType::kUint16:
+      return FillTyped(buf, n, IdentityOf<uint16_t>(op));
+    case DataType::kBool:  // false for or, true for and
+      return FillTyped(buf, n,
+                       static_cast<uint8_t>(op == ReduceOp::kMin || op == ReduceOp::kProduct));
   }
 }
 

@@ -29,7 +29,8 @@ class ClientCore {
  public:
   explicit ClientCore(std::unique_ptr<Arena> arena)
       : arena_(std::move(arena)),
-        heap_(arena_->layout().client_heap.bytes, "client heap of arena " + arena_->name()),
+        heap_(arena_->layout().client_heap.bytes, "client heap of arena " + arena_->name(),
+              [a = arena_.get()](uint64_t end) { return a->Reserve(ArenaHeap::kClient, end); }),
         submissions_(*arena_),
         completions_(*arena_) {}
 
@@ -77,7 +78,8 @@ struct HandleState {
   int last_joined_rank = -1;
   std::span<const std::byte> output;
   std::string name;
-  // Staging (plain-pointer ops): kept until the handle goes, the output copied out on completion.
+  // Staging (plain-pointer ops): the output is copied out and the block freed on completion, so
+  // a burst of ops never holds more of the heap than the ops still in flight.
   ArenaBuffer staging_in;
   ArenaBuffer staging_out;
   void* copy_out = nullptr;
@@ -230,6 +232,7 @@ struct Client::Impl {
   std::shared_ptr<ClientCore> core;
   std::atomic<bool> stop{false};
   std::thread completion_thread;
+  std::atomic<int64_t> allocation_timeout_ms{kDefaultAllocationTimeout.count()};
 
   void RunCompletions();
   void Complete(const CompletionRecord& c);
@@ -276,6 +279,8 @@ void Client::Impl::Complete(const CompletionRecord& c) {
   Status s = ValidateCompletion(c, core->arena().layout());
   if (s.ok()) s = StatusOf(c);
   if (!s.ok()) {
+    state->staging_in = ArenaBuffer();  // answered: the sidecar no longer reads or writes it
+    state->staging_out = ArenaBuffer();
     state->Finish(std::move(s));
     return;
   }
@@ -298,9 +303,14 @@ void Client::Impl::Complete(const CompletionRecord& c) {
   }
   state->last_joined_rank = c.last_joined_rank;
   if (state->copy_out != nullptr) {
-    std::memcpy(state->copy_out, state->output.data(),
-                std::min<uint64_t>(state->copy_bytes, state->output.size()));
+    const uint64_t n = std::min<uint64_t>(state->copy_bytes, state->output.size());
+    std::memcpy(state->copy_out, state->output.data(), n);
+    state->output = {static_cast<const std::byte*>(state->copy_out), n};
   }
+  // The sidecar is done with the staged input (and in-place output): give the space back now
+  // rather than when the caller gets round to the handle.
+  state->staging_in = ArenaBuffer();
+  state->staging_out = ArenaBuffer();
   state->Finish(OkStatus());
 }
 
@@ -345,8 +355,20 @@ int Client::cross_rank() const { return impl_->hello.cross_rank(); }
 int Client::cross_size() const { return impl_->hello.cross_size(); }
 const std::string& Client::session_id() const { return impl_->hello.session_id(); }
 
+void Client::set_allocation_timeout(std::chrono::milliseconds timeout) {
+  impl_->allocation_timeout_ms.store(timeout.count());
+}
+
 StatusOr<ArenaBuffer> Client::Allocate(uint64_t bytes) {
-  KV_ASSIGN_OR_RETURN(uint64_t off, impl_->core->heap().Allocate(bytes));
+  auto allocated = impl_->core->heap().AllocateWaiting(
+      bytes, Deadline::After(std::chrono::milliseconds(impl_->allocation_timeout_ms.load())));
+  if (!allocated.ok()) {
+    return Status(allocated.status().code(),
+                  allocated.status().message() +
+                      " (the sidecar's KOROVOD_ARENA_HEAP_MAX_MIB bounds the heap, /dev/shm "
+                      "bounds its growth)");
+  }
+  const uint64_t off = *allocated;
   return ArenaBuffer(impl_->core, off, bytes, impl_->core->arena().client_heap().data() + off);
 }
 
@@ -457,6 +479,14 @@ StatusOr<ClientHandle> Client::ReduceScatter(const ArenaBuffer& input, DataType 
                       std::make_shared<HandleState>());
 }
 
+// Names the tensor that could not be staged.
+static Status StagingError(const Status& s, WireOpType type, const std::string& name,
+                           uint64_t bytes) {
+  return Status(s.code(), std::string(WireOpTypeName(type)) + " " +
+                              (name.empty() ? std::string("(unnamed)") : name) + " of " +
+                              std::to_string(bytes) + " bytes: " + s.message());
+}
+
 // Plain-pointer ops whose output has the input's shape: one copy into an arena block, the op in
 // place there, and one copy out to `output` on completion. Returns the record to push and the
 // handle state that owns the staging block.
@@ -464,7 +494,9 @@ static StatusOr<std::pair<SubmissionRecord, std::shared_ptr<HandleState>>> Stage
     Client& client, WireOpType type, const void* input, void* output, DataType dtype,
     const TensorShape& shape, const OpOptions& options) {
   const uint64_t bytes = BytesOf(dtype, shape);
-  KV_ASSIGN_OR_RETURN(ArenaBuffer staging, client.Allocate(bytes));
+  auto allocated = client.Allocate(bytes);
+  if (!allocated.ok()) return StagingError(allocated.status(), type, options.name, bytes);
+  ArenaBuffer staging = std::move(*allocated);
   std::memcpy(staging.data(), input, bytes);
   KV_ASSIGN_OR_RETURN(SubmissionRecord r, BaseRecord(type, dtype, shape, options));
   r.input_offset = staging.offset();
@@ -504,7 +536,9 @@ static StatusOr<ClientHandle> StagedResultHeapOp(Client& client, Client::Impl& i
                                                  const std::vector<int64_t>& splits,
                                                  const OpOptions& options) {
   const uint64_t bytes = BytesOf(dtype, shape);
-  KV_ASSIGN_OR_RETURN(ArenaBuffer staging, client.Allocate(bytes));
+  auto allocated = client.Allocate(bytes);
+  if (!allocated.ok()) return StagingError(allocated.status(), type, options.name, bytes);
+  ArenaBuffer staging = std::move(*allocated);
   std::memcpy(staging.data(), input, bytes);
   auto state = std::make_shared<HandleState>();
   const ArenaBuffer& in = state->staging_in = std::move(staging);
@@ -579,6 +613,17 @@ StatusOr<int> Client::AddProcessSet(const std::vector<int>& ranks) {
       impl_->stub->AddProcessSet(impl_->Context(ctx, std::chrono::seconds(300)), req, &reply);
   if (!s.ok()) return FromGrpcStatus(s);
   return reply.id();
+}
+
+StatusOr<bool> Client::RemoveProcessSet(int id) {
+  v1::RemoveProcessSetRequest req;
+  req.set_id(id);
+  v1::RemoveProcessSetReply reply;
+  grpc::ClientContext ctx;
+  grpc::Status s =
+      impl_->stub->RemoveProcessSet(impl_->Context(ctx, std::chrono::seconds(300)), req, &reply);
+  if (!s.ok()) return FromGrpcStatus(s);
+  return reply.removed();
 }
 
 Status Client::StartTimeline(const std::string& path, bool mark_cycles) {

@@ -109,7 +109,13 @@ class Client {
   int cross_size() const;
   const std::string& session_id() const;
 
+  // A block of the client heap. When the heap is full, waits for ops in flight to complete and
+  // free space (the heap also grows, up to the sidecar's KOROVOD_ARENA_HEAP_MAX_MIB, while
+  // /dev/shm has room); DeadlineExceeded after the allocation timeout, InvalidArgument at once
+  // for a block larger than the whole heap. Plain-pointer ops stage through this.
   StatusOr<ArenaBuffer> Allocate(uint64_t bytes);
+  static constexpr std::chrono::milliseconds kDefaultAllocationTimeout{std::chrono::minutes(5)};
+  void set_allocation_timeout(std::chrono::milliseconds timeout);
 
   // Zero copy: tensors in the arena. `output` may be `input` (in place).
   StatusOr<ClientHandle> Allreduce(const ArenaBuffer& input, const ArenaBuffer& output,
@@ -146,6 +152,8 @@ class Client {
 
   // Control plane (gRPC).
   StatusOr<int> AddProcessSet(const std::vector<int>& ranks);
+  // Collective like AddProcessSet; false when no set has that id (or it is 0, the world).
+  StatusOr<bool> RemoveProcessSet(int id);
   Status StartTimeline(const std::string& path, bool mark_cycles = false);
   Status StopTimeline();
   StatusOr<EngineStats> GetStats();

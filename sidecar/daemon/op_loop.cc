@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -19,7 +20,8 @@ struct OpLoop::Session {
   explicit Session(Arena& arena)
       : submissions(arena),
         completions(arena),
-        results(arena.layout().result_heap.bytes, "result heap of arena " + arena.name()),
+        results(arena.layout().result_heap.bytes, "result heap of arena " + arena.name(),
+                [&arena](uint64_t end) { return arena.Reserve(ArenaHeap::kResult, end); }),
         result_base(arena.result_heap().data()) {}
 
   SubmissionQueue submissions;  // op loop thread only
@@ -213,8 +215,35 @@ void OpLoop::Fail(uint64_t op_id, const Status& s, Deadline wait) {
   session_->Complete(c, wait);
 }
 
+// The end of the client-heap bytes `op` makes the sidecar touch (0 for none).
+static uint64_t ClientHeapEnd(const ValidatedOp& op) {
+  uint64_t end = op.input.bytes > 0 ? op.input.offset + op.input.bytes : 0;
+  if (!op.output_in_result_heap && op.output.bytes > 0) {
+    end = std::max(end, op.output.offset + op.output.bytes);
+  }
+  return end;
+}
+
 void OpLoop::Handle(const SubmissionRecord& record) {
+  // The heap grows: before touching a client range, make sure /dev/shm backs it (the client
+  // reserved it when it allocated, unless it is buggy or hostile; then this is its error, not
+  // this process's SIGBUS). Splits stored in the heap are read during validation.
+  const uint64_t heap_bytes = arena_.layout().client_heap.bytes;
+  if (record.kind == RecordKind::kOp && record.num_splits > kMaxInlineSplits &&
+      record.num_splits <= kMaxSplits && record.splits_offset <= heap_bytes &&
+      uint64_t{record.num_splits} * sizeof(int64_t) <= heap_bytes - record.splits_offset) {
+    Status s = arena_.Reserve(ArenaHeap::kClient,
+                              record.splits_offset + uint64_t{record.num_splits} * sizeof(int64_t));
+    if (!s.ok()) {
+      Fail(record.op_id, s);
+      return;
+    }
+  }
   auto op = ValidateSubmission(record, arena_.layout(), arena_.client_heap());
+  if (op.ok() && op->kind == RecordKind::kOp) {
+    Status s = arena_.Reserve(ArenaHeap::kClient, ClientHeapEnd(*op));
+    if (!s.ok()) op = s;
+  }
   if (!op.ok()) {
     Fail(record.op_id, op.status());
     // A refused member still counts toward its group, so that the others fail instead of waiting
@@ -351,26 +380,19 @@ StatusOr<OpLoop::Prepared> OpLoop::Prepare(const ValidatedOp& op) {
       KV_RETURN_IF_ERROR(place_known(op.input.bytes));
       break;
     case OpType::kReduceScatter: {
-      if (op.process_set != 0) {
-        if (op.output_in_result_heap) {
-          return Status(StatusCode::kUnimplemented,
-                        "reducescatter into the result heap is only supported on the world");
-        }
-      }
-      const int n = engine_.size();
-      const int r = engine_.rank();
+      // This rank's block: the first dimension split over the set, the first set ranks getting
+      // one more row. A rank outside the set is refused by the engine at submission.
+      auto info = engine_.ProcessSetInfo(op.process_set);
+      if (!info.ok()) return info.status().WithContext("tensor \"" + req.name + "\"");
+      const Engine::SetInfo set = *info;
+      const int n = set.size;
+      const int r = std::max(set.rank, 0);
       const int64_t d0 = op.shape.empty() ? 1 : op.shape[0];
       const int64_t rows = d0 / n + (r < d0 % n ? 1 : 0);
       TensorShape out = op.shape.empty() ? TensorShape{rows} : op.shape;
       if (!out.empty()) out[0] = rows;
       pending->known_shape = out;
-      if (op.process_set == 0) {
-        KV_RETURN_IF_ERROR(place_known(static_cast<uint64_t>(NumElements(out)) * elem));
-      } else {
-        pending->output_offset = op.output.offset;
-        pending->output_bytes = op.output.bytes;
-        req.output = heap + op.output.offset;
-      }
+      KV_RETURN_IF_ERROR(place_known(static_cast<uint64_t>(NumElements(out)) * elem));
       break;
     }
     case OpType::kAllgather:
@@ -401,6 +423,7 @@ StatusOr<OpLoop::Prepared> OpLoop::Prepare(const ValidatedOp& op) {
     case OpType::kBarrier:
     case OpType::kJoin:
     case OpType::kAddProcessSet:
+    case OpType::kRemoveProcessSet:
       break;
   }
 

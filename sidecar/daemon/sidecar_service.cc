@@ -66,6 +66,15 @@ grpc::Status SidecarService::AddProcessSet(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
+grpc::Status SidecarService::RemoveProcessSet(grpc::ServerContext* ctx,
+                                              const v1::RemoveProcessSetRequest* req,
+                                              v1::RemoveProcessSetReply* reply) {
+  auto removed = engine_.RemoveProcessSet(req->id(), DeadlineOf(ctx, std::chrono::hours(24)));
+  if (!removed.ok()) return ToGrpcStatus(removed.status());
+  reply->set_removed(*removed);
+  return grpc::Status::OK;
+}
+
 grpc::Status SidecarService::StartTimeline(grpc::ServerContext*,
                                            const v1::StartTimelineRequest* req,
                                            v1::StartTimelineReply*) {

@@ -26,6 +26,8 @@ class SidecarService final : public v1::Sidecar::WithCallbackMethod_Shutdown<v1:
                      v1::HelloReply* reply) override;
   grpc::Status AddProcessSet(grpc::ServerContext* ctx, const v1::AddProcessSetRequest* req,
                              v1::AddProcessSetReply* reply) override;
+  grpc::Status RemoveProcessSet(grpc::ServerContext* ctx, const v1::RemoveProcessSetRequest* req,
+                                v1::RemoveProcessSetReply* reply) override;
   grpc::Status StartTimeline(grpc::ServerContext* ctx, const v1::StartTimelineRequest* req,
                              v1::StartTimelineReply* reply) override;
   grpc::Status StopTimeline(grpc::ServerContext* ctx, const v1::StopTimelineRequest* req,

@@ -54,7 +54,9 @@ Status EngineMetrics::Init() {
                       r.GetGauge("korovod_cycle_time_seconds", "Engine cycle time."));
   for (size_t i = 0; i < kOpTypes; ++i) {
     auto type = static_cast<OpType>(i);
-    if (type == OpType::kAddProcessSet) continue;  // engine-internal
+    if (type == OpType::kAddProcessSet || type == OpType::kRemoveProcessSet) {
+      continue;  // engine-internal
+    }
     Labels labels = {{"collective", CollectiveLabel(type)}};
     PerCollective& p = per_collective_[i];
     KV_ASSIGN_OR_RETURN(

@@ -70,7 +70,7 @@ class EngineMetrics {
   void SetPeerBandwidth(int peer_rank, double bytes_per_second);
 
  private:
-  static constexpr size_t kOpTypes = static_cast<size_t>(OpType::kAddProcessSet) + 1;
+  static constexpr size_t kOpTypes = static_cast<size_t>(OpType::kRemoveProcessSet) + 1;
   struct PerCollective {
     Counter* ops = nullptr;
     Counter* bytes = nullptr;

@@ -41,6 +41,17 @@ OpOptions Options(const std::string& name, int op, double prescale, double posts
 
 void* Ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
 
+// Runs a submission without the GIL: it copies the tensor into the arena and may wait for heap
+// space that only completions (or other Python threads) free. The error is raised with the GIL.
+template <typename F>
+auto Unlocked(F&& submit) {
+  auto result = [&] {
+    py::gil_scoped_release release;
+    return submit();
+  }();
+  return Take(std::move(result));
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_client, m) {
@@ -54,7 +65,10 @@ PYBIND11_MODULE(_client, m) {
       .value("float16", DataType::kFloat16)
       .value("bfloat16", DataType::kBFloat16)
       .value("float32", DataType::kFloat32)
-      .value("float64", DataType::kFloat64);
+      .value("float64", DataType::kFloat64)
+      .value("int16", DataType::kInt16)
+      .value("uint16", DataType::kUint16)
+      .value("bool", DataType::kBool);
 
   m.attr("SUM") = static_cast<int>(ReduceOp::kSum);
   m.attr("AVERAGE") = static_cast<int>(ReduceOp::kAverage);
@@ -122,8 +136,8 @@ PYBIND11_MODULE(_client, m) {
           "allreduce",
           [](Client& c, uintptr_t in, uintptr_t out, DataType dt, const TensorShape& shape,
              const std::string& name, int op, double pre, double post, int ps) {
-            return Take(c.Allreduce(static_cast<const void*>(Ptr(in)), Ptr(out), dt, shape,
-                                    Options(name, op, pre, post, 0, ps)));
+            return Unlocked([&] { return c.Allreduce(static_cast<const void*>(Ptr(in)), Ptr(out), dt, shape,
+                                    Options(name, op, pre, post, 0, ps)); });
           },
           py::arg("input"), py::arg("output"), py::arg("dtype"), py::arg("shape"),
           py::arg("name") = "", py::arg("op") = 0, py::arg("prescale") = 1.0,
@@ -140,7 +154,7 @@ PYBIND11_MODULE(_client, m) {
               ts[i].shape = shapes.at(i);
               if (i < names.size()) ts[i].name = names[i];
             }
-            return Take(c.GroupedAllreduce(ts, dt, Options("", op, pre, post, 0, ps)));
+            return Unlocked([&] { return c.GroupedAllreduce(ts, dt, Options("", op, pre, post, 0, ps)); });
           },
           py::arg("inputs"), py::arg("outputs"), py::arg("shapes"), py::arg("names"),
           py::arg("dtype"), py::arg("op") = 0, py::arg("prescale") = 1.0,
@@ -149,8 +163,8 @@ PYBIND11_MODULE(_client, m) {
           "allgather",
           [](Client& c, uintptr_t in, DataType dt, const TensorShape& shape,
              const std::string& name, int ps) {
-            return Take(c.Allgather(static_cast<const void*>(Ptr(in)), dt, shape,
-                                    Options(name, 0, 1, 1, 0, ps)));
+            return Unlocked([&] { return c.Allgather(static_cast<const void*>(Ptr(in)), dt, shape,
+                                    Options(name, 0, 1, 1, 0, ps)); });
           },
           py::arg("input"), py::arg("dtype"), py::arg("shape"), py::arg("name") = "",
           py::arg("process_set") = 0)
@@ -158,7 +172,7 @@ PYBIND11_MODULE(_client, m) {
           "broadcast",
           [](Client& c, uintptr_t t, DataType dt, const TensorShape& shape, int root,
              const std::string& name, int ps) {
-            return Take(c.Broadcast(Ptr(t), dt, shape, Options(name, 0, 1, 1, root, ps)));
+            return Unlocked([&] { return c.Broadcast(Ptr(t), dt, shape, Options(name, 0, 1, 1, root, ps)); });
           },
           py::arg("tensor"), py::arg("dtype"), py::arg("shape"), py::arg("root"),
           py::arg("name") = "", py::arg("process_set") = 0)
@@ -166,8 +180,8 @@ PYBIND11_MODULE(_client, m) {
           "alltoall",
           [](Client& c, uintptr_t in, DataType dt, const TensorShape& shape,
              const std::vector<int64_t>& splits, const std::string& name, int ps) {
-            return Take(c.Alltoall(static_cast<const void*>(Ptr(in)), dt, shape, splits,
-                                   Options(name, 0, 1, 1, 0, ps)));
+            return Unlocked([&] { return c.Alltoall(static_cast<const void*>(Ptr(in)), dt, shape, splits,
+                                   Options(name, 0, 1, 1, 0, ps)); });
           },
           py::arg("input"), py::arg("dtype"), py::arg("shape"), py::arg("splits"),
           py::arg("name") = "", py::arg("process_set") = 0)
@@ -175,8 +189,8 @@ PYBIND11_MODULE(_client, m) {
           "reducescatter",
           [](Client& c, uintptr_t in, DataType dt, const TensorShape& shape,
              const std::string& name, int op, double pre, double post, int ps) {
-            return Take(c.ReduceScatter(static_cast<const void*>(Ptr(in)), dt, shape,
-                                        Options(name, op, pre, post, 0, ps)));
+            return Unlocked([&] { return c.ReduceScatter(static_cast<const void*>(Ptr(in)), dt, shape,
+                                        Options(name, op, pre, post, 0, ps)); });
           },
           py::arg("input"), py::arg("dtype"), py::arg("shape"), py::arg("name") = "",
           py::arg("op") = 0, py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
@@ -184,19 +198,24 @@ PYBIND11_MODULE(_client, m) {
       .def(
           "barrier",
           [](Client& c, int ps, const std::string& name) {
-            return Take(c.Barrier(Options(name, 0, 1, 1, 0, ps)));
+            return Unlocked([&] { return c.Barrier(Options(name, 0, 1, 1, 0, ps)); });
           },
           py::arg("process_set") = 0, py::arg("name") = "")
       .def(
           "join",
           [](Client& c, int ps, const std::string& name) {
-            return Take(c.Join(Options(name, 0, 1, 1, 0, ps)));
+            return Unlocked([&] { return c.Join(Options(name, 0, 1, 1, 0, ps)); });
           },
           py::arg("process_set") = 0, py::arg("name") = "")
       .def("add_process_set",
            [](Client& c, const std::vector<int>& ranks) {
              py::gil_scoped_release release;
              return Take(c.AddProcessSet(ranks));
+           })
+      .def("remove_process_set",
+           [](Client& c, int id) {
+             py::gil_scoped_release release;
+             return Take(c.RemoveProcessSet(id));
            })
       .def(
           "start_timeline",

@@ -300,15 +300,33 @@ TEST_F(CoordinatorTest, EntriesWaitingOnlyForARankThatJoinsBecomeReady) {
   EXPECT_EQ(Names(Take()), (std::vector<std::string>{"a", "b"}));
 }
 
-TEST_F(CoordinatorTest, AllgatherFirstDimIsZeroForAJoinedRank) {
+// As in Horovod, only allreduce runs while a rank has joined. The refusal comes as soon as one
+// rank submits the op, and again for each later submission while the rank stays joined.
+TEST_F(CoordinatorTest, AllgatherWhileARankJoinedFailsAtOnceNamingTensorAndRank) {
   Make(3);
   In(1, {Join()});
   In(0, {Typed(OpType::kAllgather, "g", {2, 3})});
+  auto out = Take();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].name, "g");
+  EXPECT_EQ(out[0].error,
+            "tensor \"g\": allgather cannot run while rank 1 (10.0.0.2:5000) has joined (only "
+            "allreduce runs with joined ranks, as in Horovod)");
   In(2, {Typed(OpType::kAllgather, "g", {4, 3})});
+  out = Take();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_FALSE(out[0].error.empty());
+}
+
+TEST_F(CoordinatorTest, AllgatherSubmittedBeforeJoiningKeepsTheRanksRows) {
+  Make(3);
+  In(1, {Typed(OpType::kAllgather, "g", {4, 3}), Join()});
+  In(0, {Typed(OpType::kAllgather, "g", {2, 3})});
+  In(2, {Typed(OpType::kAllgather, "g", {1, 3})});
   auto out = Take();
   ASSERT_EQ(out.size(), 1u);
   EXPECT_TRUE(out[0].error.empty()) << out[0].error;
-  EXPECT_EQ(out[0].first_dims, (std::vector<int64_t>{2, 0, 4}));
+  EXPECT_EQ(out[0].first_dims, (std::vector<int64_t>{2, 4, 1}));
 }
 
 TEST_F(CoordinatorTest, JoinCompletesWhenEveryRankJoined) {
@@ -395,20 +413,20 @@ TEST_F(CoordinatorTest, BroadcastFromAJoinedRootFails) {
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].name, "params");
   EXPECT_EQ(out[0].error,
-            "tensor \"params\": broadcast root rank 0 (10.0.0.1:5000) has joined (it has no data "
-            "to send)");
+            "tensor \"params\": broadcast cannot run while rank 0 (10.0.0.1:5000) has joined "
+            "(only allreduce runs with joined ranks, as in Horovod)");
 }
 
-TEST_F(CoordinatorTest, BroadcastFromANonJoinedRootWhileAnotherRankJoinedSucceeds) {
+TEST_F(CoordinatorTest, BroadcastFromANonJoinedRootWhileAnotherRankJoinedFails) {
   Make(3);
   In(2, {Join()});
   Request b = Typed(OpType::kBroadcast, "params", {10});
   b.root = 1;
   In(0, {b});
-  In(1, {b});
   auto out = Take();
   ASSERT_EQ(out.size(), 1u);
-  EXPECT_TRUE(out[0].error.empty()) << out[0].error;
+  EXPECT_NE(out[0].error.find("rank 2 (10.0.0.3:5000) has joined"), std::string::npos)
+      << out[0].error;
 }
 
 TEST_F(CoordinatorTest, AlltoallWhileARankJoinedFails) {
@@ -419,7 +437,8 @@ TEST_F(CoordinatorTest, AlltoallWhileARankJoinedFails) {
   auto out = Take();
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].error,
-            "tensor \"a2a\": ALLTOALL cannot run while rank 1 (10.0.0.2:5000) has joined");
+            "tensor \"a2a\": alltoall cannot run while rank 1 (10.0.0.2:5000) has joined (only "
+            "allreduce runs with joined ranks, as in Horovod)");
 }
 
 Request Grouped(const std::string& name, const std::string& group, int size) {

@@ -360,15 +360,11 @@ TEST(EngineJoin, JoinedRanksContributeIdentityAndLastJoinedIsReported) {
       KV_RETURN_IF_ERROR(RunOp(c.engine(), Allreduce("avg", in, avg, ReduceOp::kAverage)));
       KV_RETURN_IF_ERROR(RunOp(c.engine(), Allreduce("max", in, mx, ReduceOp::kMax)));
       float expect_sum = 0;
-      int contributors = 0;
-      for (int r = step; r < 4; ++r) {
-        expect_sum += static_cast<float>(r + 1);
-        ++contributors;
-      }
+      for (int r = step; r < 4; ++r) expect_sum += static_cast<float>(r + 1);
       c.Check(sum[9] == expect_sum,
               "step " + std::to_string(step) + " sum " + std::to_string(sum[9]));
-      c.Check(std::fabs(avg[9] - expect_sum / contributors) < 1e-6,
-              "step avg " + std::to_string(avg[9]));
+      // Joined ranks add zeros and Average divides by the whole set, as in Horovod.
+      c.Check(std::fabs(avg[9] - expect_sum / 4) < 1e-6, "step avg " + std::to_string(avg[9]));
       c.Check(mx[9] == 4.0f, "max");
     }
     OpRequest j;
@@ -491,6 +487,129 @@ TEST(EngineOps, BroadcastAlltoallReducescatterBarrierAndProcessSets) {
       c.Check(!h.ok() && h.status().message().find("not a member") != std::string::npos,
               "non-member refused");
     }
+    return OkStatus();
+  });
+  ExpectEnginesOk(reports);
+}
+
+// As in Horovod, only allreduce runs while a rank has joined: allgather, broadcast and
+// reducescatter fail on the ranks that submitted them, naming the tensor and the joined rank, at
+// once (a rank need not wait for the others to submit the same name), negotiated or cached.
+TEST(EngineJoin, OnlyAllreduceRunsWhileARankHasJoined) {
+  auto reports = RunEngineRanks(Spec(3), [&](EngineRank& c) -> Status {
+    const int me = c.rank();
+    std::vector<float> rows(4, static_cast<float>(me));
+    auto gather = [&](const std::string& name) {
+      OpRequest g;
+      g.type = OpType::kAllgather;
+      g.name = name;
+      g.shape = {2, 2};
+      g.input = rows.data();
+      return g;
+    };
+    KV_RETURN_IF_ERROR(RunOp(c.engine(), gather("cached_gather")));  // now in the cache
+    KV_RETURN_IF_ERROR(EngineBarrier(c.engine(), "before_join"));
+    if (me == 2) {
+      OpRequest j;
+      j.type = OpType::kJoin;
+      OpResult res;
+      KV_RETURN_IF_ERROR(RunOp(c.engine(), j, &res));
+      c.Check(res.last_joined_rank != 2, "last joined " + std::to_string(res.last_joined_rank));
+    } else {
+      auto refused = [&](const OpRequest& r) {
+        Status s = RunOp(c.engine(), r);
+        c.Check(!s.ok() && s.message().find("\"" + r.name + "\"") != std::string::npos &&
+                    s.message().find("rank 2") != std::string::npos &&
+                    s.message().find("has joined") != std::string::npos,
+                r.name + " refused naming the tensor and rank 2: " + s.ToString());
+      };
+      // Names differ between the ranks: each fails without the other's submission.
+      refused(gather("gather.rank" + std::to_string(me)));
+      refused(gather("cached_gather"));
+      std::vector<float> b(3, 1.0f);
+      OpRequest bc;
+      bc.type = OpType::kBroadcast;
+      bc.name = "bcast";
+      bc.shape = {3};
+      bc.input = b.data();
+      bc.output = b.data();
+      refused(bc);
+      std::vector<float> rs_out(2);
+      OpRequest rs;
+      rs.type = OpType::kReduceScatter;
+      rs.name = "rs";
+      std::vector<float> rs_in(6, 1.0f);
+      rs.shape = {6};
+      rs.input = rs_in.data();
+      rs.output = rs_out.data();
+      refused(rs);
+      // Allreduce runs: rank 2 adds zeros and Average divides by all three ranks.
+      std::vector<float> in(5, static_cast<float>(me + 1)), avg;
+      KV_RETURN_IF_ERROR(RunOp(c.engine(), Allreduce("avg", in, avg, ReduceOp::kAverage)));
+      c.Check(avg[4] == 1.0f, "average over the set: " + std::to_string(avg[4]));
+      OpRequest j;
+      j.type = OpType::kJoin;
+      KV_RETURN_IF_ERROR(RunOp(c.engine(), j));
+    }
+    // Everyone has joined: allgather works again.
+    OpResult res;
+    KV_RETURN_IF_ERROR(RunOp(c.engine(), gather("after_join"), &res));
+    c.Check(res.shape == TensorShape({6, 2}), "after join " + ShapeString(res.shape));
+    return OkStatus();
+  });
+  ExpectEnginesOk(reports);
+}
+
+TEST(EngineProcessSets, DuplicatesAreRefusedAndRemovalDropsTheSetEverywhere) {
+  auto reports = RunEngineRanks(Spec(3), [&](EngineRank& c) -> Status {
+    const int me = c.rank();
+    Engine& e = c.engine();
+    auto world = e.AddProcessSet({2, 0, 1}, Deadline::After(60s));
+    c.Check(
+        !world.ok() && world.status().code() == StatusCode::kFailedPrecondition &&
+            world.status().message().find("already exists (id 0, the world)") != std::string::npos,
+        "the world's ranks are a duplicate: " + world.status().ToString());
+    KV_ASSIGN_OR_RETURN(int id, e.AddProcessSet({2, 0}, Deadline::After(60s)));
+    auto dup = e.AddProcessSet({0, 2}, Deadline::After(60s));
+    c.Check(!dup.ok() && dup.status().message().find("process set [0, 2] already exists (id " +
+                                                     std::to_string(id) + ")") != std::string::npos,
+            "duplicate named: " + dup.status().ToString());
+    KV_ASSIGN_OR_RETURN(Engine::SetInfo info, e.ProcessSetInfo(id));
+    c.Check(info.size == 2 && info.rank == (me == 0 ? 0 : me == 2 ? 1 : -1), "set info");
+    OpHandle orphan;
+    std::vector<float> in(3, 1.0f), out;
+    if (me != 1) {
+      OpRequest r = Allreduce("in_set", in, out);
+      r.process_set = id;
+      KV_RETURN_IF_ERROR(RunOp(e, r));
+      c.Check(out[0] == 2.0f, "set allreduce");
+    }
+    std::vector<float> lonely_out;
+    if (me == 0) {  // never submitted by rank 2: fails when the set goes
+      OpRequest r = Allreduce("orphan", in, lonely_out);
+      r.process_set = id;
+      KV_ASSIGN_OR_RETURN(orphan, e.Submit(r));
+    }
+    KV_ASSIGN_OR_RETURN(bool removed, e.RemoveProcessSet(id, Deadline::After(60s)));
+    c.Check(removed, "removed");
+    if (orphan.valid()) {
+      Status s = orphan.Wait(Deadline::After(60s));
+      c.Check(s.code() == StatusCode::kAborted && s.message().find("orphan") != std::string::npos &&
+                  s.message().find("process set " + std::to_string(id) + " [0, 2] was removed") !=
+                      std::string::npos,
+              "in-flight op fails naming the set: " + s.ToString());
+    }
+    KV_ASSIGN_OR_RETURN(bool again, e.RemoveProcessSet(id, Deadline::After(60s)));
+    KV_ASSIGN_OR_RETURN(bool world_removed, e.RemoveProcessSet(0, Deadline::After(60s)));
+    c.Check(!again && !world_removed, "unknown set and the world are not removed");
+    c.Check(!e.ProcessSetInfo(id).ok(), "set info gone");
+    OpRequest r = Allreduce("after_removal", in, out);
+    r.process_set = id;
+    auto h = e.Submit(r);
+    c.Check(!h.ok() && h.status().message().find("unknown process set") != std::string::npos,
+            "ops on a removed set are refused: " + h.status().ToString());
+    KV_ASSIGN_OR_RETURN(int again_id, e.AddProcessSet({0, 2}, Deadline::After(60s)));
+    c.Check(again_id > id, "re-added under a new id");
     return OkStatus();
   });
   ExpectEnginesOk(reports);

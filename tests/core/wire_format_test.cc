@@ -158,7 +158,7 @@ std::vector<Request> FullRequests() {
   out.push_back(empty);
 
   // Every op type, data type and reduce op value.
-  for (uint8_t t = 0; t <= static_cast<uint8_t>(OpType::kAddProcessSet); ++t) {
+  for (uint8_t t = 0; t <= static_cast<uint8_t>(OpType::kRemoveProcessSet); ++t) {
     Request e;
     e.type = static_cast<OpType>(t);
     e.name = std::string("type.") + OpTypeName(e.type);
@@ -217,7 +217,7 @@ ResponseList FullResponses() {
 
   list.responses.push_back(Response{});  // all defaults, empty name
 
-  for (uint8_t ty = 0; ty <= static_cast<uint8_t>(OpType::kAddProcessSet); ++ty) {
+  for (uint8_t ty = 0; ty <= static_cast<uint8_t>(OpType::kRemoveProcessSet); ++ty) {
     Response e;
     e.type = static_cast<OpType>(ty);
     e.name = std::string("type.") + OpTypeName(e.type);
@@ -334,20 +334,20 @@ TEST(WireFormatTest, OutOfRangeEnumIsAnError) {
   std::string s = EncodeRequests({r});
   ASSERT_TRUE(DecodeRequestsOf(s).ok());
   ASSERT_EQ(static_cast<uint8_t>(s[8]), static_cast<uint8_t>(OpType::kAllreduce));
-  s[8] = static_cast<char>(static_cast<uint8_t>(OpType::kAddProcessSet) + 1);
+  s[8] = static_cast<char>(static_cast<uint8_t>(OpType::kRemoveProcessSet) + 1);
   EXPECT_FALSE(DecodeRequestsOf(s).ok());
   s[8] = static_cast<char>(0xff);
   EXPECT_FALSE(DecodeRequestsOf(s).ok());
 }
 
 void ExpectValidEnums(const Request& r) {
-  EXPECT_LE(static_cast<uint8_t>(r.type), static_cast<uint8_t>(OpType::kAddProcessSet));
-  EXPECT_LE(static_cast<uint8_t>(r.dtype), static_cast<uint8_t>(DataType::kFloat64));
+  EXPECT_LE(static_cast<uint8_t>(r.type), static_cast<uint8_t>(OpType::kRemoveProcessSet));
+  EXPECT_LE(static_cast<uint8_t>(r.dtype), static_cast<uint8_t>(kLastDataType));
   EXPECT_LE(static_cast<uint8_t>(r.op), static_cast<uint8_t>(ReduceOp::kProduct));
 }
 void ExpectValidEnums(const Response& r) {
-  EXPECT_LE(static_cast<uint8_t>(r.type), static_cast<uint8_t>(OpType::kAddProcessSet));
-  EXPECT_LE(static_cast<uint8_t>(r.dtype), static_cast<uint8_t>(DataType::kFloat64));
+  EXPECT_LE(static_cast<uint8_t>(r.type), static_cast<uint8_t>(OpType::kRemoveProcessSet));
+  EXPECT_LE(static_cast<uint8_t>(r.dtype), static_cast<uint8_t>(kLastDataType));
   EXPECT_LE(static_cast<uint8_t>(r.op), static_cast<uint8_t>(ReduceOp::kProduct));
 }
 

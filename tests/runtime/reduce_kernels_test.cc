@@ -152,6 +152,15 @@ TEST(ReduceKernels, IdentityLeavesTheOtherOperandUnchanged) {
           case DataType::kFloat64:
             reinterpret_cast<double*>(x.data())[i] = v;
             break;
+          case DataType::kInt16:
+            reinterpret_cast<int16_t*>(x.data())[i] = static_cast<int16_t>(v);
+            break;
+          case DataType::kUint16:
+            reinterpret_cast<uint16_t*>(x.data())[i] = static_cast<uint16_t>(v);
+            break;
+          case DataType::kBool:  // {0, 1, 0}
+            x[i] = static_cast<uint8_t>(i % 2);
+            break;
         }
       }
       std::vector<uint8_t> out = id;
@@ -159,6 +168,76 @@ TEST(ReduceKernels, IdentityLeavesTheOtherOperandUnchanged) {
       EXPECT_EQ(out, x) << DataTypeName(t) << " " << ReduceOpName(op);
     }
   }
+}
+
+TEST(ReduceKernels, SixteenBitIntegersWrapAndCompare) {
+  int16_t a[3] = {32767, -5, 7}, b[3] = {1, 3, -9};
+  ReduceInto(a, b, 3, DataType::kInt16, ReduceOp::kSum);
+  EXPECT_EQ(a[0], -32768);
+  EXPECT_EQ(a[1], -2);
+  EXPECT_EQ(a[2], -2);
+  uint16_t c[2] = {65535, 300}, d[2] = {2, 40000};
+  uint16_t e[2] = {65535, 300};
+  ReduceInto(c, d, 2, DataType::kUint16, ReduceOp::kSum);
+  EXPECT_EQ(c[0], 1);
+  EXPECT_EQ(c[1], 40300);
+  ReduceInto(e, d, 2, DataType::kUint16, ReduceOp::kMin);
+  EXPECT_EQ(e[0], 2);
+  EXPECT_EQ(e[1], 300);
+  int16_t f[2] = {-300, 200}, g[2] = {200, 300};
+  ReduceInto(f, g, 2, DataType::kInt16, ReduceOp::kProduct);
+  EXPECT_EQ(f[0], static_cast<int16_t>(-60000));
+  EXPECT_EQ(f[1], static_cast<int16_t>(60000));
+  int16_t h[2] = {-7, 9};
+  ScaleInPlace(h, 2, DataType::kInt16, 0.5);
+  EXPECT_EQ(h[0], -3);
+  EXPECT_EQ(h[1], 4);
+}
+
+TEST(ReduceKernels, BoolReducesAsLogicalOrAndAnd) {
+  const uint8_t a[4] = {0, 0, 1, 1}, b[4] = {0, 1, 0, 1};
+  const uint8_t want_or[4] = {0, 1, 1, 1}, want_and[4] = {0, 0, 0, 1};
+  for (ReduceOp op : kAllReduceOps) {
+    uint8_t out[4];
+    ReduceTo(out, a, b, 4, DataType::kBool, op);
+    const bool is_and = op == ReduceOp::kMin || op == ReduceOp::kProduct;
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(out[i], is_and ? want_and[i] : want_or[i]) << ReduceOpName(op) << " " << i;
+    }
+  }
+  uint8_t v[2] = {1, 0};
+  ScaleInPlace(v, 2, DataType::kBool, 0.5);  // an average keeps the or
+  EXPECT_EQ(v[0], 1);
+  EXPECT_EQ(v[1], 0);
+  ScaleInPlace(v, 2, DataType::kBool, 0.0);
+  EXPECT_EQ(v[0], 0);
+}
+
+// Average divides by the set size: the correctly rounded quotient (what a trainer computes as
+// sum / size), where multiplying by a rounded 1/3 would be an ulp off for some values.
+TEST(ReduceKernels, DivisorGivesTheCorrectlyRoundedQuotient) {
+  std::vector<float> f;
+  std::vector<double> d;
+  for (int i = -300; i <= 300; ++i) {
+    f.push_back(static_cast<float>(i) * 1.37f);
+    d.push_back(i * 1.37);
+  }
+  std::vector<float> fs = f;
+  std::vector<double> ds = d;
+  ScaleInPlace(fs.data(), fs.size(), DataType::kFloat32, 1.0, 3);
+  ScaleInPlace(ds.data(), ds.size(), DataType::kFloat64, 1.0, 3);
+  for (size_t i = 0; i < f.size(); ++i) {
+    ASSERT_EQ(fs[i], f[i] / 3.0f) << f[i];
+    ASSERT_EQ(ds[i], d[i] / 3.0) << d[i];
+  }
+  // A postscale factor multiplies in the type first (as Horovod scales), then the division.
+  float v = 10.0f;
+  ScaleInPlace(&v, 1, DataType::kFloat32, 0.3, 3);
+  EXPECT_EQ(v, 10.0f * static_cast<float>(0.3) / 3.0f);
+  int32_t w[2] = {-7, 8};
+  ScaleInPlace(w, 2, DataType::kInt32, 1.0, 3);
+  EXPECT_EQ(w[0], -2);
+  EXPECT_EQ(w[1], 2);
 }
 
 TEST(ReduceKernels, ScaleTruncatesIntegersTowardZero) {

@@ -63,7 +63,21 @@ void WithIntStore(DataType t, F&& f) {
       return f([](void* b, size_t i, int v) { StoreInt<float>(b, i, v); });
     case DataType::kFloat64:
       return f([](void* b, size_t i, int v) { StoreInt<double>(b, i, v); });
+    case DataType::kInt16:
+      return f([](void* b, size_t i, int v) { StoreInt<int16_t>(b, i, v); });
+    case DataType::kUint16:
+      return f([](void* b, size_t i, int v) { StoreInt<uint16_t>(b, i, v); });
+    case DataType::kBool:
+      return f([](void* b, size_t i, int v) { StoreInt<uint8_t>(b, i, v != 0); });
   }
+}
+
+// The value a data-movement test stores for MoveValue() v: unsigned types shift it to [0, 200],
+// bool keeps its lowest bit.
+int MoveStored(DataType t, int v) {
+  if (t == DataType::kUint8 || t == DataType::kUint16) return v + 100;
+  if (t == DataType::kBool) return v & 1;
+  return v;
 }
 
 int MantissaBits(DataType t) {
@@ -90,7 +104,9 @@ std::string FormatValue(double v) {
 
 }  // namespace
 
-bool IsSigned(DataType t) { return t != DataType::kUint8; }
+bool IsSigned(DataType t) {
+  return t != DataType::kUint8 && t != DataType::kUint16 && t != DataType::kBool;
+}
 
 bool IsFloat(DataType t) {
   return t == DataType::kFloat16 || t == DataType::kBFloat16 || t == DataType::kFloat32 ||
@@ -100,6 +116,12 @@ bool IsFloat(DataType t) {
 int ReduceInput(uint64_t seed, ReduceOp op, DataType t, int rank, int size, size_t index) {
   const uint64_t h = Mix(seed + index * kIndexStride + static_cast<uint64_t>(rank) * kRankStride);
   const bool sign = IsSigned(t);
+  if (t == DataType::kBool) {  // 0 or 1; products (logical and) are 1 but on one rank
+    if (op != ReduceOp::kProduct) return static_cast<int>(h & 1);
+    const int designated =
+        static_cast<int>(Mix(~seed + index * kIndexStride) % static_cast<uint64_t>(size));
+    return rank == designated ? static_cast<int>(h & 1) : 1;
+  }
   if (op != ReduceOp::kProduct) {
     return sign ? static_cast<int>(h % 5) - 2 : static_cast<int>(h % 3) + 1;
   }
@@ -146,6 +168,15 @@ void StoreElement(DataType t, void* buf, size_t i, double v) {
     case DataType::kFloat64:
       static_cast<double*>(buf)[i] = v;
       return;
+    case DataType::kInt16:
+      static_cast<int16_t*>(buf)[i] = static_cast<int16_t>(v);
+      return;
+    case DataType::kUint16:
+      static_cast<uint16_t*>(buf)[i] = static_cast<uint16_t>(v);
+      return;
+    case DataType::kBool:
+      static_cast<uint8_t*>(buf)[i] = v != 0;
+      return;
   }
 }
 
@@ -167,6 +198,12 @@ double LoadElement(DataType t, const void* buf, size_t i) {
       return static_cast<const float*>(buf)[i];
     case DataType::kFloat64:
       return static_cast<const double*>(buf)[i];
+    case DataType::kInt16:
+      return static_cast<const int16_t*>(buf)[i];
+    case DataType::kUint16:
+      return static_cast<const uint16_t*>(buf)[i];
+    case DataType::kBool:  // the raw byte, so that a non-0/1 result shows
+      return static_cast<const uint8_t*>(buf)[i];
   }
   return 0;
 }
@@ -181,11 +218,9 @@ void FillReduceInput(void* buf, size_t count, DataType t, uint64_t seed, ReduceO
 }
 
 void FillMoveValues(void* buf, size_t count, DataType t, uint64_t seed, int source, int stream) {
-  const bool wrap = t == DataType::kUint8;
   WithIntStore(t, [&](auto store) {
     for (size_t i = 0; i < count; ++i) {
-      const int v = MoveValue(seed, source, stream, i);
-      store(buf, i, wrap ? v + 100 : v);
+      store(buf, i, MoveStored(t, MoveValue(seed, source, stream, i)));
     }
   });
 }
@@ -195,6 +230,16 @@ void FillGarbage(void* buf, size_t bytes) {
 }
 
 double ExpectedReduction(const ReduceSpec& spec, size_t index) {
+  if (spec.type == DataType::kBool) {  // or (sum, average, max) or and (min, product)
+    const bool is_and = spec.op == ReduceOp::kMin || spec.op == ReduceOp::kProduct;
+    bool acc = is_and;
+    for (int r = 0; r < spec.size; ++r) {
+      const bool v = ReduceInput(spec.seed, spec.op, spec.type, r, spec.size, index) != 0 &&
+                     spec.prescale != 0.0;
+      acc = is_and ? (acc && v) : (acc || v);
+    }
+    return acc && spec.postscale != 0.0 ? 1 : 0;
+  }
   const bool is_int = !IsFloat(spec.type);
   auto scale = [&](double v, double factor) {
     if (factor == 1.0) return v;
@@ -255,11 +300,10 @@ std::string CheckReduction(const ReduceSpec& spec, const void* out, size_t count
 
 std::string CheckMoveValues(const void* out, size_t count, DataType t, uint64_t seed, int source,
                             int stream) {
-  const bool wrap = t == DataType::kUint8;
   size_t bad = 0;
   std::ostringstream os;
   for (size_t i = 0; i < count; ++i) {
-    const double want = MoveValue(seed, source, stream, i) + (wrap ? 100 : 0);
+    const double want = MoveStored(t, MoveValue(seed, source, stream, i));
     const double got = LoadElement(t, out, i);
     if (got == want) continue;
     if (bad < 4) {

@@ -7,6 +7,7 @@
 //     sum stays within [-16, 24] (exact in int8, uint8, float16 and bfloat16);
 //   product: one designated rank per element contributes a value of magnitude <= 3 (or 0), every
 //     other rank contributes +-1 (1 for unsigned), so a product stays within [-3, 3].
+// bool draws 0 or 1 and reduces as logical or (sum, average, max) and and (min, product).
 // Only average needs rounding: integers truncate toward zero (sum / size, like Horovod), floats
 // are compared within AverageTolerance().
 #pragma once
@@ -29,7 +30,7 @@ inline uint64_t Mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-bool IsSigned(DataType t);  // int8, int32, int64 and the floats
+bool IsSigned(DataType t);  // int8, int16, int32, int64 and the floats
 bool IsFloat(DataType t);
 
 // The value `rank` contributes at element `index` of a reduction with `op` in a world of `size`.

@@ -109,6 +109,13 @@ StatusOr<ncclDataType_t> ToNccl(DataType t) {
       return ncclFloat32;
     case DataType::kFloat64:
       return ncclFloat64;
+    case DataType::kBool:  // 0/1 bytes; MakeRedOp reduces them with max (or) and min (and)
+      return ncclUint8;
+    case DataType::kInt16:
+    case DataType::kUint16:
+      return Unimplemented(std::string(DataTypeName(t)) +
+                           " has no NCCL data type; the NCCL backend moves and reduces "
+                           "uint8, int8, int32, int64 and floating-point tensors and bool");
   }
   return InvalidArgument("unknown data type");
 }
@@ -388,6 +395,9 @@ StatusOr<int> NcclCommunicator::MakeRedOp(ReduceOp op, DataType type, double pre
                                           Deadline deadline, bool* custom) {
   *custom = false;
   const bool scaled = prescale != 1.0 || postscale != 1.0;
+  if (type == DataType::kBool && !scaled) {  // logical or / and, as the CPU kernels reduce bool
+    return static_cast<int>(op == ReduceOp::kMin || op == ReduceOp::kProduct ? ncclMin : ncclMax);
+  }
   if (!scaled) {
     switch (op) {
       case ReduceOp::kSum:

@@ -173,6 +173,8 @@ TEST(NcclTest, AllreduceEveryOpAndType) {
   KV_SKIP_WITHOUT_GPU();
   RunNccl([](RankContext& ctx, NcclCommunicator& nccl, cudaStream_t stream) -> Status {
     for (DataType t : kAllDataTypes) {
+      // NCCL has no 16-bit integer type: the backend refuses those (Unimplemented, naming it).
+      if (t == DataType::kInt16 || t == DataType::kUint16) continue;
       for (ReduceOp op : kAllReduceOps) {
         KV_RETURN_IF_ERROR(CheckAllreduce(ctx, nccl, stream, t, op, 1027, 1.0, 1.0, false));
       }

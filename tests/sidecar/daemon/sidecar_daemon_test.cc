@@ -116,12 +116,45 @@ void RunOps(int rank, const std::string& socket) {
     const auto* p = reinterpret_cast<const float*>(h.output().data());
     for (int i = 0; i < 6; ++i) TCHECK(p[i] == tri);
   }
-  // Control plane: a process set of every rank, the timeline on and off.
+  // Control plane: process sets, the timeline on and off.
   {
+    // A set of every rank duplicates the world: refused on every rank, as Horovod does.
     std::vector<int> all;
     for (int r = 0; r < n; ++r) all.push_back(r);
-    const int id = Must(client->AddProcessSet(all));
-    TCHECK(id > 0);
+    StatusOr<int> dup = client->AddProcessSet(all);
+    TCHECK(!dup.ok() && dup.status().message().find("already exists") != std::string::npos);
+    // {0} and {1..n-1}; a reducescatter on this rank's set splits over the set (the first set
+    // ranks get one more row); then both sets go.
+    std::vector<int> high;
+    for (int r = 1; r < n; ++r) high.push_back(r);
+    const int low_id = Must(client->AddProcessSet({0}));
+    const int high_id = Must(client->AddProcessSet(high));
+    TCHECK(low_id > 0 && high_id > low_id);
+    const int m = rank == 0 ? 1 : n - 1;
+    const int pos = rank == 0 ? 0 : rank - 1;
+    float set_sum = 0;
+    for (int r = (rank == 0 ? 0 : 1); r < (rank == 0 ? 1 : n); ++r) set_sum += r + 1.0f;
+    std::vector<float> in((2 * m + 1) * 3, static_cast<float>(rank + 1));
+    ClientHandle h = Must(
+        client->ReduceScatter(in.data(), DataType::kFloat32, {2 * m + 1, 3},
+                              {.name = "rs_in_set", .process_set = rank == 0 ? low_id : high_id}));
+    TOK(h.Wait(Deadline::After(10s)));
+    const int64_t rows = 2 + (pos == 0 ? 1 : 0);
+    TCHECK(h.shape() == (TensorShape{rows, 3}));
+    TCHECK(h.output().size() == static_cast<size_t>(rows * 3) * sizeof(float));
+    const auto* rs = reinterpret_cast<const float*>(h.output().data());
+    for (int i = 0; i < rows * 3; ++i) TCHECK(rs[i] == set_sum);
+    TCHECK(Must(client->RemoveProcessSet(high_id)));
+    TCHECK(!Must(client->RemoveProcessSet(high_id)));  // already gone
+    TCHECK(!Must(client->RemoveProcessSet(0)));        // the world stays
+    TCHECK(Must(client->RemoveProcessSet(low_id)));
+    std::vector<float> x(2, 1.0f), y(2);
+    StatusOr<ClientHandle> gone = client->Allreduce(x.data(), y.data(), DataType::kFloat32, {2},
+                                                    {.name = "on_removed", .process_set = high_id});
+    Status gs = gone.ok() ? gone->Wait(Deadline::After(10s)) : gone.status();
+    TCHECK(!gs.ok() && gs.message().find("process set") != std::string::npos);
+    // The same ranks can be registered again, under a new id.
+    TCHECK(Must(client->AddProcessSet(high)) > high_id);
     const std::string tl = "/tmp/kvsd-timeline-" + std::to_string(::getppid()) + "-{rank}.json";
     TOK(client->StartTimeline(tl));
     TOK(client->StopTimeline());
@@ -283,6 +316,40 @@ TEST(SidecarConfigTest, ErrorsNameTheVariable) {
   EXPECT_EQ(ok->arena_name(), "/korovod-j-rank1");
   EXPECT_EQ(ok->peers[1].port, 2);
   EXPECT_TRUE(ok->job_key.empty());
+}
+
+TEST(SidecarConfigTest, ArenaHeapSizes) {
+  std::map<std::string, std::string> base = {{"KOROVOD_SIZE", "2"},
+                                             {"KOROVOD_RANK", "1"},
+                                             {"KOROVOD_PEERS", "127.0.0.1:1,127.0.0.1:2"},
+                                             {"KOROVOD_SOCKET", "/tmp/x.sock"},
+                                             {"KOROVOD_SHM_PREFIX", "/korovod-j-"}};
+  auto with = [&](std::map<std::string, std::string> extra) {
+    extra.insert(base.begin(), base.end());
+    return SidecarConfig::FromEnvironment(
+        [extra](const std::string& name) -> std::optional<std::string> {
+          auto it = extra.find(name);
+          if (it == extra.end()) return std::nullopt;
+          return it->second;
+        });
+  };
+  auto defaults = with({});
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_EQ(defaults->arena_heap_mib, 64);
+  EXPECT_EQ(defaults->arena_heap_max_mib, 16384);
+  auto set = with({{"KOROVOD_ARENA_HEAP_MIB", "8"}, {"KOROVOD_ARENA_HEAP_MAX_MIB", "16"}});
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(set->arena_heap_mib, 8);
+  EXPECT_EQ(set->arena_heap_max_mib, 16);
+  auto inverted = with({{"KOROVOD_ARENA_HEAP_MIB", "128"}, {"KOROVOD_ARENA_HEAP_MAX_MIB", "16"}});
+  ASSERT_FALSE(inverted.ok());
+  EXPECT_NE(inverted.status().message().find(
+                "KOROVOD_ARENA_HEAP_MIB=128 is more than KOROVOD_ARENA_HEAP_MAX_MIB=16"),
+            std::string::npos)
+      << inverted.status().message();
+  auto zero = with({{"KOROVOD_ARENA_HEAP_MAX_MIB", "0"}});
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.status().message().find("KOROVOD_ARENA_HEAP_MAX_MIB"), std::string::npos);
 }
 
 TEST(SidecarConfigTest, JobKeyFromTheEnvironment) {

@@ -207,6 +207,8 @@ std::vector<Rpc> Rpcs() {
   v1::AddProcessSetRequest add;
   add.add_ranks(0);
   add.add_ranks(1);
+  v1::RemoveProcessSetRequest remove;
+  remove.set_id(7);  // no such set: answered at once (removed = false), nothing collective
   v1::StartTimelineRequest start;
   start.set_path("/nonexistent-korovod-fuzz/timeline-{rank}.json");
   start.set_mark_cycles(true);
@@ -216,6 +218,7 @@ std::vector<Rpc> Rpcs() {
   return {
       {prefix + "Hello", {hello.SerializeAsString(), newer.SerializeAsString()}, nullptr},
       {prefix + "AddProcessSet", {add.SerializeAsString()}, Parses<v1::AddProcessSetRequest>},
+      {prefix + "RemoveProcessSet", {remove.SerializeAsString()}, nullptr},
       {prefix + "StartTimeline", {start.SerializeAsString()}, Parses<v1::StartTimelineRequest>},
       {prefix + "StopTimeline", {""}, nullptr},
       {prefix + "GetStats", {""}, nullptr},
