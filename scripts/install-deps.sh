@@ -40,7 +40,7 @@ PKGS=(g++ make cmake ninja-build pkg-config libgtest-dev libssl-dev nlohmann-jso
       python3 python3-pip python3-venv
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libcpp-httplib-dev
       python3-grpcio python3-sklearn python3-numpy python3-torch pybind11-dev python3-pytest
-      python3-yaml)
+      python3-yaml python3-mock python3-cloudpickle)
 if [ "$WITH_BENCH" = 1 ]; then
   PKGS+=(libopenmpi-dev openmpi-bin libgloo-dev python3-torch)
 fi

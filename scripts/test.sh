@@ -30,6 +30,14 @@ fi
 tail -2 build-testinfra.log
 
 step "tests (Release)"
+# Horovod's own PyTorch suite runs as ctest horovod_torch_suite_2ranks from ../shared/horovod-tests
+# (or KOROVOD_HOROVOD_TESTS); without it that test is reported skipped, and said so here.
+HOROVOD_TESTS="${KOROVOD_HOROVOD_TESTS:-$(cd .. && pwd)/shared/horovod-tests}"
+if [ -f "$HOROVOD_TESTS/parallel/test_torch.py" ]; then
+  echo "Horovod's test_torch.py: $HOROVOD_TESTS (ctest horovod_torch_suite_2ranks)"
+else
+  echo "Horovod's test_torch.py NOT FOUND at $HOROVOD_TESTS: horovod_torch_suite_2ranks is SKIPPED"
+fi
 # A missing kube-apiserver, kubectl, helm or etcd fails the k8s tests here instead of skipping them.
 KOROVOD_REQUIRE_K8S=1 ctest --test-dir build -j"$JOBS" --output-on-failure --timeout 900
 

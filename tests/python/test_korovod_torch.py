@@ -28,9 +28,10 @@ def _env():
     return env
 
 
-def run(np_, script, *args, timeout=300):
+def run(np_, script, *args, timeout=300, env=None):
     cmd = [KOROVODRUN, "-np", str(np_), PYTHON, script] + [str(a) for a in args]
-    p = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(cmd, env=dict(_env(), **(env or {})), capture_output=True, text=True,
+                       timeout=timeout)
     assert p.returncode == 0, "exit %d\nstdout:\n%s\nstderr:\n%s" % (
         p.returncode, p.stdout[-4000:], p.stderr[-4000:])
     return p.stdout
@@ -55,6 +56,34 @@ def test_distributed_optimizer_keeps_replicas_identical(passes, compression):
     out = run(2, os.path.join(HERE, "optimizer_worker.py"), passes, compression)
     sums = re.findall(r"params identical sum=(\S+)", out)
     assert len(sums) == 2 and sums[0] == sums[1], out
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_autograd_through_collectives(np_):
+    out = run(np_, os.path.join(HERE, "autograd_worker.py"))
+    for r in range(np_):
+        assert "[%d] rank %d autograd OK" % (r, r) in out, out
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_horovod_api_and_errors(np_):
+    out = run(np_, os.path.join(HERE, "api_worker.py"))
+    for r in range(np_):
+        assert "[%d] rank %d api OK" % (r, r) in out, out
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_optimizer_features(np_):
+    out = run(np_, os.path.join(HERE, "optimizer_features_worker.py"))
+    for r in range(np_):
+        assert "[%d] rank %d optimizer features OK" % (r, r) in out, out
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_sync_batch_norm_and_shutdown_in_flight(np_):
+    out = run(np_, os.path.join(HERE, "sync_bn_shutdown_worker.py"))
+    for r in range(np_):
+        assert "[%d] rank %d sync bn shutdown OK" % (r, r) in out, out
 
 
 def test_unmodified_horovod_script():
@@ -101,3 +130,53 @@ def test_synthetic_benchmark_example(tmp_path, module):
     total = re.search(r"^\[0\] Total img/sec on 2 rank\(s\): ([0-9.]+) \+-", out, re.M)
     assert total and float(total.group(1)) > 0, out
     assert "[1] " not in out, "only rank 0 prints: " + out
+
+
+# ---- gradient bursts and the arena (issue: a ResNet-50 burst exhausted the 64 MiB heap) ----
+
+@pytest.mark.parametrize("np_,model,threads", [(2, "resnet50", 1), (4, "resnet50", 4),
+                                               (2, "vgg16", 4), (2, "big1", 1)])
+def test_gradient_burst_with_default_settings(np_, model, threads):
+    """Every allreduce_async of a model's gradients, then synchronize: with the defaults (64 MiB
+    reserved per heap) a 97.5 MiB ResNet-50 burst, VGG-16's 528 MiB from 4 threads and a single
+    256 MiB tensor all complete with exact results; the heap grows instead of failing."""
+    out = run(np_, os.path.join(HERE, "burst_worker.py"), model, threads, timeout=600)
+    for r in range(np_):
+        assert "[%d] rank %d burst %s OK" % (r, r, model) in out, out
+
+
+def test_gradient_burst_waits_for_space_when_the_heap_cannot_grow():
+    """A heap capped at 16 MiB and a 97.5 MiB burst from 4 threads: submissions wait for
+    completions to free space, and every result is right."""
+    out = run(2, os.path.join(HERE, "burst_worker.py"), "resnet50", 4,
+              env={"KOROVOD_ARENA_HEAP_MIB": "8", "KOROVOD_ARENA_HEAP_MAX_MIB": "16"})
+    for r in range(2):
+        assert "[%d] rank %d burst resnet50 OK" % (r, r) in out, out
+
+
+def test_tensor_larger_than_the_whole_heap_is_refused_clearly():
+    out = run(2, os.path.join(HERE, "burst_worker.py"), "big1", 1, "expect-too-big",
+              env={"KOROVOD_ARENA_HEAP_MIB": "8", "KOROVOD_ARENA_HEAP_MAX_MIB": "16"})
+    for r in range(2):
+        assert re.search(r"\[%d\] rank %d refused: INVALID_ARGUMENT: allreduce too.big of "
+                         r"268435456 bytes: client heap of arena \S+rank%d: a block of 268435456 "
+                         r"bytes can never fit its 16777216 bytes \(the sidecar's "
+                         r"KOROVOD_ARENA_HEAP_MAX_MIB bounds the heap" % (r, r, r), out), out
+        assert "[%d] rank %d still works" % (r, r) in out, out
+
+
+def test_vgg16_trains_with_default_settings():
+    """VGG-16's 528 MiB of gradients every step through DistributedOptimizer, default arena."""
+    out = run(2, os.path.join(HERE, "vgg16_worker.py"), 3, timeout=900)
+    for r in range(2):
+        assert ("[%d] rank %d vgg16 trained: 527.8 MiB of gradients per step, replicas identical"
+                % (r, r)) in out, out
+    assert len(re.findall(r"^\[0\] step \d loss \d+\.\d+$", out, re.M)) == 3, out
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static", "static_duplicate"])
+@pytest.mark.parametrize("np_", [3, 4])
+def test_process_sets_dtypes_and_join(np_, mode):
+    out = run(np_, os.path.join(HERE, "process_sets_worker.py"), mode)
+    for r in range(np_):
+        assert "[%d] rank %d process sets %s OK" % (r, r, mode) in out, out

@@ -1,18 +1,24 @@
 """Horovod's torch collectives over the korovod sidecar client (korovod._client)."""
 import atexit
+import numbers
 import os
 import threading
+import warnings
 
 import torch
 
 from korovod import _client
+from korovod.exceptions import HorovodInternalError
+from korovod.torch.compression import Compression
 
 Average = _client.AVERAGE
 Sum = _client.SUM
 Min = _client.MIN
 Max = _client.MAX
 Product = _client.PRODUCT
-Adasum = None  # not supported by korovod
+# A real op constant, as in Horovod; the engine has no Adasum reduction, so using it raises
+# NotImplementedError (see _check_op).
+Adasum = max(Sum, Average, Min, Max, Product) + 1
 
 _DTYPES = {
     torch.uint8: _client.DataType.uint8,
@@ -23,49 +29,99 @@ _DTYPES = {
     torch.bfloat16: _client.DataType.bfloat16,
     torch.float32: _client.DataType.float32,
     torch.float64: _client.DataType.float64,
+    torch.int16: _client.DataType.int16,
+    torch.bool: _client.DataType.bool,
 }
+if hasattr(torch, "uint16"):  # torch >= 2.3
+    _DTYPES[torch.uint16] = _client.DataType.uint16
 
 _lock = threading.Lock()
 _client_obj = None
-_handles = {}  # int -> (ClientHandle, finish(ClientHandle) -> result)
+_handles = {}  # int -> _Pending (None while being submitted); see poll/synchronize
 _next_handle = 0
 
 
 class ProcessSet:
-    """A set of ranks that collectives may be restricted to (process_set=...)."""
+    """A set of ranks that collectives may be restricted to (process_set=...), as Horovod's: pass
+    it to hvd.init(process_sets=[...]) or hvd.add_process_set(); process_set_id is set once it is
+    registered and None before (or after hvd.remove_process_set)."""
 
     def __init__(self, ranks_or_comm=None):
-        self.ranks = None if ranks_or_comm is None else sorted(int(r) for r in ranks_or_comm)
+        self.ranks = None
         self.process_set_id = None
+        if ranks_or_comm is not None:
+            ranks = sorted(ranks_or_comm)
+            if any(isinstance(r, bool) or not isinstance(r, numbers.Integral) for r in ranks):
+                raise ValueError("ProcessSet should be initialized with a list of process ranks "
+                                 "(korovod has no MPI communicators)")
+            self.ranks = [int(r) for r in ranks]
 
     def _id(self):
         if self.process_set_id is None:
-            raise ValueError("process set not registered: call hvd.add_process_set first")
+            raise ValueError("process set %s is not registered: pass it to hvd.init(process_sets="
+                             "...) or hvd.add_process_set() (or it was removed)" % (self.ranks,))
         return self.process_set_id
 
+    def _invalidate(self):
+        self.process_set_id = None
+
     def size(self):
-        return len(self.ranks) if self.ranks is not None else size()
+        """The number of ranks, or None if the set is not registered."""
+        if self.process_set_id is None:
+            return None
+        return size() if self.ranks is None else len(self.ranks)
 
     def rank(self):
+        """This process's rank within the set, or None if the set is not registered."""
+        if self.process_set_id is None:
+            return None
         r = rank()
-        if self.ranks is None:
+        if self.ranks is None:  # the global set before hvd.init() (rank() raised already)
             return r
-        return self.ranks.index(r) if r in self.ranks else -1
+        if r not in self.ranks:
+            raise ValueError("Process is not part of provided process set.")
+        return self.ranks.index(r)
 
     def included(self):
-        return self.ranks is None or rank() in self.ranks
+        """Whether this process is in the set, or None if the set has no ranks yet."""
+        if self.ranks is None:
+            return None
+        return rank() in self.ranks
 
-    def __repr__(self):
+    def __str__(self):
         return "ProcessSet(process_set_id=%s, ranks=%s)" % (self.process_set_id, self.ranks)
+
+    __repr__ = __str__
 
 
 global_process_set = ProcessSet()
 global_process_set.process_set_id = 0
+_process_sets = {0: global_process_set}  # id -> the registered ProcessSet object
+_dynamic_process_sets = False  # HOROVOD_DYNAMIC_PROCESS_SETS, read by init()
+
+
+def _env_true(name):
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def init(comm=None, process_sets=None):
-    """Connects to this rank's sidecar (KOROVOD_SOCKET, set by korovodrun or the operator)."""
-    global _client_obj
+    """Connects to this rank's sidecar (KOROVOD_SOCKET, set by korovodrun or the operator).
+
+    process_sets: None; a list of ProcessSet objects registered now (every rank passes the same
+    list; an entry with the ranks of the world or of an earlier entry raises ValueError after the
+    others are registered); or "dynamic", which sets HOROVOD_DYNAMIC_PROCESS_SETS=1 so that
+    add_process_set/remove_process_set may be called later.
+    """
+    global _client_obj, _dynamic_process_sets
+    if process_sets is None:
+        process_sets = []
+    elif isinstance(process_sets, str):
+        if process_sets.lower() != "dynamic":
+            raise ValueError("process_sets must be a list of ProcessSet objects or \"dynamic\", "
+                             "not %r" % (process_sets,))
+        os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"
+        process_sets = []
+    process_sets = [ps if isinstance(ps, ProcessSet) else ProcessSet(ps) for ps in process_sets]
     with _lock:
         if _client_obj is not None:
             return
@@ -75,16 +131,34 @@ def init(comm=None, process_sets=None):
         timeout = float(os.environ.get("KOROVOD_CONNECT_TIMEOUT", "60"))
         _client_obj = _client.Client.connect(path, timeout)
         global_process_set.ranks = list(range(_client_obj.size))
-    for ps in process_sets or []:
-        add_process_set(ps)
+        for ps in _process_sets.values():
+            if ps is not global_process_set:
+                ps._invalidate()
+        _process_sets.clear()
+        _process_sets[0] = global_process_set
+        _dynamic_process_sets = _env_true("HOROVOD_DYNAMIC_PROCESS_SETS")
+    duplicates = []
+    for i, ps in enumerate(process_sets):
+        if ps.ranks is None or _registered_id(ps.ranks) is not None:
+            ps._invalidate()
+            duplicates.append(i)
+        else:
+            _register_process_set(ps)
+    if duplicates:
+        raise ValueError("korovod could not be initialized because process_sets entry number %d "
+                         "is a duplicate: %s" % (duplicates[0], process_sets[duplicates[0]]))
 
 
 def shutdown():
-    """Waits for nothing and detaches from the sidecar; ops in flight are abandoned."""
+    """Detaches from the sidecar. Ops still in flight are abandoned: their synchronize() raises
+    HorovodInternalError, and nothing is written into their tensors any more."""
     global _client_obj
     with _lock:
-        _handles.clear()
-        _client_obj = None
+        client, _client_obj = _client_obj, None
+    # Dropping the client stops its completion thread (the pending ops finish as aborted) before
+    # anything else goes: the handles keep their tensors until synchronized, so the client never
+    # copies a result into freed memory (which crashed the trainer when handles went first).
+    del client
 
 
 atexit.register(shutdown)
@@ -169,15 +243,54 @@ def rocm_built():
     return False
 
 
-def add_process_set(process_set):
-    """Registers a process set (a ProcessSet or a list of ranks) on every rank (collective)."""
-    ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
+def _registered_id(ranks):
+    for psid, ps in _process_sets.items():
+        if ps.ranks == list(ranks):
+            return psid
+    return None
+
+
+def _register_process_set(ps):
     ps.process_set_id = _c().add_process_set(ps.ranks)
+    _process_sets[ps.process_set_id] = ps
     return ps
 
 
+def add_process_set(process_set):
+    """Registers a process set (a ProcessSet or a list of ranks) on every rank and returns it.
+
+    Collective: every rank calls it with the same ranks, in the same order. Needs
+    HOROVOD_DYNAMIC_PROCESS_SETS=1 (or hvd.init(process_sets="dynamic")); a set with the ranks of
+    a registered one (the world included) raises ValueError, as in Horovod."""
+    _c()  # ValueError before hvd.init()
+    if not _dynamic_process_sets:
+        raise ValueError("Set HOROVOD_DYNAMIC_PROCESS_SETS=1 to allow adding process sets after "
+                         "Horovod initialization.")
+    ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
+    if ps.ranks is None:
+        raise ValueError("add_process_set needs a ProcessSet with ranks")
+    if _registered_id(ps.ranks) is not None:
+        raise ValueError("Attempted to add a duplicate process set: %s" % ps)
+    return _register_process_set(ps)
+
+
 def remove_process_set(process_set):
-    raise NotImplementedError("korovod: remove_process_set is not supported")
+    """Removes a registered process set on every rank (collective, like add_process_set) and
+    invalidates it; returns whether a set was removed (False for the global set or a set that is
+    not registered). Needs HOROVOD_DYNAMIC_PROCESS_SETS=1."""
+    psid = process_set.process_set_id
+    if psid is None or psid == 0:
+        return False
+    process_set._invalidate()
+    c = _c()
+    if not _dynamic_process_sets:
+        raise ValueError("Set HOROVOD_DYNAMIC_PROCESS_SETS=1 to allow removing process sets after "
+                         "Horovod initialization.")
+    removed = c.remove_process_set(psid)
+    registered = _process_sets.pop(psid, None)
+    if registered is not None:
+        registered._invalidate()
+    return bool(removed)
 
 
 def start_timeline(file_path, mark_cycles=False):
@@ -197,48 +310,159 @@ def _dtype(tensor):
         raise ValueError("korovod: unsupported dtype %s" % tensor.dtype) from None
 
 
-def _register(h, finish):
+# ---- handles ----
+# A handle is an int naming an op in flight (a _Pending) until synchronize() gives its result.
+# Like Horovod's tensor queue, the names of unfinished ops are held per process set: a second op
+# under the name of one still in flight is refused at submission (ValueError).
+
+
+class _Pending:
+    """An op in flight: its client handle, finish(handle) -> the result, and the
+    (process set id, name) keys it holds."""
+    __slots__ = ("handle", "finish", "keys")
+
+    def __init__(self, handle, finish, keys):
+        self.handle, self.finish, self.keys = handle, finish, keys
+
+
+_names = {}  # (process set id, op name) -> the handle of the unfinished op holding it
+# Ops started by a grouped call that failed part way: never synchronized, but the sidecar may
+# still copy results into their tensors, so those stay referenced here.
+_orphans = []
+
+
+def _name_free(key):
+    """Under _lock. An op that has finished gives its name up even before synchronize(), as in
+    Horovod (where a name is held until the op completes)."""
+    hid = _names.get(key)
+    if hid is None:
+        return True
+    entry = _handles.get(hid, False)
+    if entry is None:  # still being submitted
+        return False
+    if entry is False or entry.handle.poll():
+        del _names[key]
+        return True
+    return False
+
+
+def _release(keys, hid):
+    """Under _lock: gives up the names `hid` holds."""
+    for k in keys:
+        if _names.get(k) == hid:
+            del _names[k]
+
+
+def _internal_error(e):
+    return e if isinstance(e, HorovodInternalError) else HorovodInternalError(str(e))
+
+
+def _start(names, process_set, submit, finish):
+    """Starts one op: holds `names` in `process_set`, calls submit() -> client handle; returns the
+    op's handle. Errors as in Horovod: ValueError for a name in flight, a rank outside the set or an
+    invalid argument; HorovodInternalError when the sidecar refuses the op otherwise."""
     global _next_handle
+    psid = _psid(process_set)
+    if process_set is not None and process_set.included() is False:
+        raise ValueError("korovod: rank %d is not a member of %s" % (rank(), process_set))
+    keys = [(psid, n) for n in names]
     with _lock:
+        if len(set(keys)) != len(keys):
+            raise ValueError("korovod: one op names two tensors alike: %s" % names)
+        for k in keys:
+            if not _name_free(k):
+                raise ValueError("korovod: an op named '%s' is already in flight (the names of "
+                                 "unfinished ops must be unique)" % k[1])
         _next_handle += 1
-        _handles[_next_handle] = (h, finish)
-        return _next_handle
+        hid = _next_handle
+        _handles[hid] = None
+        _names.update((k, hid) for k in keys)
+    try:
+        h = submit()
+    except BaseException as e:
+        with _lock:
+            _handles.pop(hid, None)
+            _release(keys, hid)
+        if type(e) is RuntimeError:  # from the client: the sidecar refused the op
+            if str(e).startswith("INVALID_ARGUMENT"):
+                raise ValueError(str(e)) from None
+            raise HorovodInternalError(str(e)) from None
+        raise
+    with _lock:
+        _handles[hid] = _Pending(h, finish, keys)
+    return hid
 
 
 def poll(handle):
     """True when the op behind `handle` has completed (synchronize() will not block)."""
+    if isinstance(handle, _SparseHandle):
+        return handle.poll()
     with _lock:
         entry = _handles.get(handle)
     if entry is None:
-        raise ValueError("korovod: unknown handle %r" % (handle,))
-    return entry[0].poll()
+        raise ValueError("korovod: handle %r was not created or has been cleared" % (handle,))
+    return entry.handle.poll()
 
 
 def synchronize(handle):
-    """Waits for the async op and returns its output (releases the handle)."""
+    """Waits for the op behind `handle` and returns its output (Horovod: None for a handle that is
+    unknown or already synchronized). A failed op raises HorovodInternalError."""
+    if isinstance(handle, _SparseHandle):
+        return handle()
     with _lock:
-        entry = _handles.pop(handle, None)
+        entry = _handles.get(handle)
     if entry is None:
-        raise ValueError("korovod: unknown handle %r" % (handle,))
-    h, finish = entry
-    h.wait()
-    return finish(h)
+        return None
+    try:
+        entry.handle.wait()
+        return entry.finish(entry.handle)
+    except RuntimeError as e:
+        raise _internal_error(e) from None
+    finally:
+        with _lock:
+            _handles.pop(handle, None)
+            _release(entry.keys, handle)
 
 
-def _op(op, average):
-    if op is not None and average is not None:
-        raise ValueError("korovod: pass either op or average, not both")
-    if average is not None:
-        return Average if average else Sum
-    if op is None:
-        return Average
-    if op is Adasum:
-        raise NotImplementedError("korovod: Adasum is not supported")
+# ---- reduction ops and names ----
+
+_ADASUM_UNSUPPORTED = (
+    "korovod: the Adasum reduction is not supported: korovod's engine reduces with Sum, Average, "
+    "Min, Max and Product only (Horovod runs Adasum over MPI or NCCL, which korovod does not use)")
+
+
+def _check_op(op):
+    if op == Adasum:
+        raise NotImplementedError(_ADASUM_UNSUPPORTED)
+    if op not in (Sum, Average, Min, Max, Product):
+        raise ValueError("korovod: unknown reduction op %r" % (op,))
     return op
+
+
+def _reduce_op(op, average):
+    """Horovod's handle_average_backwards_compatibility: `average` is the deprecated spelling of
+    op=Average/Sum; giving both is an error; neither means Average."""
+    if op is not None:
+        if average is not None:
+            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+    elif average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
+                      DeprecationWarning)
+        op = Average if average else Sum
+    else:
+        op = Average
+    return _check_op(op)
+
+
+handle_average_backwards_compatibility = _reduce_op
 
 
 def _psid(process_set):
     return 0 if process_set is None else process_set._id()
+
+
+def _set_size(process_set):
+    return size() if process_set is None else process_set.size()
 
 
 _auto_names = {}
@@ -258,79 +482,34 @@ def _name(name, kind="op", process_set=None):
     return _auto_name(kind, process_set) if name is None else str(name)
 
 
-# ---- allreduce ----
-
-def _allreduce_into(tensor, output, name, op, prescale, postscale, process_set):
-    """Starts an allreduce of `tensor` into `output` (both contiguous, same shape/dtype)."""
-    h = _c().allreduce(tensor.data_ptr(), output.data_ptr(), _dtype(tensor), list(tensor.shape),
-                       _name(name, "allreduce", process_set), op, float(prescale),
-                       float(postscale), _psid(process_set))
-    return h
+def _contiguous(tensor):
+    t = tensor.detach()
+    return t if t.is_contiguous() else t.contiguous()
 
 
-def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                     postscale_factor=1.0, process_set=global_process_set):
-    op = _op(op, average)
-    if tensor.is_contiguous():
-        buf = tensor
-        def finish(h, t=tensor):
-            return t
-    else:
-        buf = tensor.contiguous()
-        def finish(h, t=tensor, b=buf):
-            t.copy_(b)
-            return t
-    h = _allreduce_into(buf, buf, name, op, prescale_factor, postscale_factor, process_set)
-    return _register(h, finish)
-
-
-def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                    postscale_factor=1.0, process_set=global_process_set):
-    op = _op(op, average)
-    src = tensor.detach().contiguous()
-    out = torch.empty_like(src, memory_format=torch.contiguous_format)
-    h = _allreduce_into(src, out, name, op, prescale_factor, postscale_factor, process_set)
-    return _register(h, lambda h, s=src, o=out: o)
-
-
-def allreduce(tensor, average=None, name=None, compression=None, op=None,
-              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    from korovod.torch.compression import Compression
-    compression = compression or Compression.none
-    compressed, ctx = compression.compress(tensor)
-    out = synchronize(allreduce_async(compressed, average, name, op, prescale_factor,
-                                      postscale_factor, process_set))
-    return compression.decompress(out, ctx)
-
-
-def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-               postscale_factor=1.0, process_set=global_process_set):
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                        postscale_factor, process_set))
-
-
-def _check_group(tensors):
-    if not tensors:
-        raise ValueError("korovod: empty tensor list")
-    dt = tensors[0].dtype
-    if any(t.dtype != dt for t in tensors):
-        raise ValueError("korovod: grouped allreduce needs tensors of one dtype")
+def _copy_back(dst, buf):
+    """Copies an op's result from its contiguous buffer into `dst` when they are not the same
+    memory (a non-contiguous dst); autograd does not see the copy, as with Horovod's C++ ops."""
+    if buf.data_ptr() != dst.data_ptr() or buf.stride() != dst.stride():
+        with torch.no_grad():
+            dst.copy_(buf)
+    return dst
 
 
 class _GroupHandle:
-    """The member handles of one grouped allreduce, polled and waited on as one handle."""
+    """The member handles of one grouped op, polled and waited on as one handle."""
 
     def __init__(self, handles):
-        self._handles = handles
+        self.handles = handles
 
     def poll(self):
-        return all(h.poll() for h in self._handles)
+        return all(h.poll() for h in self.handles)
 
     def wait(self):
         # Every member is waited for before an error is raised: until then the sidecar may still
         # copy a result into a member's tensor.
         error = None
-        for h in self._handles:
+        for h in self.handles:
             try:
                 h.wait()
             except RuntimeError as e:
@@ -339,42 +518,197 @@ class _GroupHandle:
             raise error
 
 
-def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                             postscale_factor=1.0, process_set=global_process_set):
-    """Starts one grouped allreduce: the sidecar hands the tensors to the engine as one group,
-    negotiated and fused together (Horovod's grouped_allreduce)."""
-    _check_group(tensors)
-    op = _op(op, average)
-    bufs = [t if t.is_contiguous() else t.contiguous() for t in tensors]
-    base = _name(name, "grouped_allreduce", process_set)
-    names = ["%s.%d" % (base, i) for i in range(len(bufs))]
-    hs = _c().grouped_allreduce([b.data_ptr() for b in bufs], [b.data_ptr() for b in bufs],
-                                [list(b.shape) for b in bufs], names, _dtype(bufs[0]), op,
-                                float(prescale_factor), float(postscale_factor),
-                                _psid(process_set))
-    def finish_all(_h, ts=tensors, bs=bufs):
-        for t, b in zip(ts, bs):
-            if t is not b:
-                t.copy_(b)
-        return list(ts)
-    return _register(_GroupHandle(hs), finish_all)
+def _start_each(submits, keep):
+    """Calls each of `submits` (-> client handle) and returns the handles as one _GroupHandle. If
+    one fails, those already started run on unsynchronized: `keep` (their tensors) stays alive."""
+    handles = []
+    try:
+        for submit in submits:
+            handles.append(submit())
+    except BaseException:
+        if handles:
+            with _lock:
+                _orphans.append((handles, keep))
+        raise
+    return _GroupHandle(handles)
+
+
+def _group_names(name, kind, process_set, count):
+    if count == 0:
+        raise ValueError("korovod: a grouped %s of no tensors" % kind)
+    base = _name(name, kind, process_set)
+    return ["%s.%d" % (base, i) for i in range(count)]
+
+
+# ---- allreduce ----
+
+def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
+    """Starts an allreduce of `tensor` into `output` (same shape and dtype; may be `tensor`)."""
+    _check_op(op)
+    dtype = _dtype(tensor)
+    src = _contiguous(tensor)
+    buf = _contiguous(output) if output.is_contiguous() else torch.empty_like(
+        output.detach(), memory_format=torch.contiguous_format)
+    name = _name(name, "allreduce", process_set)
+    psid = _psid(process_set)
+
+    def submit():
+        return _c().allreduce(src.data_ptr(), buf.data_ptr(), dtype, list(src.shape), name, op,
+                              float(prescale_factor), float(postscale_factor), psid)
+
+    def finish(_h, src=src):
+        return _copy_back(output, buf)
+
+    return _start([name], process_set, submit, finish)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    """Starts averaging (op) `tensor` over the ranks of process_set; `tensor` is not modified.
+    Returns a handle for poll() and synchronize()."""
+    op = _reduce_op(op, average)
+    output = torch.empty_like(tensor.detach(), memory_format=torch.contiguous_format)
+    return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor,
+                            process_set)
+
+
+class HorovodAllreduce(torch.autograd.Function):
+    """allreduce as an autograd function: the gradient is the allreduce (same op and scales) of
+    the output's gradient."""
+
+    @staticmethod
+    def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.average = average
+        ctx.op = op
+        ctx.prescale_factor = prescale_factor
+        ctx.postscale_factor = postscale_factor
+        ctx.process_set = process_set
+        handle = allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
+                                 process_set)
+        return synchronize(handle)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return (allreduce(grad_output, average=ctx.average, op=ctx.op,
+                          prescale_factor=ctx.prescale_factor,
+                          postscale_factor=ctx.postscale_factor, process_set=ctx.process_set),
+                None, None, None, None, None, None)
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Averages (op) `tensor` over the ranks of process_set and returns the result; `tensor` is
+    not modified. Differentiable."""
+    tensor_compressed, ctx = compression.compress(tensor)
+    summed = HorovodAllreduce.apply(tensor_compressed, average, name, op, prescale_factor,
+                                    postscale_factor, process_set)
+    return compression.decompress(summed, ctx)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set):
+    """Starts an in-place allreduce of `tensor`; synchronize() returns `tensor`."""
+    op = _reduce_op(op, average)
+    return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor,
+                            process_set)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=global_process_set):
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                        postscale_factor, process_set))
+
+
+def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor,
+                             process_set):
+    """Starts one grouped allreduce of `tensors` into `outputs`: the sidecar hands the tensors of
+    each dtype to the engine as one group, negotiated and fused together."""
+    tensors, outputs = list(tensors), list(outputs)
+    names = _group_names(name, "grouped_allreduce", process_set, len(tensors))
+    _check_op(op)
+    dtypes = [_dtype(t) for t in tensors]
+    srcs = [_contiguous(t) for t in tensors]
+    bufs = [_contiguous(o) if o.is_contiguous() else
+            torch.empty_like(o.detach(), memory_format=torch.contiguous_format) for o in outputs]
+    psid = _psid(process_set)
+    by_dtype = {}
+    for i, dt in enumerate(dtypes):
+        by_dtype.setdefault(dt, []).append(i)
+
+    def submit_group(dt, idx):
+        return lambda: _c().grouped_allreduce(
+            [srcs[i].data_ptr() for i in idx], [bufs[i].data_ptr() for i in idx],
+            [list(srcs[i].shape) for i in idx], [names[i] for i in idx], dt, op,
+            float(prescale_factor), float(postscale_factor), psid)
+
+    def submit():
+        # One engine group per dtype (the wire format has one dtype per group).
+        groups = _start_each([submit_group(dt, idx) for dt, idx in by_dtype.items()],
+                             (srcs, bufs))
+        handles = [None] * len(tensors)
+        for idx, members in zip(by_dtype.values(), groups.handles):
+            for i, h in zip(idx, members):
+                handles[i] = h
+        return _GroupHandle(handles)
+
+    def finish(_h, srcs=srcs):
+        return tuple(_copy_back(o, b) for o, b in zip(outputs, bufs))
+
+    return _start(names, process_set, submit, finish)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
-    outs = [t.detach().clone(memory_format=torch.contiguous_format) for t in tensors]
-    return grouped_allreduce_async_(outs, average, name, op, prescale_factor, postscale_factor,
-                                    process_set)
+    """Starts a grouped allreduce of `tensors` (not modified); synchronize() returns the
+    outputs."""
+    op = _reduce_op(op, average)
+    outputs = [torch.empty_like(t.detach(), memory_format=torch.contiguous_format)
+               for t in tensors]
+    return _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor,
+                                    postscale_factor, process_set)
 
 
-def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None,
+class HorovodGroupedAllreduce(torch.autograd.Function):
+    """grouped_allreduce as an autograd function: the gradients are the grouped allreduce of the
+    outputs' gradients."""
+
+    @staticmethod
+    def forward(ctx, average, name, op, prescale_factor, postscale_factor, process_set,
+                *tensors):
+        ctx.average = average
+        ctx.op = op
+        ctx.prescale_factor = prescale_factor
+        ctx.postscale_factor = postscale_factor
+        ctx.process_set = process_set
+        handle = grouped_allreduce_async(list(tensors), average, name, op, prescale_factor,
+                                         postscale_factor, process_set)
+        return synchronize(handle)
+
+    @staticmethod
+    def backward(ctx, *grad_output):
+        grad_reduced = grouped_allreduce(list(grad_output), average=ctx.average, op=ctx.op,
+                                         prescale_factor=ctx.prescale_factor,
+                                         postscale_factor=ctx.postscale_factor,
+                                         process_set=ctx.process_set)
+        return (None, None, None, None, None, None, *grad_reduced)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    from korovod.torch.compression import Compression
-    compression = compression or Compression.none
-    pairs = [compression.compress(t) for t in tensors]
-    outs = synchronize(grouped_allreduce_async([p[0] for p in pairs], average, name, op,
-                                               prescale_factor, postscale_factor, process_set))
-    return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
+    """Allreduces a list of tensors as one group; returns the list of results. Differentiable."""
+    tensors_compressed, ctxs = zip(*[compression.compress(t) for t in tensors]) if tensors \
+        else ((), ())
+    summed = HorovodGroupedAllreduce.apply(average, name, op, prescale_factor, postscale_factor,
+                                           process_set, *tensors_compressed)
+    return [compression.decompress(t, ctx) for t, ctx in zip(summed, ctxs)]
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    """Starts an in-place grouped allreduce; synchronize() returns the tensors."""
+    op = _reduce_op(op, average)
+    return _grouped_allreduce_async(tensors, tensors, name, op, prescale_factor,
+                                    postscale_factor, process_set)
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -383,7 +717,49 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
                                                 postscale_factor, process_set))
 
 
-# ---- ops with outputs of size known at completion ----
+class _SparseHandle:
+    """sparse_allreduce_async's handle. Callable, as Horovod's (a function giving the result);
+    poll() and synchronize() take it too."""
+
+    def __init__(self, tensor, indices_handle, values_handle, op, process_set):
+        self._tensor, self._op, self._process_set = tensor, op, process_set
+        self._indices, self._values = indices_handle, values_handle
+        self._result = None
+
+    def poll(self):
+        return self._result is not None or (poll(self._values) and poll(self._indices))
+
+    def __call__(self):
+        if self._result is None:
+            values = synchronize(self._values)
+            indices = synchronize(self._indices)
+            t = self._tensor
+            if self._op == Average:
+                values = values / _set_size(self._process_set)
+            # Duplicate indices (one per contributing rank) stay: they sum when coalesced.
+            self._result = torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size(),
+                                                   dtype=values.dtype)
+        return self._result
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Horovod's sparse allreduce: allgathers the sparse tensor's indices and values over the ranks
+    of process_set; the handle's result (handle(), or synchronize(handle)) is the sparse sum (or
+    average, op=Average) with every rank's entries."""
+    _check_op(op)
+    if op not in (Sum, Average):
+        raise ValueError("korovod: sparse allreduce supports Sum and Average only")
+    t = tensor
+    name = _name(name, "sparse_allreduce", process_set)
+    # Allgather concatenates along dimension 0: indices go as (nnz, ndim) and back.
+    indices_handle = allgather_async(t._indices().transpose(0, 1).contiguous(),
+                                     name="%s.indices" % name, process_set=process_set)
+    values_handle = allgather_async(t._values(), name="%s.values" % name,
+                                    process_set=process_set)
+    return _SparseHandle(t, indices_handle, values_handle, op, process_set)
+
+
+# ---- allgather ----
 
 def _result_tensor(h, dtype):
     out = torch.empty(list(h.shape), dtype=dtype)
@@ -391,98 +767,349 @@ def _result_tensor(h, dtype):
     return out
 
 
+def _allgather_submit(src, dtype, name, psid):
+    return lambda: _c().allgather(src.data_ptr(), dtype, list(src.shape), name, psid)
+
+
 def allgather_async(tensor, name=None, process_set=global_process_set):
-    src = tensor.detach().contiguous()
-    h = _c().allgather(src.data_ptr(), _dtype(src), list(src.shape),
-                       _name(name, "allgather", process_set), _psid(process_set))
-    return _register(h, lambda h, s=src: _result_tensor(h, s.dtype))
+    """Starts concatenating every rank's `tensor` along dimension 0 (first dimensions may
+    differ); synchronize() returns the result."""
+    dtype = _dtype(tensor)
+    src = _contiguous(tensor)
+    name = _name(name, "allgather", process_set)
+    return _start([name], process_set, _allgather_submit(src, dtype, name, _psid(process_set)),
+                  lambda h, s=src: _result_tensor(h, s.dtype))
+
+
+class HorovodAllgather(torch.autograd.Function):
+    """allgather as an autograd function: the gradient is this rank's slice of the averaged
+    output gradient."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.dim = tensor.shape[0] if tensor.dim() else 0
+        ctx.process_set = process_set
+        return synchronize(allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_reduced = allreduce(grad_output, op=Average, process_set=ctx.process_set)
+        dims = allgather(torch.tensor([ctx.dim], dtype=torch.int32), process_set=ctx.process_set)
+        r = _set_rank(ctx.process_set)
+        offset = int(dims[:r].sum()) if r else 0
+        return grad_reduced.narrow(0, offset, ctx.dim), None, None
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
-    """Concatenates every rank's tensor along dimension 0 (first dimensions may differ)."""
-    return synchronize(allgather_async(tensor, name, process_set))
+    """Concatenates every rank's tensor along dimension 0 (first dimensions may differ).
+    Differentiable."""
+    return HorovodAllgather.apply(tensor, name, process_set)
+
+
+def _set_rank(process_set):
+    return rank() if process_set is None else process_set.rank()
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """Starts allgathers of every tensor of the list, as one handle; synchronize() returns the
+    list of results."""
+    tensors = list(tensors)
+    names = _group_names(name, "grouped_allgather", process_set, len(tensors))
+    dtypes = [_dtype(t) for t in tensors]
+    srcs = [_contiguous(t) for t in tensors]
+    psid = _psid(process_set)
+    submits = [_allgather_submit(s, dt, n, psid) for s, dt, n in zip(srcs, dtypes, names)]
+    return _start(names, process_set, lambda: _start_each(submits, srcs),
+                  lambda g: [_result_tensor(h, s.dtype) for h, s in zip(g.handles, srcs)])
+
+
+class HorovodGroupedAllgather(torch.autograd.Function):
+    """grouped_allgather as an autograd function (gradients as HorovodAllgather's)."""
+
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        ctx.dims = [t.shape[0] if t.dim() else 0 for t in tensors]
+        ctx.process_set = process_set
+        return tuple(synchronize(grouped_allgather_async(list(tensors), name, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grad_output):
+        grad_reduced = grouped_allreduce(list(grad_output), op=Average,
+                                         process_set=ctx.process_set)
+        dims = grouped_allgather([torch.tensor([d], dtype=torch.int32) for d in ctx.dims],
+                                 process_set=ctx.process_set)
+        r = _set_rank(ctx.process_set)
+        offsets = [int(d[:r].sum()) if r else 0 for d in dims]
+        return (None, None, *[g.narrow(0, o, d)
+                              for g, o, d in zip(grad_reduced, offsets, ctx.dims)])
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
-    hs = [allgather_async(t, "%s.%d" % (name, i) if name else None, process_set)
-          for i, t in enumerate(tensors)]
-    return [synchronize(h) for h in hs]
+    """allgather of each tensor of the list; returns the list of results. Differentiable."""
+    return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
+
+
+# ---- broadcast ----
+
+def _set_root(root_rank, process_set):
+    """Horovod's root_rank is a global rank; the engine takes the root's rank in the set."""
+    root = int(root_rank)
+    if process_set is None or process_set is global_process_set or process_set.ranks is None:
+        return root
+    if root not in process_set.ranks:
+        raise ValueError("korovod: broadcast root rank %d is not a member of %s"
+                         % (root, process_set))
+    return process_set.ranks.index(root)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
-    buf = tensor if tensor.is_contiguous() else tensor.contiguous()
-    h = _c().broadcast(buf.data_ptr(), _dtype(buf), list(buf.shape), int(root_rank),
-                       _name(name, "broadcast", process_set), _psid(process_set))
-    def finish(h, t=tensor, b=buf):
-        if t is not b:
-            t.copy_(b)
-        return t
-    return _register(h, finish)
+    """Starts broadcasting root_rank's `tensor` into `tensor` on every rank of process_set
+    (root_rank: a global rank); synchronize() returns `tensor`."""
+    dtype = _dtype(tensor)
+    root = _set_root(root_rank, process_set)
+    buf = _contiguous(tensor)
+    name = _name(name, "broadcast", process_set)
+    psid = _psid(process_set)
+
+    def submit():
+        return _c().broadcast(buf.data_ptr(), dtype, list(buf.shape), root, name, psid)
+
+    return _start([name], process_set, submit, lambda h: _copy_back(tensor, buf))
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
-    out = tensor.detach().clone(memory_format=torch.contiguous_format)
-    return broadcast_async_(out, root_rank, name, process_set)
+    """Starts a broadcast of root_rank's `tensor` into a new tensor (`tensor` is not modified)."""
+    output = tensor.detach().clone(memory_format=torch.contiguous_format)
+    return broadcast_async_(output, root_rank, name, process_set)
+
+
+class HorovodBroadcast(torch.autograd.Function):
+    """broadcast as an autograd function: the gradient is the averaged output gradient on the
+    root, zero elsewhere."""
+
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank = root_rank
+        ctx.process_set = process_set
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_reduced = allreduce(grad_output, op=Average, process_set=ctx.process_set)
+        if rank() != ctx.root_rank:
+            grad_reduced = grad_reduced * 0
+        return grad_reduced, None, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """Returns root_rank's `tensor` on every rank of process_set (root_rank: a global rank).
+    Differentiable."""
+    return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
-def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
-    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+# ---- alltoall ----
+
+def _alltoall_splits(src, splits, set_size):
+    """Checks `splits` as Horovod does (ValueError) and returns them as a list."""
+    if src.dim() == 0:
+        raise ValueError("korovod: alltoall needs a tensor with at least one dimension")
+    if splits is None:
+        split_list = []
+    elif torch.is_tensor(splits):
+        if splits.dim() > 1:
+            raise ValueError("alltoall expects a 1D splits tensor")
+        if splits.dtype != torch.int32:
+            raise ValueError("alltoall expects splits to contain 32-bit integer elements.")
+        split_list = [int(s) for s in splits.tolist()]
+    else:
+        split_list = [int(s) for s in splits]
+    if not split_list:
+        if src.shape[0] % set_size:
+            raise ValueError("splits not provided, but first dimension of tensor is not an even "
+                             "multiple of the number of workers.")
+        return [src.shape[0] // set_size] * set_size
+    if len(split_list) != set_size:
+        raise ValueError("Number of entries in splits does not equal number of workers.")
+    if any(s < 0 for s in split_list):
+        raise ValueError("alltoall splits must not be negative")
+    if sum(split_list) > src.shape[0]:
+        raise ValueError("Sum of splits entries is greater than the first dimension of tensor.")
+    return split_list
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
-    src = tensor.detach().contiguous()
-    if splits is None:
-        n = process_set.size() if process_set is not None else size()
-        if src.dim() == 0 or src.shape[0] % n:
-            raise ValueError("korovod: alltoall without splits needs dim 0 divisible by size")
-        split_list = [src.shape[0] // n] * n
-    else:
-        split_list = [int(s) for s in (splits.tolist() if torch.is_tensor(splits) else splits)]
-    h = _c().alltoall(src.data_ptr(), _dtype(src), list(src.shape), split_list,
-                      _name(name, "alltoall", process_set), _psid(process_set))
-    def finish(h, s=src, with_splits=splits is not None):
-        out = _result_tensor(h, s.dtype)
-        if with_splits:
-            return out, torch.tensor(list(h.received_splits), dtype=torch.int32)
-        return out
-    return _register(h, finish)
+    """Starts an alltoall: slices of dimension 0 (`splits` rows, or equal parts) go to the ranks
+    of process_set in order; synchronize() returns (received tensor, received splits)."""
+    dtype = _dtype(tensor)
+    split_list = _alltoall_splits(tensor, splits, _set_size(process_set))
+    # Horovod sends the rows the splits cover; rows past their sum stay behind.
+    src = _contiguous(tensor.narrow(0, 0, sum(split_list)))
+    name = _name(name, "alltoall", process_set)
+    psid = _psid(process_set)
+
+    def submit():
+        return _c().alltoall(src.data_ptr(), dtype, list(src.shape), split_list, name, psid)
+
+    def finish(h):
+        return (_result_tensor(h, src.dtype),
+                torch.tensor(list(h.received_splits), dtype=torch.int32))
+
+    return _start([name], process_set, submit, finish)
+
+
+class HorovodAlltoall(torch.autograd.Function):
+    """alltoall as an autograd function: the gradient is the alltoall of the output gradient with
+    the received splits."""
+
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        output, received_splits = synchronize(alltoall_async(tensor, splits, name, process_set))
+        ctx.process_set = process_set
+        ctx.recvsplits = received_splits
+        if splits is None:
+            return output
+        ctx.mark_non_differentiable(received_splits)
+        return output, received_splits
+
+    @staticmethod
+    def backward(ctx, grad_output, *dead_gradients):
+        grad_wrt_tensor, _ = alltoall(grad_output, splits=ctx.recvsplits,
+                                      process_set=ctx.process_set)
+        return grad_wrt_tensor, None, None, None
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Scatters slices of dim 0 (by `splits`) to the ranks; returns what this rank received
-    (and, when `splits` is given, the received splits)."""
-    return synchronize(alltoall_async(tensor, splits, name, process_set))
+    (and, when `splits` is given, the received splits). Differentiable."""
+    return HorovodAlltoall.apply(tensor, splits, name, process_set)
+
+
+# ---- reducescatter ----
+
+def _reducescatter_submit(tensor, name, op, process_set, prescale_factor, postscale_factor):
+    """Checks one reducescatter input; returns (contiguous input, submit())."""
+    if op is None:
+        op = Average
+    _check_op(op)
+    dtype = _dtype(tensor)
+    if tensor.dim() == 0:
+        raise ValueError("korovod: reducescatter does not support scalar inputs")
+    src = _contiguous(tensor)
+    psid = _psid(process_set)
+    return src, lambda: _c().reducescatter(src.data_ptr(), dtype, list(src.shape), name, op,
+                                           float(prescale_factor), float(postscale_factor), psid)
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
-    src = tensor.detach().contiguous()
-    h = _c().reducescatter(src.data_ptr(), _dtype(src), list(src.shape),
-                           _name(name, "reducescatter", process_set), op,
-                           float(prescale_factor), float(postscale_factor), _psid(process_set))
-    return _register(h, lambda h, s=src: _result_tensor(h, s.dtype))
+    """Starts reducing `tensor` over the ranks of process_set and scattering dimension 0 (this
+    rank gets its block); synchronize() returns the block."""
+    name = _name(name, "reducescatter", process_set)
+    src, submit = _reducescatter_submit(tensor, name, op, process_set, prescale_factor,
+                                        postscale_factor)
+    return _start([name], process_set, submit, lambda h: _result_tensor(h, src.dtype))
 
 
-def reducescatter(tensor, name=None, compression=None, op=Average,
+class HorovodReducescatter(torch.autograd.Function):
+    """reducescatter as an autograd function: the gradient is the allgather of the output
+    gradient, scaled as the forward scaled (times the set size for Sum)."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        ctx.op = op
+        ctx.process_set = process_set
+        ctx.prescale_factor = prescale_factor
+        ctx.postscale_factor = postscale_factor
+        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
+                                               postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return (allgather(_reducescatter_grad_scale(ctx, grad_output),
+                          process_set=ctx.process_set), None, None, None, None, None)
+
+
+def _reducescatter_grad_scale(ctx, grad):
+    if ctx.op == Sum:
+        grad = grad * _set_size(ctx.process_set)
+    if ctx.prescale_factor != 1.0:
+        grad = grad * ctx.prescale_factor
+    if ctx.postscale_factor != 1.0:
+        grad = grad * ctx.postscale_factor
+    return grad
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
-    from korovod.torch.compression import Compression
-    compression = compression or Compression.none
-    compressed, ctx = compression.compress(tensor)
-    out = synchronize(reducescatter_async(compressed, name, op, process_set, prescale_factor,
-                                          postscale_factor))
-    return compression.decompress(out, ctx)
+    """Reduces `tensor` over the ranks of process_set and returns this rank's block of dimension
+    0. Differentiable."""
+    tensor_compressed, ctx = compression.compress(tensor)
+    reduced = HorovodReducescatter.apply(tensor_compressed, name, op, process_set,
+                                         prescale_factor, postscale_factor)
+    return compression.decompress(reduced, ctx)
 
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    """Starts a reducescatter of every tensor of the list, as one handle; synchronize() returns
+    the list of blocks."""
+    tensors = list(tensors)
+    names = _group_names(name, "grouped_reducescatter", process_set, len(tensors))
+    pairs = [_reducescatter_submit(t, n, op, process_set, prescale_factor, postscale_factor)
+             for t, n in zip(tensors, names)]
+    srcs = [p[0] for p in pairs]
+    return _start(names, process_set, lambda: _start_each([p[1] for p in pairs], srcs),
+                  lambda g: [_result_tensor(h, s.dtype) for h, s in zip(g.handles, srcs)])
+
+
+class HorovodGroupedReducescatter(torch.autograd.Function):
+    """grouped_reducescatter as an autograd function (gradients as HorovodReducescatter's)."""
+
+    @staticmethod
+    def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
+        ctx.op = op
+        ctx.process_set = process_set
+        ctx.prescale_factor = prescale_factor
+        ctx.postscale_factor = postscale_factor
+        return tuple(synchronize(grouped_reducescatter_async(
+            list(tensors), name, op, process_set, prescale_factor, postscale_factor)))
+
+    @staticmethod
+    def backward(ctx, *grad_output):
+        grads = [_reducescatter_grad_scale(ctx, g) for g in grad_output]
+        return (None, None, None, None, None,
+                *grouped_allgather(grads, process_set=ctx.process_set))
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    """reducescatter of each tensor of the list; returns the list of blocks. Differentiable."""
+    pairs = [compression.compress(t) for t in tensors]
+    reduced = HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor,
+                                                postscale_factor, *[p[0] for p in pairs])
+    return [compression.decompress(t, p[1]) for t, p in zip(reduced, pairs)]
+
+
+# ---- barrier, join ----
 
 def barrier(process_set=global_process_set):
-    _c().barrier(_psid(process_set), _name(None, "barrier", process_set)).wait()
+    """Returns once every rank of process_set has called barrier()."""
+    try:
+        _c().barrier(_psid(process_set), _name(None, "barrier", process_set)).wait()
+    except RuntimeError as e:
+        raise _internal_error(e) from None
 
 
 def join(device=-1):
     """Blocks until every rank has joined; returns the rank that joined last."""
-    h = _c().join(0, _name(None, "join", global_process_set))
-    h.wait()
+    try:
+        h = _c().join(0, _name(None, "join", global_process_set))
+        h.wait()
+    except RuntimeError as e:
+        raise _internal_error(e) from None
     return h.last_joined_rank

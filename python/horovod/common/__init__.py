@@ -1,0 +1,2 @@
+"""`horovod.common` on korovod: only `horovod.common.exceptions` (Horovod scripts import its
+exception types)."""

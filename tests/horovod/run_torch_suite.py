@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Runs Horovod's own PyTorch test suite (test/parallel/test_torch.py) against korovod.
+
+The suite is Horovod's, kept outside this tree (../shared/horovod-tests by default). Each test
+runs as its own `korovodrun -np N python3 -m pytest <id>` job with a deadline, so a hang cannot
+hide the tests after it. Prints one line per test and a closing "N passed, N failed, N skipped"
+line; exits 0 only when nothing failed or hung, 77 when the suite is not there (said plainly).
+
+  run_torch_suite.py [--np 2] [--jobs 1] [--timeout 180] [--suite DIR] [--build DIR]
+                     [--json FILE] [-k SUBSTRING]
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+SKIP_CODE = 77
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--np", type=int, default=2, help="ranks per test (korovodrun -np)")
+    p.add_argument("--jobs", type=int, default=1, help="tests run at the same time")
+    p.add_argument("--timeout", type=float, default=180, help="seconds per test before it "
+                   "counts as hung")
+    p.add_argument("--suite", default=os.environ.get(
+        "KOROVOD_HOROVOD_TESTS", os.path.join(os.path.dirname(REPO), "shared", "horovod-tests")),
+        help="folder holding parallel/test_torch.py and utils/common.py")
+    p.add_argument("--build", default=os.environ.get("KOROVOD_BUILD_DIR",
+                                                     os.path.join(REPO, "build")))
+    p.add_argument("--python", default=os.environ.get("PYTHON", "/usr/bin/python3"))
+    p.add_argument("--json", help="write the per-test results here")
+    p.add_argument("-k", dest="only", help="run only the tests whose id contains this")
+    return p.parse_args()
+
+
+def suite_env(args):
+    env = dict(os.environ)
+    paths = [os.path.join(REPO, "python"), os.path.join(args.build, "python"),
+             os.path.join(args.suite, "utils")]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def collect(args, env, parallel_dir):
+    p = subprocess.run([args.python, "-m", "pytest", "--collect-only", "-q", "-p",
+                        "no:cacheprovider", "test_torch.py"], cwd=parallel_dir, env=env,
+                       capture_output=True, text=True, timeout=300)
+    ids = [line.strip() for line in p.stdout.splitlines() if "::" in line]
+    if not ids:
+        raise SystemExit("collecting %s/test_torch.py found no tests:\n%s%s" % (
+            parallel_dir, p.stdout[-3000:], p.stderr[-3000:]))
+    return ids
+
+
+def outcome_of(returncode, output):
+    """passed / skipped / failed, from every rank's pytest summary line."""
+    summaries = re.findall(r"^\[\d+\] .*?(\d+ (?:passed|failed|skipped|error)[^\n]*) in [\d.]+s",
+                           output, re.M)
+    if returncode != 0:
+        return "failed"
+    if summaries and all("skipped" in s and "passed" not in s for s in summaries):
+        return "skipped"
+    if summaries and all("passed" in s and "failed" not in s for s in summaries):
+        return "passed"
+    return "failed"
+
+
+def run_one(args, env, parallel_dir, test_id):
+    cmd = [os.path.join(args.build, "bin", "korovodrun"), "-np", str(args.np), args.python, "-m",
+           "pytest", "-q", "-p", "no:cacheprovider", "-rs", test_id]
+    start = time.monotonic()
+    # Its own session, so a hung job is ended whole: korovodrun, its sidecars and trainers.
+    p = subprocess.Popen(cmd, cwd=parallel_dir, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = p.communicate(timeout=args.timeout)
+        result = outcome_of(p.returncode, output)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGTERM)  # korovodrun stops its sidecars and trainers
+        try:
+            output, _ = p.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            output, _ = p.communicate()
+        output += "\n[hung: still running after %.0f s]" % args.timeout
+        result = "hung"
+    return test_id, result, time.monotonic() - start, output
+
+
+def main():
+    args = parse_args()
+    parallel_dir = os.path.join(args.suite, "parallel")
+    if not os.path.isfile(os.path.join(parallel_dir, "test_torch.py")):
+        print("Horovod's PyTorch suite is not at %s (set KOROVOD_HOROVOD_TESTS or --suite): "
+              "NOT RUN" % parallel_dir, flush=True)
+        return SKIP_CODE
+    env = suite_env(args)
+    ids = collect(args, env, parallel_dir)
+    if args.only:
+        ids = [i for i in ids if args.only in i]
+    print("Horovod's test_torch.py from %s: %d tests, %d ranks each, %d at a time" % (
+        parallel_dir, len(ids), args.np, args.jobs), flush=True)
+    start = time.monotonic()
+    results = []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = [pool.submit(run_one, args, env, parallel_dir, i) for i in ids]
+        for f in futures:
+            test_id, result, secs, output = f.result()
+            results.append({"id": test_id, "result": result, "seconds": round(secs, 2)})
+            print("%-8s %6.1fs  %s" % (result.upper(), secs, test_id), flush=True)
+            if result in ("failed", "hung"):
+                print("\n".join("    " + line for line in output.splitlines()[-60:]), flush=True)
+    counts = {k: sum(r["result"] == k for r in results)
+              for k in ("passed", "failed", "hung", "skipped")}
+    elapsed = time.monotonic() - start
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"np": args.np, "seconds": round(elapsed, 1), "counts": counts,
+                       "tests": results}, f, indent=1)
+    skipped = [r["id"] for r in results if r["result"] == "skipped"]
+    if skipped:
+        print("skipped by the suite: " + ", ".join(s.split("::")[-1] for s in skipped))
+    print("Horovod test_torch.py at %d ranks: %.0f s" % (args.np, elapsed))
+    print("%d passed, %d failed, %d skipped" % (
+        counts["passed"], counts["failed"] + counts["hung"], counts["skipped"]), flush=True)
+    return 0 if counts["failed"] == 0 and counts["hung"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""Run under korovodrun (2 or more ranks): Horovod 0.28's horovod.torch API surface and error
+behaviour; prints 'rank R api OK'."""
+import inspect
+
+import torch
+
+import horovod.torch as hvd
+from horovod.common.exceptions import HorovodInternalError
+
+# Every public name of Horovod 0.28.1's horovod/torch/__init__.py but `elastic`.
+HOROVOD_NAMES = """
+Compression allgather_object broadcast_object broadcast_optimizer_state broadcast_parameters
+allreduce allreduce_async allreduce_ allreduce_async_ grouped_allreduce grouped_allreduce_async
+grouped_allreduce_ grouped_allreduce_async_ sparse_allreduce_async allgather allgather_async
+grouped_allgather grouped_allgather_async broadcast broadcast_async broadcast_ broadcast_async_
+alltoall alltoall_async reducescatter reducescatter_async grouped_reducescatter
+grouped_reducescatter_async join barrier poll synchronize init shutdown is_initialized
+start_timeline stop_timeline size local_size cross_size rank local_rank cross_rank
+mpi_threads_supported mpi_enabled mpi_built gloo_enabled gloo_built nccl_built ddl_built
+ccl_built cuda_built rocm_built ProcessSet global_process_set add_process_set remove_process_set
+Average Sum Adasum Min Max Product HorovodInternalError DistributedOptimizer SyncBatchNorm
+""".split()
+missing = [n for n in HOROVOD_NAMES if not hasattr(hvd, n)]
+assert not missing, missing
+assert hvd.HorovodInternalError is HorovodInternalError
+# Horovod's submodules by their Horovod names, with its autograd functions.
+from horovod.torch.mpi_ops import (HorovodAllgather, HorovodAllreduce, HorovodAlltoall,  # noqa
+                                   HorovodBroadcast, HorovodGroupedAllgather,
+                                   HorovodGroupedAllreduce, HorovodGroupedReducescatter,
+                                   HorovodReducescatter)
+from horovod.torch.compression import Compression  # noqa
+from horovod.torch.sync_batch_norm import SyncBatchNorm  # noqa
+import horovod.torch.mpi_ops  # noqa
+assert horovod.torch.mpi_ops.HorovodInternalError is HorovodInternalError
+assert issubclass(HorovodInternalError, RuntimeError)
+assert list(inspect.signature(hvd.sparse_allreduce_async).parameters) == [
+    "tensor", "name", "op", "process_set"]
+assert list(inspect.signature(hvd.grouped_reducescatter).parameters) == [
+    "tensors", "name", "compression", "op", "process_set", "prescale_factor", "postscale_factor"]
+ops = [hvd.Average, hvd.Sum, hvd.Adasum, hvd.Min, hvd.Max, hvd.Product]
+assert hvd.Adasum is not None and len(set(ops)) == len(ops), ops
+
+evens, odds = hvd.ProcessSet([0]), hvd.ProcessSet([1])  # at 3+ ranks rank 2.. are in neither
+hvd.init(process_sets=[evens, odds])
+r, n = hvd.rank(), hvd.size()
+assert n >= 2
+
+# Adasum is an op constant; using it says why it cannot run.
+for call in (lambda: hvd.allreduce(torch.ones(2), op=hvd.Adasum),
+             lambda: hvd.reducescatter(torch.ones(2 * n), op=hvd.Adasum),
+             lambda: hvd.DistributedOptimizer(torch.optim.SGD([torch.ones(1, requires_grad=True)],
+                                                              lr=1), op=hvd.Adasum)):
+    try:
+        call()
+        raise AssertionError("Adasum went through")
+    except NotImplementedError as e:
+        assert "Adasum" in str(e) and "not supported" in str(e), e
+
+# op and average together is Horovod's ValueError.
+try:
+    hvd.allreduce(torch.ones(1), average=True, op=hvd.Sum)
+    raise AssertionError("op and average together went through")
+except ValueError:
+    pass
+
+# A failed collective (shapes differ across ranks) raises HorovodInternalError.
+try:
+    hvd.allreduce(torch.ones(3 + r), name="shape_mismatch")
+    raise AssertionError("mismatched allreduce went through")
+except HorovodInternalError:
+    pass
+
+# Names of unfinished ops are unique: a second op under the name raises ValueError at
+# submission; the name is free again once the op is synchronized (or has completed).
+for kind, start in [
+        ("allreduce", lambda nm: hvd.allreduce_async(torch.ones(3), name=nm)),
+        ("allgather", lambda nm: hvd.allgather_async(torch.ones(3), name=nm)),
+        ("broadcast", lambda nm: hvd.broadcast_async(torch.ones(3), 0, name=nm)),
+        ("alltoall", lambda nm: hvd.alltoall_async(torch.ones(n), name=nm)),
+        ("reducescatter", lambda nm: hvd.reducescatter_async(torch.ones(n), name=nm))]:
+    name = "dup." + kind
+    if r == 0:
+        h = start(name)  # cannot complete before rank 1 submits it after the barrier
+        try:
+            start(name)
+            raise AssertionError("duplicate %s name went through" % kind)
+        except ValueError as e:
+            assert name in str(e), e
+    hvd.barrier()
+    if r != 0:
+        h = start(name)
+    hvd.synchronize(h)
+    hvd.synchronize(start(name))  # free again
+hvd.barrier()
+h = hvd.allreduce_async(torch.ones(2), name="completed")
+while not hvd.poll(h):
+    pass
+hvd.synchronize(hvd.allreduce_async(torch.ones(2), name="completed"))  # completed: name free
+assert hvd.synchronize(h) is not None
+assert hvd.synchronize(h) is None  # Horovod: a cleared handle gives None
+
+# alltoall arguments are checked as Horovod does: ValueError before anything is sent.
+for bad in (lambda: hvd.alltoall(torch.ones(n + 1)),  # not divisible, no splits
+            lambda: hvd.alltoall(torch.ones(n - 1), torch.ones(n, dtype=torch.int32)),  # sum > dim0
+            lambda: hvd.alltoall(torch.ones(n), torch.ones(n, dtype=torch.float32)),  # not int32
+            lambda: hvd.alltoall(torch.ones(n), torch.ones(n + 1, dtype=torch.int32))):  # count
+    try:
+        bad()
+        raise AssertionError("bad alltoall went through")
+    except ValueError:
+        pass
+# Rows past the splits' sum stay behind, as in Horovod.
+out, rsplits = hvd.alltoall(torch.arange(n + 2, dtype=torch.float32) + 100 * r,
+                            torch.ones(n, dtype=torch.int32))
+assert torch.equal(out, torch.tensor([100.0 * k + r for k in range(n)])), out
+assert rsplits.tolist() == [1] * n
+# alltoall_async's result is (tensor, received splits) with or without splits.
+out, rsplits = hvd.synchronize(hvd.alltoall_async(torch.full((n,), float(r))))
+assert torch.equal(out, torch.arange(float(n))) and rsplits.tolist() == [1] * n
+
+# Scalar reducescatter: ValueError.
+try:
+    hvd.reducescatter(torch.tensor(1.0))
+    raise AssertionError("scalar reducescatter went through")
+except ValueError:
+    pass
+
+# grouped_allgather_async / grouped_reducescatter(_async): one handle, a list of results.
+h = hvd.grouped_allgather_async([torch.full((r + 1,), float(r)), torch.ones(1, 2)])
+ga, gb = hvd.synchronize(h)
+assert torch.equal(ga, torch.cat([torch.full((k + 1,), float(k)) for k in range(n)]))
+assert torch.equal(gb, torch.ones(n, 2))
+h = hvd.grouped_reducescatter_async([torch.ones(2 * n), torch.full((n, 3), 2.0)], op=hvd.Sum)
+ra, rb = hvd.synchronize(h)
+assert torch.equal(ra, torch.full((2,), float(n))) and torch.equal(rb, torch.full((1, 3), 2.0 * n))
+ra, rb = hvd.grouped_reducescatter([torch.ones(2 * n), torch.full((n, 3), 2.0)])  # Average
+assert torch.equal(ra, torch.ones(2)) and torch.equal(rb, torch.full((1, 3), 2.0))
+
+# Grouped allreduce with tensors of different dtypes.
+fa, ia = hvd.grouped_allreduce([torch.ones(2), torch.ones(3, dtype=torch.int64)], op=hvd.Sum)
+assert torch.equal(fa, torch.full((2,), float(n))) and torch.equal(ia, torch.full((3,), n))
+
+# sparse_allreduce_async: allgather of indices and values; handle() and synchronize() give the
+# sparse result, equal to the dense allreduce.
+dense = torch.zeros(6, 3)
+dense[r % 6] = r + 1.0
+dense[5] = 1.0
+sp = dense.to_sparse()
+expected = hvd.allreduce(dense, op=hvd.Average)
+h = hvd.sparse_allreduce_async(sp, name="sparse.avg", op=hvd.Average)
+got = h()
+assert got.is_sparse and torch.allclose(got.to_dense(), expected), got
+h = hvd.sparse_allreduce_async(sp, "sparse.sum", hvd.Sum)
+got = hvd.synchronize(h)
+assert torch.allclose(got.to_dense(), expected * n)
+
+# join returns the rank that joined last.
+last = hvd.join()
+assert 0 <= last < n, last
+assert hvd.broadcast_object(last, 0) == last
+
+# Process sets: root_rank is a global rank (broadcast, broadcast_object, broadcast_parameters,
+# broadcast_optimizer_state), as in Horovod.
+if r in (0, 1):
+    mine = evens if r == 0 else odds
+    assert torch.equal(hvd.broadcast(torch.full((2,), float(r)), r, process_set=mine),
+                       torch.full((2,), float(r)))
+    assert hvd.broadcast_object({"from": r}, root_rank=r, process_set=mine) == {"from": r}
+    model = torch.nn.Linear(2, 1)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=r, process_set=mine)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
+    hvd.broadcast_optimizer_state(opt, root_rank=r, process_set=mine)
+    try:
+        hvd.broadcast(torch.ones(1), 1 - r, process_set=mine)
+        raise AssertionError("a root outside the set went through")
+    except ValueError:
+        pass
+hvd.barrier()
+print("rank %d api OK" % r, flush=True)
