@@ -158,7 +158,7 @@ def test_tensor_larger_than_the_whole_heap_is_refused_clearly():
     out = run(2, os.path.join(HERE, "burst_worker.py"), "big1", 1, "expect-too-big",
               env={"KOROVOD_ARENA_HEAP_MIB": "8", "KOROVOD_ARENA_HEAP_MAX_MIB": "16"})
     for r in range(2):
-        assert re.search(r"\[%d\] rank %d refused: INVALID_ARGUMENT: allreduce too.big of "
+        assert re.search(r"\[%d\] rank %d refused ValueError: INVALID_ARGUMENT: allreduce too.big of "
                          r"268435456 bytes: client heap of arena \S+rank%d: a block of 268435456 "
                          r"bytes can never fit its 16777216 bytes \(the sidecar's "
                          r"KOROVOD_ARENA_HEAP_MAX_MIB bounds the heap" % (r, r, r), out), out

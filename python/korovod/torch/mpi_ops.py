@@ -16,8 +16,8 @@ Sum = _client.SUM
 Min = _client.MIN
 Max = _client.MAX
 Product = _client.PRODUCT
-# A real op constant, as in Horovod; the engine has no Adasum reduction, so using it raises
-# NotImplementedError (see _check_op).
+# A real op constant, as in Horovod. Adasum runs in this package (_adasum_combine) over an
+# allgather: the engine itself reduces with Sum, Average, Min, Max and Product.
 Adasum = max(Sum, Average, Min, Max, Product) + 1
 
 _DTYPES = {
@@ -426,15 +426,8 @@ def synchronize(handle):
 
 # ---- reduction ops and names ----
 
-_ADASUM_UNSUPPORTED = (
-    "korovod: the Adasum reduction is not supported: korovod's engine reduces with Sum, Average, "
-    "Min, Max and Product only (Horovod runs Adasum over MPI or NCCL, which korovod does not use)")
-
-
 def _check_op(op):
-    if op == Adasum:
-        raise NotImplementedError(_ADASUM_UNSUPPORTED)
-    if op not in (Sum, Average, Min, Max, Product):
+    if op not in (Sum, Average, Min, Max, Product, Adasum):
         raise ValueError("korovod: unknown reduction op %r" % (op,))
     return op
 
@@ -542,9 +535,54 @@ def _group_names(name, kind, process_set, count):
 
 # ---- allreduce ----
 
+def _adasum_combine(a, b):
+    """Adasum of two gradients (Maleki et al., as Horovod's adasum.h): each keeps the part not
+    already along the other, so orthogonal gradients add and parallel ones average."""
+    dot = torch.dot(a, b)
+    anormsq, bnormsq = torch.dot(a, a), torch.dot(b, b)
+    acoeff = 1.0 - dot / anormsq * 0.5 if anormsq >= 1e-8 else 1.0
+    bcoeff = 1.0 - dot / bnormsq * 0.5 if bnormsq >= 1e-8 else 1.0
+    return acoeff * a + bcoeff * b
+
+
+def _adasum_tree(rows):
+    """Combines the set's gradients in Horovod's order: ranks at distance 1, then 2, 4, ...
+    (recursive halving-doubling); a rank without a partner at a level passes its value up."""
+    rows = list(rows)
+    step = 1
+    while step < len(rows):
+        for i in range(0, len(rows) - step, 2 * step):
+            rows[i] = _adasum_combine(rows[i], rows[i + step])
+        step *= 2
+    return rows[0]
+
+
+def _adasum_async(tensor, output, name, prescale_factor, postscale_factor, process_set):
+    """Adasum allreduce: every rank gathers the set's (prescaled) tensors and combines them in
+    float64 in the same order, so every rank gets the same, deterministic result."""
+    if tensor.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        raise ValueError("korovod: Adasum reduces floating-point tensors only, not %s" %
+                         tensor.dtype)
+    src = (tensor.detach().to(torch.float64) * float(prescale_factor)).reshape(1, -1)
+    src = src.to(tensor.dtype).contiguous()
+    name = _name(name, "allreduce", process_set)
+
+    def finish(h, src=src):
+        rows = _result_tensor(h, src.dtype).to(torch.float64)
+        combined = _adasum_tree(list(rows)) * float(postscale_factor)
+        with torch.no_grad():
+            output.copy_(combined.reshape(output.shape).to(output.dtype))
+        return output
+
+    return _start([name], process_set,
+                  _allgather_submit(src, _dtype(src), name, _psid(process_set)), finish)
+
+
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
     """Starts an allreduce of `tensor` into `output` (same shape and dtype; may be `tensor`)."""
     _check_op(op)
+    if op == Adasum:
+        return _adasum_async(tensor, output, name, prescale_factor, postscale_factor, process_set)
     dtype = _dtype(tensor)
     src = _contiguous(tensor)
     buf = _contiguous(output) if output.is_contiguous() else torch.empty_like(
@@ -626,6 +664,9 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
     tensors, outputs = list(tensors), list(outputs)
     names = _group_names(name, "grouped_allreduce", process_set, len(tensors))
     _check_op(op)
+    if op == Adasum:
+        raise NotImplementedError("korovod: grouped allreduce with op=Adasum is not built; "
+                                  "allreduce each tensor with op=Adasum")
     dtypes = [_dtype(t) for t in tensors]
     srcs = [_contiguous(t) for t in tensors]
     bufs = [_contiguous(o) if o.is_contiguous() else
@@ -995,6 +1036,8 @@ def _reducescatter_submit(tensor, name, op, process_set, prescale_factor, postsc
     if op is None:
         op = Average
     _check_op(op)
+    if op == Adasum:  # as in Horovod: Adasum is an allreduce
+        raise NotImplementedError("korovod: reducescatter does not support op=Adasum")
     dtype = _dtype(tensor)
     if tensor.dim() == 0:
         raise ValueError("korovod: reducescatter does not support scalar inputs")

@@ -274,7 +274,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     step(). Same signature and meaning as horovod.torch.DistributedOptimizer: `groups` (a number
     of groups, or lists of parameters) allreduces gradients in grouped allreduces, `num_groups` is
     its deprecated spelling, sparse gradients are allreduced sparse (allgather of indices and
-    values) unless sparse_as_dense. op=Adasum raises NotImplementedError."""
+    values) unless sparse_as_dense. op=Adasum (Horovod's delta optimizer) raises
+    NotImplementedError; hvd.allreduce(op=hvd.Adasum) itself works."""
     if gradient_predivide_factor != 1.0 and op != mpi_ops.Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if num_groups != 0:
@@ -285,7 +286,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if backward_passes_per_step <= 0:
         raise ValueError("backward_passes_per_step must be > 0")
     if op == mpi_ops.Adasum:
-        raise NotImplementedError(mpi_ops._ADASUM_UNSUPPORTED)
+        raise NotImplementedError(
+            "korovod: DistributedOptimizer(op=hvd.Adasum), Horovod's Adasum delta optimizer, is "
+            "not built; hvd.allreduce(tensor, op=hvd.Adasum) is")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
