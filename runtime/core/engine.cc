@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <set>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -368,6 +369,27 @@ Status Engine::Impl::RunSetCycle(SetState& s, bool world, bool* stop, std::strin
     }
   }
   for (int w = 0; w < words; ++w) ready[w] &= any[w];
+  // A group is negotiated whole: when one member's entry goes stale (a new shape), its cached
+  // siblings go too, or they would wait in the cache for a member the coordinator now holds.
+  // Every rank has the same cache and the same invalid bits, so all drop the same entries.
+  {
+    std::set<std::string> stale_groups;
+    for (int w = 0; w < words; ++w) {
+      for (uint64_t bits = invalid[w]; bits != 0; bits &= bits - 1) {
+        const int b = w * 64 + __builtin_ctzll(bits);
+        if (s.cache.occupied(b) && !s.cache.response(b).group.empty()) {
+          stale_groups.insert(s.cache.response(b).group);
+        }
+      }
+    }
+    if (!stale_groups.empty()) {
+      for (int b = 0; b < s.cache.capacity(); ++b) {
+        if (s.cache.occupied(b) && stale_groups.count(s.cache.response(b).group) != 0) {
+          invalid[b / 64] |= uint64_t{1} << (b % 64);
+        }
+      }
+    }
+  }
   for (int w = 0; w < words; ++w) {
     uint64_t bits = invalid[w];
     while (bits != 0) {

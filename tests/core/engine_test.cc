@@ -335,6 +335,33 @@ TEST(EngineCache, SteadyStepsHitTheCacheAndAShapeChangeInvalidates) {
   ExpectEnginesOk(reports);
 }
 
+// A grouped allreduce run again under the same names with one member's shape changed: that
+// member's cache entry is stale, so the whole group is negotiated again (it used to hang: the
+// unchanged members waited in the cache for a member the coordinator held).
+TEST(EngineCache, AGroupWithOneChangedMemberIsRenegotiatedWhole) {
+  auto reports = RunEngineRanks(Spec(3), [&](EngineRank& c) -> Status {
+    auto run_group = [&](int second) -> Status {
+      std::vector<float> a(3, 1.0f), b(static_cast<size_t>(second), 2.0f), ao, bo;
+      std::vector<OpRequest> reqs = {Allreduce("g.0", a, ao), Allreduce("g.1", b, bo)};
+      KV_ASSIGN_OR_RETURN(auto handles, c.engine().SubmitGroup(std::move(reqs)));
+      for (auto& h : handles) KV_RETURN_IF_ERROR(h.Wait(Deadline::After(60s)));
+      c.Check(ao.size() == 3 && ao[2] == 3.0f, "unchanged member");
+      c.Check(bo.size() == static_cast<size_t>(second) && bo.back() == 6.0f, "changed member");
+      return OkStatus();
+    };
+    KV_RETURN_IF_ERROR(run_group(2));
+    KV_RETURN_IF_ERROR(run_group(2));  // from the cache
+    const uint64_t negotiated = c.engine().stats().negotiated;
+    KV_RETURN_IF_ERROR(run_group(7));  // g.1 changes shape
+    c.Check(c.engine().stats().negotiated == negotiated + 2,
+            "both members renegotiated, got " +
+                std::to_string(c.engine().stats().negotiated - negotiated));
+    KV_RETURN_IF_ERROR(run_group(7));  // cached again
+    return OkStatus();
+  });
+  ExpectEnginesOk(reports);
+}
+
 TEST(EngineCache, EvictionWithASmallCacheStaysCorrect) {
   EngineWorldSpec spec = Spec(2);
   spec.config.cache_capacity = 2;
