@@ -136,8 +136,10 @@ PYBIND11_MODULE(_client, m) {
           "allreduce",
           [](Client& c, uintptr_t in, uintptr_t out, DataType dt, const TensorShape& shape,
              const std::string& name, int op, double pre, double post, int ps) {
-            return Unlocked([&] { return c.Allreduce(static_cast<const void*>(Ptr(in)), Ptr(out), dt, shape,
-                                    Options(name, op, pre, post, 0, ps)); });
+            return Unlocked([&] {
+              return c.Allreduce(static_cast<const void*>(Ptr(in)), Ptr(out), dt, shape,
+                                 Options(name, op, pre, post, 0, ps));
+            });
           },
           py::arg("input"), py::arg("output"), py::arg("dtype"), py::arg("shape"),
           py::arg("name") = "", py::arg("op") = 0, py::arg("prescale") = 1.0,
@@ -154,7 +156,8 @@ PYBIND11_MODULE(_client, m) {
               ts[i].shape = shapes.at(i);
               if (i < names.size()) ts[i].name = names[i];
             }
-            return Unlocked([&] { return c.GroupedAllreduce(ts, dt, Options("", op, pre, post, 0, ps)); });
+            return Unlocked(
+                [&] { return c.GroupedAllreduce(ts, dt, Options("", op, pre, post, 0, ps)); });
           },
           py::arg("inputs"), py::arg("outputs"), py::arg("shapes"), py::arg("names"),
           py::arg("dtype"), py::arg("op") = 0, py::arg("prescale") = 1.0,
@@ -163,8 +166,10 @@ PYBIND11_MODULE(_client, m) {
           "allgather",
           [](Client& c, uintptr_t in, DataType dt, const TensorShape& shape,
              const std::string& name, int ps) {
-            return Unlocked([&] { return c.Allgather(static_cast<const void*>(Ptr(in)), dt, shape,
-                                    Options(name, 0, 1, 1, 0, ps)); });
+            return Unlocked([&] {
+              return c.Allgather(static_cast<const void*>(Ptr(in)), dt, shape,
+                                 Options(name, 0, 1, 1, 0, ps));
+            });
           },
           py::arg("input"), py::arg("dtype"), py::arg("shape"), py::arg("name") = "",
           py::arg("process_set") = 0)
@@ -172,7 +177,8 @@ PYBIND11_MODULE(_client, m) {
           "broadcast",
           [](Client& c, uintptr_t t, DataType dt, const TensorShape& shape, int root,
              const std::string& name, int ps) {
-            return Unlocked([&] { return c.Broadcast(Ptr(t), dt, shape, Options(name, 0, 1, 1, root, ps)); });
+            return Unlocked(
+                [&] { return c.Broadcast(Ptr(t), dt, shape, Options(name, 0, 1, 1, root, ps)); });
           },
           py::arg("tensor"), py::arg("dtype"), py::arg("shape"), py::arg("root"),
           py::arg("name") = "", py::arg("process_set") = 0)
@@ -180,8 +186,10 @@ PYBIND11_MODULE(_client, m) {
           "alltoall",
           [](Client& c, uintptr_t in, DataType dt, const TensorShape& shape,
              const std::vector<int64_t>& splits, const std::string& name, int ps) {
-            return Unlocked([&] { return c.Alltoall(static_cast<const void*>(Ptr(in)), dt, shape, splits,
-                                   Options(name, 0, 1, 1, 0, ps)); });
+            return Unlocked([&] {
+              return c.Alltoall(static_cast<const void*>(Ptr(in)), dt, shape, splits,
+                                Options(name, 0, 1, 1, 0, ps));
+            });
           },
           py::arg("input"), py::arg("dtype"), py::arg("shape"), py::arg("splits"),
           py::arg("name") = "", py::arg("process_set") = 0)
@@ -189,8 +197,10 @@ PYBIND11_MODULE(_client, m) {
           "reducescatter",
           [](Client& c, uintptr_t in, DataType dt, const TensorShape& shape,
              const std::string& name, int op, double pre, double post, int ps) {
-            return Unlocked([&] { return c.ReduceScatter(static_cast<const void*>(Ptr(in)), dt, shape,
-                                        Options(name, op, pre, post, 0, ps)); });
+            return Unlocked([&] {
+              return c.ReduceScatter(static_cast<const void*>(Ptr(in)), dt, shape,
+                                     Options(name, op, pre, post, 0, ps));
+            });
           },
           py::arg("input"), py::arg("dtype"), py::arg("shape"), py::arg("name") = "",
           py::arg("op") = 0, py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
