@@ -288,6 +288,23 @@ TEST(SidecarDaemonTest, ShutdownRpcAnswersOpsInFlight) {
   EXPECT_TRUE(job.ExitsCleanly(0, 10s)) << job.Log(0);
 }
 
+// A valid korovodrun-style sidecar environment plus `extra` (which wins).
+StatusOr<SidecarConfig> ValidConfigWith(std::map<std::string, std::string> extra) {
+  const std::map<std::string, std::string> base = {
+      {"KOROVOD_SIZE", "2"},
+      {"KOROVOD_RANK", "1"},
+      {"KOROVOD_PEERS", "127.0.0.1:1,127.0.0.1:2"},
+      {"KOROVOD_SOCKET", "/tmp/x.sock"},
+      {"KOROVOD_SHM_PREFIX", "/korovod-j-"}};
+  extra.insert(base.begin(), base.end());
+  return SidecarConfig::FromEnvironment(
+      [extra](const std::string& name) -> std::optional<std::string> {
+        auto it = extra.find(name);
+        if (it == extra.end()) return std::nullopt;
+        return it->second;
+      });
+}
+
 TEST(SidecarConfigTest, ErrorsNameTheVariable) {
   auto env = [](std::vector<std::pair<std::string, std::string>> kv) {
     return [kv](const std::string& name) -> std::optional<std::string> {
@@ -319,20 +336,7 @@ TEST(SidecarConfigTest, ErrorsNameTheVariable) {
 }
 
 TEST(SidecarConfigTest, ArenaHeapSizes) {
-  std::map<std::string, std::string> base = {{"KOROVOD_SIZE", "2"},
-                                             {"KOROVOD_RANK", "1"},
-                                             {"KOROVOD_PEERS", "127.0.0.1:1,127.0.0.1:2"},
-                                             {"KOROVOD_SOCKET", "/tmp/x.sock"},
-                                             {"KOROVOD_SHM_PREFIX", "/korovod-j-"}};
-  auto with = [&](std::map<std::string, std::string> extra) {
-    extra.insert(base.begin(), base.end());
-    return SidecarConfig::FromEnvironment(
-        [extra](const std::string& name) -> std::optional<std::string> {
-          auto it = extra.find(name);
-          if (it == extra.end()) return std::nullopt;
-          return it->second;
-        });
-  };
+  const auto with = ValidConfigWith;
   auto defaults = with({});
   ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
   EXPECT_EQ(defaults->arena_heap_mib, 64);
@@ -353,20 +357,7 @@ TEST(SidecarConfigTest, ArenaHeapSizes) {
 }
 
 TEST(SidecarConfigTest, JobKeyFromTheEnvironment) {
-  std::map<std::string, std::string> base = {{"KOROVOD_SIZE", "2"},
-                                             {"KOROVOD_RANK", "1"},
-                                             {"KOROVOD_PEERS", "127.0.0.1:1,127.0.0.1:2"},
-                                             {"KOROVOD_SOCKET", "/tmp/x.sock"},
-                                             {"KOROVOD_SHM_PREFIX", "/korovod-j-"}};
-  auto with = [&](std::map<std::string, std::string> extra) {
-    extra.insert(base.begin(), base.end());
-    return SidecarConfig::FromEnvironment(
-        [extra](const std::string& name) -> std::optional<std::string> {
-          auto it = extra.find(name);
-          if (it == extra.end()) return std::nullopt;
-          return it->second;
-        });
-  };
+  const auto with = ValidConfigWith;
   const std::string key(64, 'a');
   auto ok = with({{"KOROVOD_JOB_KEY", key}});
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
