@@ -81,7 +81,6 @@ struct HandleState {
   // Staging (plain-pointer ops): the output is copied out and the block freed on completion, so
   // a burst of ops never holds more of the heap than the ops still in flight.
   ArenaBuffer staging_in;
-  ArenaBuffer staging_out;
   void* copy_out = nullptr;
   uint64_t copy_bytes = 0;
   // A result-heap output, released when the handle goes.
@@ -280,7 +279,6 @@ void Client::Impl::Complete(const CompletionRecord& c) {
   if (s.ok()) s = StatusOf(c);
   if (!s.ok()) {
     state->staging_in = ArenaBuffer();  // answered: the sidecar no longer reads or writes it
-    state->staging_out = ArenaBuffer();
     state->Finish(std::move(s));
     return;
   }
@@ -310,7 +308,6 @@ void Client::Impl::Complete(const CompletionRecord& c) {
   // The sidecar is done with the staged input (and in-place output): give the space back now
   // rather than when the caller gets round to the handle.
   state->staging_in = ArenaBuffer();
-  state->staging_out = ArenaBuffer();
   state->Finish(OkStatus());
 }
 
@@ -479,12 +476,18 @@ StatusOr<ClientHandle> Client::ReduceScatter(const ArenaBuffer& input, DataType 
                       std::make_shared<HandleState>());
 }
 
-// Names the tensor that could not be staged.
-static Status StagingError(const Status& s, WireOpType type, const std::string& name,
-                           uint64_t bytes) {
-  return Status(s.code(), std::string(WireOpTypeName(type)) + " " +
-                              (name.empty() ? std::string("(unnamed)") : name) + " of " +
-                              std::to_string(bytes) + " bytes: " + s.message());
+// A client-heap block holding a copy of `bytes` at `input`; an error names the tensor.
+static StatusOr<ArenaBuffer> StageCopy(Client& client, WireOpType type, const std::string& name,
+                                       const void* input, uint64_t bytes) {
+  auto staging = client.Allocate(bytes);
+  if (!staging.ok()) {
+    return Status(staging.status().code(), std::string(WireOpTypeName(type)) + " " +
+                                               (name.empty() ? std::string("(unnamed)") : name) +
+                                               " of " + std::to_string(bytes) +
+                                               " bytes: " + staging.status().message());
+  }
+  std::memcpy(staging->data(), input, bytes);
+  return staging;
 }
 
 // Plain-pointer ops whose output has the input's shape: one copy into an arena block, the op in
@@ -494,10 +497,7 @@ static StatusOr<std::pair<SubmissionRecord, std::shared_ptr<HandleState>>> Stage
     Client& client, WireOpType type, const void* input, void* output, DataType dtype,
     const TensorShape& shape, const OpOptions& options) {
   const uint64_t bytes = BytesOf(dtype, shape);
-  auto allocated = client.Allocate(bytes);
-  if (!allocated.ok()) return StagingError(allocated.status(), type, options.name, bytes);
-  ArenaBuffer staging = std::move(*allocated);
-  std::memcpy(staging.data(), input, bytes);
+  KV_ASSIGN_OR_RETURN(ArenaBuffer staging, StageCopy(client, type, options.name, input, bytes));
   KV_ASSIGN_OR_RETURN(SubmissionRecord r, BaseRecord(type, dtype, shape, options));
   r.input_offset = staging.offset();
   r.input_bytes = bytes;
@@ -536,10 +536,7 @@ static StatusOr<ClientHandle> StagedResultHeapOp(Client& client, Client::Impl& i
                                                  const std::vector<int64_t>& splits,
                                                  const OpOptions& options) {
   const uint64_t bytes = BytesOf(dtype, shape);
-  auto allocated = client.Allocate(bytes);
-  if (!allocated.ok()) return StagingError(allocated.status(), type, options.name, bytes);
-  ArenaBuffer staging = std::move(*allocated);
-  std::memcpy(staging.data(), input, bytes);
+  KV_ASSIGN_OR_RETURN(ArenaBuffer staging, StageCopy(client, type, options.name, input, bytes));
   auto state = std::make_shared<HandleState>();
   const ArenaBuffer& in = state->staging_in = std::move(staging);
   return ResultHeapOp(impl, type, in, dtype, shape, splits, options, std::move(state));
