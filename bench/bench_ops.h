@@ -9,8 +9,8 @@
 #include "bench/bench_options.h"
 #include "bench/bench_world.h"
 #include "runtime/collectives/collectives.h"
-#include "runtime/common/data_type.h"
-#include "runtime/common/status.h"
+#include "common/data_type.h"
+#include "common/status.h"
 
 namespace korovod::bench {
 

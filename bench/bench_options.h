@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "runtime/collectives/collectives.h"
-#include "runtime/common/data_type.h"
+#include "common/data_type.h"
 #include "runtime/world/world.h"
 
 namespace korovod::bench {

@@ -12,8 +12,8 @@
 #include <string>
 
 #include "runtime/collectives/collectives.h"
-#include "runtime/common/data_type.h"
-#include "runtime/common/status.h"
+#include "common/data_type.h"
+#include "common/status.h"
 
 namespace korovod::bench {
 

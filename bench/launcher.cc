@@ -21,21 +21,21 @@
 namespace korovod::bench {
 namespace {
 
-class UniqueFd {
+class Fd {
  public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  ~UniqueFd() { reset(); }
-  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& o) noexcept {
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() { reset(); }
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
     if (this != &o) {
       reset();
       fd_ = std::exchange(o.fd_, -1);
     }
     return *this;
   }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
 
   int get() const { return fd_; }
   int release() { return std::exchange(fd_, -1); }
@@ -51,8 +51,8 @@ class UniqueFd {
 std::string ErrnoText(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
 // A listening TCP socket on 127.0.0.1 with a kernel-chosen port.
-bool ListenLoopback(UniqueFd* out, uint16_t* port, std::string* error) {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM, 0));
+bool ListenLoopback(Fd* out, uint16_t* port, std::string* error) {
+  Fd fd(::socket(AF_INET, SOCK_STREAM, 0));
   if (fd.get() < 0) {
     *error = ErrnoText("socket");
     return false;
@@ -186,7 +186,7 @@ class Children {
 };
 
 [[noreturn]] void ChildMain(int rank, const sigset_t& old_mask, pid_t parent,
-                            std::vector<UniqueFd>& fds, const std::vector<PeerAddress>& peers,
+                            std::vector<Fd>& fds, const std::vector<PeerAddress>& peers,
                             const RankBody& body) {
   sigprocmask(SIG_SETMASK, &old_mask, nullptr);
   // If the parent dies (killed by a harness timeout), the ranks must not linger spinning on
@@ -210,7 +210,7 @@ class Children {
 }  // namespace
 
 LaunchOutcome LaunchRanks(int n, double timeout_s, const RankBody& body, const LaunchWatch& watch) {
-  std::vector<UniqueFd> fds(n);
+  std::vector<Fd> fds(n);
   std::vector<PeerAddress> peers(n);
   for (int r = 0; r < n; ++r) {
     std::string error;

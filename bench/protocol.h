@@ -18,7 +18,7 @@
 
 #include "bench/bench_ops.h"
 #include "bench/bench_world.h"
-#include "runtime/common/status.h"
+#include "common/status.h"
 
 namespace korovod::bench {
 

@@ -19,11 +19,11 @@
 #include <utility>
 
 #include "bench/bench_options.h"
-#include "runtime/common/deadline.h"
-#include "sidecar/launcher/environment.h"
-#include "sidecar/launcher/job_key.h"
-#include "sidecar/launcher/listeners.h"
-#include "sidecar/launcher/unique_fd.h"
+#include "common/deadline.h"
+#include "launcher/environment.h"
+#include "launcher/job_key.h"
+#include "launcher/listeners.h"
+#include "common/fd.h"
 
 namespace korovod::bench {
 namespace {
@@ -107,7 +107,7 @@ Status SidecarJob::Launch() {
   const std::string key_file = run_dir_->path() + "/job.key";
   KV_ASSIGN_OR_RETURN(std::string key, launcher::RandomHex(32));
   KV_RETURN_IF_ERROR(launcher::WriteJobKeyFile(key_file, key));
-  launcher::UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  korovod::Fd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (!dev_null.valid()) return ErrnoStatus(StatusCode::kInternal, "open /dev/null", errno);
 
   // Every listener is bound before any sidecar exists.
@@ -128,7 +128,7 @@ Status SidecarJob::Launch() {
     Sidecar& s = sidecars_[r];
     s.socket = run_dir_->path() + "/rank" + std::to_string(r) + ".sock";
     s.log = run_dir_->path() + "/rank" + std::to_string(r) + ".log";
-    launcher::UniqueFd log(
+    korovod::Fd log(
         ::open(s.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0600));
     if (!log.valid()) return ErrnoStatus(StatusCode::kInternal, "create " + s.log, errno);
 

@@ -1,5 +1,5 @@
 // SidecarJob: the N korovod-sidecar processes that one world of `korovod-bench --via sidecar`
-// runs through, started the way korovodrun starts them (sidecar/launcher/README.md): a private
+// runs through, started the way korovodrun starts them (launcher/README.md): a private
 // run directory with the job key file (0600) and the unix sockets, one listening socket per rank
 // bound before any sidecar exists (KOROVOD_LISTEN_FD, KOROVOD_PEERS), a shared-memory prefix for
 // the arenas. Each sidecar writes its output to a log in the run directory; a failure quotes the
@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "runtime/common/status.h"
+#include "common/status.h"
 #include "runtime/world/world.h"
-#include "sidecar/launcher/child_process.h"
-#include "sidecar/launcher/run_dir.h"
-#include "sidecar/launcher/shm_cleanup.h"
+#include "launcher/child_process.h"
+#include "launcher/run_dir.h"
+#include "launcher/shm_cleanup.h"
 
 namespace korovod::bench {
 

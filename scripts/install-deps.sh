@@ -37,7 +37,7 @@ SUDO=""
 export DEBIAN_FRONTEND=noninteractive
 
 PKGS=(g++ make cmake ninja-build pkg-config libgtest-dev libssl-dev nlohmann-json3-dev libyaml-cpp-dev iproute2
-      python3 python3-pip python3-venv
+      python3 python3-dev python3-pip python3-venv
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libcpp-httplib-dev
       python3-grpcio python3-sklearn python3-numpy python3-torch pybind11-dev python3-pytest
       python3-yaml python3-mock python3-cloudpickle)

@@ -51,5 +51,5 @@ if [ "${KOROVOD_SKIP_SANITIZERS:-0}" != 1 ]; then
   cmake --build build-asan -j"$JOBS"
   step "tests (ASan+UBSan)"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --test-dir build-asan -j"$JOBS" -L 'runtime|sidecar' --output-on-failure --timeout 1800
+    ctest --test-dir build-asan -j"$JOBS" -L 'common|runtime|sidecar|launcher' --output-on-failure --timeout 1800
 fi

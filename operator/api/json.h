@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "operator/api/types.h"
-#include "runtime/common/status.h"
+#include "common/status.h"
 
 namespace korovod::op {
 

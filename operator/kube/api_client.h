@@ -14,7 +14,7 @@
 #include "operator/kube/api_result.h"
 #include "operator/kube/canceller.h"
 #include "operator/kube/kube_config.h"
-#include "runtime/common/status.h"
+#include "common/status.h"
 
 namespace korovod::kube {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "runtime/common/status.h"
+#include "common/status.h"
 
 namespace korovod::kube {
 

@@ -9,7 +9,7 @@
 
 #include "operator/kube/api_client.h"
 #include "operator/kube/api_result.h"
-#include "runtime/common/status.h"
+#include "common/status.h"
 
 namespace korovod::kube {
 

@@ -18,7 +18,7 @@
 #include "operator/kube/canceller.h"
 #include "operator/kube/resource.h"
 #include "operator/kube/watch_decoder.h"
-#include "runtime/common/status.h"
+#include "common/status.h"
 
 namespace korovod::kube {
 

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "runtime/common/status.h"
+#include "common/status.h"
 
 namespace korovod::kube {
 

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <string>
 
-#include "runtime/common/status.h"
+#include "common/status.h"
 
 namespace korovod::kube {
 

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "operator/kube/api_client.h"
-#include "runtime/common/status.h"
+#include "common/status.h"
 
 namespace korovod::kube {
 

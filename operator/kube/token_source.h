@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "runtime/common/status.h"
+#include "common/status.h"
 
 namespace korovod::kube {
 

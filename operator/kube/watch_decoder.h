@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/common/status.h"
+#include "common/status.h"
 
 namespace korovod::kube {
 

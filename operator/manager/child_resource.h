@@ -6,7 +6,7 @@
 #include <string>
 
 #include "operator/kube/resource.h"
-#include "runtime/common/status.h"
+#include "common/status.h"
 
 namespace korovod::op {
 

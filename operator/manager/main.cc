@@ -18,7 +18,7 @@
 #include "operator/manager/operator_metrics.h"
 #include "operator/manager/operator_options.h"
 #include "operator/webhook/webhook_server.h"
-#include "sidecar/http/health_server.h"
+#include "common/http/health_server.h"
 
 namespace korovod::op {
 namespace {

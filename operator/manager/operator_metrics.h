@@ -15,8 +15,8 @@
 #include <memory>
 #include <string>
 
-#include "runtime/common/status.h"
-#include "sidecar/http/metrics_registry.h"
+#include "common/status.h"
+#include "common/http/metrics_registry.h"
 
 namespace korovod::op {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "operator/controller/operator_settings.h"
-#include "runtime/common/status.h"
+#include "common/status.h"
 
 namespace korovod::op {
 

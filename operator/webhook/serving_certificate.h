@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/common/status.h"
+#include "common/status.h"
 
 namespace korovod::op {
 

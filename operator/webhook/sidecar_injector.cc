@@ -8,7 +8,7 @@
 #include "operator/api/validate.h"
 #include "operator/controller/base64.h"
 #include "operator/controller/worker_pod_builder.h"
-#include "runtime/common/byte_count.h"
+#include "common/byte_count.h"
 
 namespace korovod::op {
 namespace {

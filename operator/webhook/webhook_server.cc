@@ -6,7 +6,7 @@
 
 #include "operator/webhook/serving_certificate.h"
 #include "operator/webhook/sidecar_injector.h"
-#include "sidecar/http/http_listener.h"
+#include "common/http/http_listener.h"
 
 namespace korovod::op {
 

@@ -15,7 +15,7 @@
 #include <string_view>
 
 #include "operator/controller/operator_settings.h"
-#include "runtime/common/status.h"
+#include "common/status.h"
 
 namespace korovod::op {
 

@@ -5,10 +5,10 @@
 #include <cstddef>
 #include <vector>
 
-#include "runtime/common/data_type.h"
-#include "runtime/common/deadline.h"
-#include "runtime/common/status.h"
-#include "runtime/reduce/reduce_op.h"
+#include "common/data_type.h"
+#include "common/deadline.h"
+#include "common/status.h"
+#include "common/reduce_op.h"
 #include "runtime/transport/transport.h"
 #include "runtime/world/communicator.h"
 #include "runtime/world/process_set.h"

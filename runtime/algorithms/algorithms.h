@@ -3,6 +3,7 @@
 #pragma once
 
 #include "runtime/algorithms/algorithm_context.h"
+#include "runtime/reduce/reduce_kernels.h"
 
 namespace korovod {
 

@@ -2,6 +2,7 @@
 #include <utility>
 
 #include "runtime/algorithms/algorithms.h"
+#include "runtime/reduce/reduce_kernels.h"
 
 namespace korovod {
 

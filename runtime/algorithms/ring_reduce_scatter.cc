@@ -1,4 +1,5 @@
 #include "runtime/algorithms/algorithms.h"
+#include "runtime/reduce/reduce_kernels.h"
 
 namespace korovod {
 

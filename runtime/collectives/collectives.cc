@@ -8,6 +8,7 @@
 
 #include "runtime/algorithms/algorithms.h"
 #include "runtime/world/communicator.h"
+#include "runtime/reduce/reduce_kernels.h"
 
 namespace korovod {
 namespace {

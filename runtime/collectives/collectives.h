@@ -8,9 +8,9 @@
 #include <cstddef>
 #include <span>
 
-#include "runtime/common/data_type.h"
-#include "runtime/common/status.h"
-#include "runtime/reduce/reduce_op.h"
+#include "common/data_type.h"
+#include "common/status.h"
+#include "common/reduce_op.h"
 #include "runtime/world/process_set.h"
 
 namespace korovod {

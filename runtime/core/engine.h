@@ -13,8 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/common/deadline.h"
-#include "runtime/common/status.h"
+#include "common/deadline.h"
+#include "common/status.h"
+#include "common/engine_stats.h"
 #include "runtime/core/engine_config.h"
 #include "runtime/core/op_request.h"
 #include "runtime/world/communicator.h"
@@ -24,21 +25,6 @@ namespace korovod {
 class OpHandle;
 using DoneCallback = std::function<void(const Status&, const OpResult&)>;
 
-// Counters since start, for benchmarks and /metrics. Times are of the background thread.
-struct EngineStats {
-  uint64_t cycles = 0;
-  uint64_t busy_cycles = 0;        // cycles in which this rank had ops in flight
-  uint64_t negotiation_ns = 0;     // negotiation collectives in busy cycles
-  uint64_t execution_ns = 0;       // executing responses (copies and collectives)
-  uint64_t tensors = 0;            // ops completed
-  uint64_t collectives = 0;        // data collectives run (a fused buffer counts once)
-  uint64_t bytes = 0;              // tensor bytes allreduced/gathered/broadcast by this rank
-  uint64_t cache_hits = 0;         // ops agreed through the response cache
-  uint64_t negotiated = 0;         // ops that went through the coordinator
-  uint64_t full_negotiations = 0;  // cycles that gathered request lists
-  int64_t fusion_threshold_bytes = 0;
-  double cycle_time_ms = 0;
-};
 
 class Engine {
  public:

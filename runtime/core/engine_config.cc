@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "runtime/common/byte_count.h"
+#include "common/byte_count.h"
 
 namespace korovod {
 namespace {

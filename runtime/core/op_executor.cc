@@ -5,6 +5,7 @@
 
 #include "runtime/collectives/collectives.h"
 #include "runtime/core/fusion_planner.h"
+#include "runtime/reduce/reduce_kernels.h"
 
 namespace korovod {
 namespace {

@@ -6,28 +6,13 @@
 #include <string>
 #include <vector>
 
-#include "runtime/common/data_type.h"
-#include "runtime/common/status.h"
-#include "runtime/reduce/reduce_op.h"
+#include "common/data_type.h"
+#include "common/op_type.h"
+#include "common/tensor_shape.h"
+#include "common/status.h"
+#include "common/reduce_op.h"
 
 namespace korovod {
-
-enum class OpType : uint8_t {
-  kAllreduce,
-  kAllgather,
-  kBroadcast,
-  kAlltoall,
-  kReduceScatter,
-  kBarrier,
-  kJoin,
-  kAddProcessSet,     // engine-internal: registers a process set on every rank at the same point
-  kRemoveProcessSet,  // engine-internal: drops a process set on every rank at the same point
-};
-const char* OpTypeName(OpType t);  // "ALLREDUCE", ...
-
-using TensorShape = std::vector<int64_t>;
-int64_t NumElements(const TensorShape& shape);
-std::string ShapeString(const TensorShape& shape);  // "[3, 4]"
 
 // Allocates the output of an op whose output shape is known only after negotiation (allgather,
 // alltoall) and returns where to write it; the memory must stay valid until completion.

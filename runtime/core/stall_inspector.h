@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/common/deadline.h"
+#include "common/deadline.h"
 
 namespace korovod {
 

@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "runtime/common/data_type.h"
-#include "runtime/common/status.h"
+#include "common/data_type.h"
+#include "common/status.h"
 #include "runtime/core/autotune/autotuner.h"
 #include "runtime/core/op_request.h"
-#include "runtime/reduce/reduce_op.h"
+#include "common/reduce_op.h"
 
 namespace korovod {
 

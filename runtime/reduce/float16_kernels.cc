@@ -4,7 +4,7 @@
 #include <immintrin.h>
 #endif
 
-#include "runtime/common/data_type.h"
+#include "common/data_type.h"
 
 namespace korovod {
 

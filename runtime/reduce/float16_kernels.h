@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "runtime/reduce/reduce_op.h"
+#include "common/reduce_op.h"
 
 namespace korovod {
 

@@ -1,4 +1,4 @@
-// Elementwise reduction kernels. Simple loops over contiguous arrays so the compiler vectorises
+// Elementwise reduction kernels (reduce_kernels.h). Simple loops over contiguous arrays so the compiler vectorises
 // them; they run on L2-resident chunks and are never the bottleneck (memory traffic and
 // synchronisation are).
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <type_traits>
 
 #include "runtime/reduce/float16_kernels.h"
-#include "runtime/reduce/reduce_op.h"
+#include "runtime/reduce/reduce_kernels.h"
 
 namespace korovod {
 namespace {
@@ -172,28 +172,6 @@ void FillTyped(void* buf, size_t n, T v) {
 
 }  // namespace
 
-const char* ReduceOpName(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kAverage:
-      return "average";
-    case ReduceOp::kMin:
-      return "min";
-    case ReduceOp::kMax:
-      return "max";
-    case ReduceOp::kProduct:
-      return "product";
-  }
-  return "unknown";
-}
-
-std::optional<ReduceOp> ParseReduceOp(std::string_view name) {
-  for (ReduceOp op : kAllReduceOps) {
-    if (name == ReduceOpName(op)) return op;
-  }
-  return std::nullopt;
-}
 
 void ReduceTo(void* dst, const void* a, const void* b, size_t n, DataType type, ReduceOp op) {
   switch (type) {

@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/common/deadline.h"
-#include "runtime/common/status.h"
+#include "common/deadline.h"
+#include "common/status.h"
 
 namespace korovod {
 

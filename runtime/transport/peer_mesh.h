@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/common/deadline.h"
-#include "runtime/common/status.h"
+#include "common/deadline.h"
+#include "common/status.h"
 #include "runtime/transport/socket.h"
 #include "runtime/world/world.h"
 

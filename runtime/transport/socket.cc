@@ -16,13 +16,6 @@
 
 namespace korovod {
 
-void Fd::Reset() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    fd_ = -1;
-  }
-}
-
 namespace {
 
 StatusOr<sockaddr_storage> Resolve(const std::string& host, uint16_t port, socklen_t* len) {

@@ -7,37 +7,12 @@
 #include <string>
 #include <utility>
 
-#include "runtime/common/deadline.h"
-#include "runtime/common/status.h"
+#include "common/deadline.h"
+#include "common/fd.h"
+#include "common/status.h"
 #include "runtime/world/world.h"
 
 namespace korovod {
-
-// Owns a file descriptor; closes it on destruction.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { Reset(); }
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) {
-      Reset();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int release() { return std::exchange(fd_, -1); }
-  void Reset();
-
- private:
-  int fd_ = -1;
-};
 
 StatusOr<Fd> ListenTcp(const std::string& host, uint16_t port, int backlog);
 // Dials `addr`, retrying refused/unreachable attempts with backoff until the deadline.

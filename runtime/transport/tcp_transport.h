@@ -10,7 +10,7 @@
 
 #include "runtime/transport/peer_mesh.h"
 #include "runtime/transport/transport.h"
-#include "runtime/transport/wait_policy.h"
+#include "common/wait_policy.h"
 
 namespace korovod {
 

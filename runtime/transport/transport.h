@@ -9,9 +9,9 @@
 #include <cstddef>
 #include <string>
 
-#include "runtime/common/deadline.h"
-#include "runtime/common/function_ref.h"
-#include "runtime/common/status.h"
+#include "common/deadline.h"
+#include "common/function_ref.h"
+#include "common/status.h"
 
 namespace korovod {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/common/deadline.h"
-#include "runtime/common/status.h"
+#include "common/deadline.h"
+#include "common/status.h"
 #include "runtime/transport/transport.h"
 #include "runtime/world/process_set.h"
 #include "runtime/world/world.h"

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/common/status.h"
+#include "common/status.h"
 #include "runtime/world/world.h"
 
 namespace korovod {

@@ -8,8 +8,8 @@
 #include <cstddef>
 #include <vector>
 
-#include "runtime/common/deadline.h"
-#include "runtime/common/status.h"
+#include "common/deadline.h"
+#include "common/status.h"
 #include "runtime/world/communicator.h"
 
 namespace korovod {

@@ -10,8 +10,8 @@
 
 #include <vector>
 
-#include "runtime/common/deadline.h"
-#include "runtime/common/status.h"
+#include "common/deadline.h"
+#include "common/status.h"
 #include "runtime/world/world.h"
 
 namespace korovod {

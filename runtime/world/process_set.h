@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "runtime/common/status.h"
+#include "common/status.h"
 
 namespace korovod {
 

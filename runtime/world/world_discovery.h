@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/common/status.h"
+#include "common/status.h"
 #include "runtime/transport/socket.h"
 #include "runtime/world/world.h"
 

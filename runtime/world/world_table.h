@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/common/status.h"
+#include "common/status.h"
 #include "runtime/world/world.h"
 
 namespace korovod {

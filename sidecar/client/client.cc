@@ -14,13 +14,13 @@
 #include <vector>
 
 #include "korovod/sidecar/v1/sidecar.grpc.pb.h"
-#include "sidecar/daemon/wire_mapping.h"
-#include "sidecar/proto/grpc_status.h"
-#include "sidecar/proto/protocol_version.h"
-#include "sidecar/protocol/arena.h"
-#include "sidecar/protocol/heap_allocator.h"
-#include "sidecar/protocol/op_queue.h"
-#include "sidecar/protocol/record_validation.h"
+#include "sidecar/arena/wire_mapping.h"
+#include "sidecar/control/grpc_status.h"
+#include "sidecar/control/protocol_version.h"
+#include "sidecar/arena/arena.h"
+#include "sidecar/arena/heap_allocator.h"
+#include "sidecar/arena/op_queue.h"
+#include "sidecar/arena/record_validation.h"
 
 namespace korovod::sidecar {
 

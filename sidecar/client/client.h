@@ -13,12 +13,13 @@
 #include <string>
 #include <vector>
 
-#include "runtime/common/data_type.h"
-#include "runtime/common/deadline.h"
-#include "runtime/common/status.h"
-#include "runtime/core/engine.h"
-#include "runtime/core/op_request.h"
-#include "runtime/reduce/reduce_op.h"
+#include "common/data_type.h"
+#include "common/deadline.h"
+#include "common/status.h"
+#include "common/engine_stats.h"
+#include "common/op_type.h"
+#include "common/tensor_shape.h"
+#include "common/reduce_op.h"
 
 namespace korovod::sidecar {
 

@@ -17,9 +17,9 @@
 #include <unordered_set>
 #include <vector>
 
-#include "runtime/common/status.h"
-#include "sidecar/protocol/arena_layout.h"
-#include "sidecar/protocol/record_validation.h"
+#include "common/status.h"
+#include "sidecar/arena/arena_layout.h"
+#include "sidecar/arena/record_validation.h"
 
 namespace korovod::sidecar {
 

@@ -1,6 +1,6 @@
 // korovod-sidecar: hosts the collective engine for one rank and serves its trainer over a unix
 // socket (gRPC control plane) and a shared-memory arena (tensors and op queues). Configured by the
-// environment (sidecar/launcher/README.md); SIGTERM/SIGINT stop it cleanly.
+// environment (launcher/README.md); SIGTERM/SIGINT stop it cleanly.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -25,10 +25,10 @@
 #include "sidecar/daemon/op_loop.h"
 #include "sidecar/daemon/sidecar_config.h"
 #include "sidecar/daemon/sidecar_service.h"
-#include "sidecar/http/engine_metrics.h"
-#include "sidecar/http/health_server.h"
-#include "sidecar/http/metrics_registry.h"
-#include "sidecar/protocol/arena.h"
+#include "sidecar/daemon/engine_metrics.h"
+#include "common/http/health_server.h"
+#include "common/http/metrics_registry.h"
+#include "sidecar/arena/arena.h"
 
 namespace korovod::sidecar {
 namespace {

@@ -10,9 +10,9 @@
 #include <string>
 #include <utility>
 
-#include "sidecar/daemon/wire_mapping.h"
-#include "sidecar/protocol/heap_allocator.h"
-#include "sidecar/protocol/op_queue.h"
+#include "sidecar/arena/wire_mapping.h"
+#include "sidecar/arena/heap_allocator.h"
+#include "sidecar/arena/op_queue.h"
 
 namespace korovod::sidecar {
 

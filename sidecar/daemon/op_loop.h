@@ -15,13 +15,13 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/common/deadline.h"
-#include "runtime/common/status.h"
+#include "common/deadline.h"
+#include "common/status.h"
 #include "runtime/core/engine.h"
 #include "sidecar/daemon/group_assembler.h"
-#include "sidecar/http/engine_metrics.h"
-#include "sidecar/protocol/arena.h"
-#include "sidecar/protocol/record_validation.h"
+#include "sidecar/daemon/engine_metrics.h"
+#include "sidecar/arena/arena.h"
+#include "sidecar/arena/record_validation.h"
 
 namespace korovod::sidecar {
 

@@ -1,5 +1,5 @@
 // SidecarConfig: the korovod-sidecar's settings, read from the environment korovodrun (or the
-// operator) gives it (sidecar/launcher/README.md). Every error names the variable.
+// operator) gives it (launcher/README.md). Every error names the variable.
 #pragma once
 
 #include <chrono>
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/common/status.h"
+#include "common/status.h"
 #include "runtime/world/world.h"
 
 namespace korovod::sidecar {

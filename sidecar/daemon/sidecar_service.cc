@@ -7,8 +7,8 @@
 #include <string>
 #include <utility>
 
-#include "sidecar/proto/grpc_status.h"
-#include "sidecar/proto/protocol_version.h"
+#include "sidecar/control/grpc_status.h"
+#include "sidecar/control/protocol_version.h"
 
 namespace korovod::sidecar {
 namespace {

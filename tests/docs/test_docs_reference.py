@@ -14,7 +14,7 @@ a variable do not count as reading it):
   in python/;
 - set by the operator: the `kEnvXxx = "KOROVOD_X"` constants of operator/ (what worker pods get);
 - set by korovodrun: `env.Set("KOROVOD_X"` and `env.Set(prefix + "X"` (SetRankVars) in
-  sidecar/launcher/;
+  launcher/;
 - CRD fields: every leaf property path under spec and status of the openAPIV3Schema
   (objects with x-kubernetes-preserve-unknown-fields, i.e. spec.template and
   spec.sidecar.resources, are leaves: their insides are Kubernetes' own types);
@@ -73,9 +73,9 @@ def operator_set_variables():
 
 
 def korovodrun_set_variables():
-    direct = matches(["sidecar/launcher"], CPP, r'\.Set\(\s*"(KOROVOD_[A-Z0-9_]+)"')
+    direct = matches(["launcher"], CPP, r'\.Set\(\s*"(KOROVOD_[A-Z0-9_]+)"')
     # SetRankVars(env, "KOROVOD_", p) sets prefix + "RANK", ...
-    by_prefix = matches(["sidecar/launcher"], CPP, r'\.Set\(\s*prefix\s*\+\s*"([A-Z0-9_]+)"',
+    by_prefix = matches(["launcher"], CPP, r'\.Set\(\s*prefix\s*\+\s*"([A-Z0-9_]+)"',
                         "KOROVOD_")
     return direct | by_prefix
 

@@ -25,6 +25,7 @@
 #include "runtime/world/communicator.h"
 #include "tests/runtime/rank_harness.h"
 #include "tests/runtime/test_data.h"
+#include "runtime/reduce/reduce_kernels.h"
 
 namespace korovod::testing {
 namespace {

@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/common/deadline.h"
-#include "runtime/common/status.h"
+#include "common/deadline.h"
+#include "common/status.h"
 #include "runtime/world/communicator.h"
 #include "runtime/world/world.h"
 

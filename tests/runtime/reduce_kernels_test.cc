@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "runtime/common/data_type.h"
+#include "common/data_type.h"
 #include "runtime/reduce/float16_kernels.h"
-#include "runtime/reduce/reduce_op.h"
+#include "runtime/reduce/reduce_kernels.h"
 
 namespace korovod {
 namespace {

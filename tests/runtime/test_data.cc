@@ -1,4 +1,5 @@
 #include "tests/runtime/test_data.h"
+#include "runtime/reduce/reduce_kernels.h"
 
 #include <array>
 #include <cmath>

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/common/data_type.h"
-#include "runtime/reduce/reduce_op.h"
+#include "common/data_type.h"
+#include "runtime/reduce/reduce_kernels.h"
 
 namespace korovod::testing {
 

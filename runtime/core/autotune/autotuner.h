@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/common/status.h"
+#include "common/status.h"
 
 namespace korovod {
 

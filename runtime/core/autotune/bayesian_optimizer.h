@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "runtime/common/status.h"
+#include "common/status.h"
 #include "runtime/core/autotune/gaussian_process.h"
 
 namespace korovod::autotune {

@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "runtime/common/status.h"
+#include "common/status.h"
 
 namespace korovod::autotune {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/common/status.h"
+#include "common/status.h"
 #include "runtime/core/autotune/autotuner.h"
 
 namespace korovod::autotune {

@@ -16,34 +16,14 @@
 #include <unordered_map>
 #include <utility>
 
+#include "common/fd.h"
+
 namespace korovod {
 namespace {
 
 // The writer wakes at least this often, and sooner once the batch holds kFlushBytes.
 constexpr auto kFlushInterval = std::chrono::milliseconds(100);
 constexpr size_t kFlushBytes = size_t{1} << 20;
-
-class UniqueFd {
- public:
-  explicit UniqueFd(int fd = -1) : fd_(fd) {}
-  ~UniqueFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    if (this != &other) {
-      if (fd_ >= 0) ::close(fd_);
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 // Writes all of `data`; returns 0 or the errno of the failing write.
 int WriteAll(int fd, std::string_view data) {
@@ -192,7 +172,7 @@ struct Timeline::State {
   };
 
   TimelineOptions options;
-  UniqueFd fd;
+  Fd fd;
 
   // Guarded by mu: the events not yet written (each preceded by ",\n"), the lanes, the next tid
   // and the cycle lane's tid (0 until the first MarkCycle).
@@ -338,7 +318,7 @@ StatusOr<std::unique_ptr<Timeline>> Timeline::Open(const TimelineOptions& option
 
   auto state = std::make_unique<State>();
   state->options = options;
-  state->fd = UniqueFd(fd);
+  state->fd = Fd(fd);
 
   // The header and metadata are written here, synchronously, so that even a rank killed right
   // after start-up leaves a file the merger recognizes.
@@ -368,7 +348,7 @@ Timeline::~Timeline() {
   state_->writer.request_stop();
   state_->writer.join();  // the writer has written every recorded event
   state_->Write("\n]\n");
-  // UniqueFd closes the file.
+  // Fd closes the file.
 }
 
 void Timeline::NegotiateStart(std::string_view tensor, std::string_view op) {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/common/status.h"
+#include "common/status.h"
 
 namespace korovod {
 

@@ -1,4 +1,4 @@
-// Tests of the NCCL backend (runtime/transport/nccl).
+// Tests of the NCCL backend (runtime/nccl).
 //
 // Ranks are threads with a CPU communicator each over loopback (tests/runtime/rank_harness.h);
 // rank r drives CUDA device r. NCCL does not support two ranks on one device, so the world has
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/transport/nccl/nccl_communicator.h"
+#include "runtime/nccl/nccl_communicator.h"
 #include "runtime/world/communicator.h"
 #include "tests/runtime/rank_harness.h"
 #include "tests/runtime/test_data.h"

@@ -27,7 +27,7 @@
 
 #include "korovod/sidecar/v1/sidecar.grpc.pb.h"
 #include "sidecar/client/client.h"
-#include "sidecar/proto/protocol_version.h"
+#include "sidecar/control/protocol_version.h"
 #include "tests/sidecar/daemon/sidecar_test_job.h"
 
 namespace korovod::sidecar {

@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "sidecar/client/client.h"
-#include "sidecar/proto/protocol_version.h"
-#include "sidecar/protocol/arena.h"
-#include "sidecar/protocol/op_queue.h"
+#include "sidecar/control/protocol_version.h"
+#include "sidecar/arena/arena.h"
+#include "sidecar/arena/op_queue.h"
 #include "tests/sidecar/daemon/sidecar_test_job.h"
-#include "tests/sidecar/protocol/protocol_test_util.h"
+#include "tests/sidecar/arena/protocol_test_util.h"
 
 namespace korovod::sidecar {
 namespace {

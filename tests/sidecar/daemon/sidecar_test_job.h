@@ -1,5 +1,5 @@
 // The harness of the korovod-sidecar integration tests: real sidecar processes started with
-// korovodrun's environment contract (sidecar/launcher/README.md), trainers as forked processes
+// korovodrun's environment contract (launcher/README.md), trainers as forked processes
 // that report failures by exit status (gtest assertions do not cross fork).
 #pragma once
 
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "korovod/sidecar/v1/sidecar.grpc.pb.h"
-#include "runtime/common/status.h"
+#include "common/status.h"
 
 namespace korovod::sidecar::daemon_test {
 

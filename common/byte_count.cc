@@ -1,0 +1,33 @@
+#include "common/byte_count.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+namespace korovod {
+
+StatusOr<int64_t> ParseByteCount(const std::string& text) {
+  const char* s = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(s, &end, 10);
+  if (end == s || errno != 0 || n < 0) {
+    return InvalidArgument("expected a byte count >= 0 (e.g. 67108864 or 64M)");
+  }
+  const std::string suffix(end);
+  int64_t mult = 1;
+  if (suffix.empty() || suffix == "B") {
+    mult = 1;
+  } else if (suffix == "K" || suffix == "KiB" || suffix == "k") {
+    mult = int64_t{1} << 10;
+  } else if (suffix == "M" || suffix == "MiB") {
+    mult = int64_t{1} << 20;
+  } else if (suffix == "G" || suffix == "GiB") {
+    mult = int64_t{1} << 30;
+  } else {
+    return InvalidArgument("unknown unit '" + suffix + "' (use K, M or G)");
+  }
+  if (n > (int64_t{1} << 40) / mult) return InvalidArgument("larger than 1 TiB");
+  return n * mult;
+}
+
+}  // namespace korovod

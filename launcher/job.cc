@@ -1,0 +1,493 @@
+#include "launcher/job.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+
+#include "common/deadline.h"
+#include "launcher/child_process.h"
+#include "launcher/environment.h"
+#include "launcher/job_key.h"
+#include "launcher/listeners.h"
+#include "launcher/output_pump.h"
+#include "launcher/run_dir.h"
+#include "launcher/shm_cleanup.h"
+#include "launcher/sidecar_log.h"
+#include "launcher/signal_pipe.h"
+
+namespace korovod::launcher {
+namespace {
+
+using std::chrono::milliseconds;
+
+// How often a pending sidecar socket is looked for.
+constexpr int kSocketCheckMs = 20;
+
+milliseconds SecondsToMs(double s) {
+  return milliseconds(static_cast<long>(std::llround(s * 1000)));
+}
+
+std::string FormatSeconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+bool IsSocket(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+struct Pipe {
+  Fd read;
+  Fd write;
+};
+
+StatusOr<Pipe> MakePipe() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return ErrnoStatus(StatusCode::kInternal, "pipe2", errno);
+  return Pipe{Fd(fds[0]), Fd(fds[1])};
+}
+
+enum class Role { kSidecar, kTrainer };
+const char* RoleName(Role r) { return r == Role::kSidecar ? "sidecar" : "trainer"; }
+
+// One rank: its sidecar, its trainer, and what korovodrun knows about them.
+struct Rank {
+  RankPlacement place;
+  std::string socket_path;
+  std::optional<ChildProcess> sidecar;
+  std::optional<ChildProcess> trainer;
+  std::vector<OutputPump::StreamId> sidecar_streams;
+  std::vector<OutputPump::StreamId> trainer_streams;
+  std::unique_ptr<SidecarLog> log;
+  Clock::time_point sidecar_started;
+  bool socket_ready = false;
+  bool sidecar_exit_handled = false;
+  bool trainer_exit_handled = false;
+};
+
+// The state of one run of the job; Job::Run owns it for the run's duration. Members are
+// destroyed in reverse order: children (killed and reaped if still there) before the run
+// directory, and that before the shared-memory sweep.
+class JobRun {
+ public:
+  JobRun(const JobConfig& config, FdWriter* out, FdWriter* err)
+      : config_(config), opts_(config.options), out_(out), err_(err) {}
+
+  int Run();
+
+ private:
+  Status Setup();
+  Status StartSidecar(Rank& r);
+  Status StartTrainer(Rank& r);
+  Status StartChild(Rank& r, Role role, ChildSpec spec);
+  void Supervise();
+  void ReapAndCheck();
+  void OnExit(Rank& r, Role role, const ExitStatus& st);
+  void CheckSockets();
+  void Fail(int exit_code, const std::string& message);
+  void BeginStop(int sig);
+  void SignalAll(int sig);
+  bool AnyChildRunning() const;
+  int PollTimeoutMs() const;
+  void Note(const std::string& message);  // verbose progress
+  void Say(const std::string& message) { err_->Line("korovodrun: ", message); }
+
+  const JobConfig& config_;
+  const LauncherOptions& opts_;
+  FdWriter* out_;
+  FdWriter* err_;
+
+  std::string job_id_;
+  std::optional<ShmPrefixCleanup> shm_;
+  std::optional<RunDir> run_dir_;
+  std::string key_file_;
+  std::unique_ptr<SignalPipe> signals_;
+  Fd dev_null_;
+  std::vector<Listener> listeners_;
+  std::string peers_;
+  OutputPump pump_;
+  std::vector<Rank> ranks_;
+
+  bool stopping_ = false;
+  bool killed_ = false;
+  Clock::time_point kill_at_;
+  int exit_code_ = 0;
+  std::optional<std::string> summary_;  // the failure line, printed last
+};
+
+void JobRun::Note(const std::string& message) {
+  if (opts_.verbose) Say(message);
+}
+
+Status JobRun::Setup() {
+  KV_ASSIGN_OR_RETURN(signals_, SignalPipe::Install());
+  KV_ASSIGN_OR_RETURN(job_id_, RandomHex(6));
+  shm_.emplace("/korovod-" + job_id_ + "-");
+  KV_ASSIGN_OR_RETURN(RunDir dir, RunDir::Create("korovodrun-" + job_id_ + "-"));
+  run_dir_.emplace(std::move(dir));
+  // sockaddr_un holds 108 bytes with the terminating NUL; "rank<N>.sock" must fit after the dir.
+  const std::string longest_socket =
+      run_dir_->path() + "/rank" + std::to_string(config_.layout.size() - 1) + ".sock";
+  if (longest_socket.size() >= sizeof(sockaddr_un::sun_path)) {
+    return InvalidArgument("unix socket path " + longest_socket + " is longer than " +
+                           std::to_string(sizeof(sockaddr_un::sun_path) - 1) +
+                           " bytes; set TMPDIR to a shorter directory");
+  }
+  key_file_ = run_dir_->path() + "/job.key";
+  KV_ASSIGN_OR_RETURN(std::string key, RandomHex(32));
+  KV_RETURN_IF_ERROR(WriteJobKeyFile(key_file_, key));
+  dev_null_ = Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!dev_null_.valid()) return ErrnoStatus(StatusCode::kInternal, "open /dev/null", errno);
+
+  // Every listener is bound before any child exists.
+  const int n = static_cast<int>(config_.layout.size());
+  KV_ASSIGN_OR_RETURN(listeners_, BindLoopbackListeners(n));
+  for (int i = 0; i < n; ++i) {
+    if (i > 0) peers_ += ",";
+    peers_ += "127.0.0.1:" + std::to_string(listeners_[static_cast<size_t>(i)].port);
+  }
+  ranks_.resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    Rank& r = ranks_[static_cast<size_t>(i)];
+    r.place = config_.layout[static_cast<size_t>(i)];
+    r.socket_path = run_dir_->path() + "/rank" + std::to_string(i) + ".sock";
+    r.log = std::make_unique<SidecarLog>(i, opts_.verbose, err_);
+  }
+  Note("job " + job_id_ + ": " + std::to_string(n) + " ranks, run directory " + run_dir_->path() +
+       ", shared memory prefix " + shm_->prefix() + ", peers " + peers_);
+  return OkStatus();
+}
+
+void SetRankVars(Environment& env, const std::string& prefix, const RankPlacement& p) {
+  env.Set(prefix + "RANK", std::to_string(p.rank));
+  env.Set(prefix + "SIZE", std::to_string(p.size));
+  env.Set(prefix + "LOCAL_RANK", std::to_string(p.local_rank));
+  env.Set(prefix + "LOCAL_SIZE", std::to_string(p.local_size));
+  env.Set(prefix + "CROSS_RANK", std::to_string(p.cross_rank));
+  env.Set(prefix + "CROSS_SIZE", std::to_string(p.cross_size));
+}
+
+Status JobRun::StartChild(Rank& r, Role role, ChildSpec spec) {
+  KV_ASSIGN_OR_RETURN(Pipe out, MakePipe());
+  KV_ASSIGN_OR_RETURN(Pipe err, MakePipe());
+  spec.stdin_fd = dev_null_.get();
+  spec.stdout_fd = out.write.get();
+  spec.stderr_fd = err.write.get();
+  spec.die_with_parent = true;
+  KV_ASSIGN_OR_RETURN(ChildProcess child, ChildProcess::Start(spec));
+  out.write.Reset();
+  err.write.Reset();
+
+  const int rank = r.place.rank;
+  std::vector<OutputPump::StreamId>& ids =
+      role == Role::kSidecar ? r.sidecar_streams : r.trainer_streams;
+  if (role == Role::kSidecar) {
+    SidecarLog* log = r.log.get();
+    for (Pipe* p : {&out, &err}) {
+      KV_ASSIGN_OR_RETURN(
+          OutputPump::StreamId id,
+          pump_.Add(std::move(p->read), [log](std::string_view line) { log->OnLine(line); }));
+      ids.push_back(id);
+    }
+    r.sidecar = std::move(child);
+  } else {
+    std::string prefix = "[" + std::to_string(rank) + "] ";
+    FdWriter* stdout_writer = out_;
+    FdWriter* stderr_writer = err_;
+    KV_ASSIGN_OR_RETURN(
+        OutputPump::StreamId out_id,
+        pump_.Add(std::move(out.read), [stdout_writer, prefix](std::string_view line) {
+          stdout_writer->Line(prefix, line);
+        }));
+    KV_ASSIGN_OR_RETURN(
+        OutputPump::StreamId err_id,
+        pump_.Add(std::move(err.read), [stderr_writer, prefix](std::string_view line) {
+          stderr_writer->Line(prefix, line);
+        }));
+    ids = {out_id, err_id};
+    r.trainer = std::move(child);
+  }
+  return OkStatus();
+}
+
+Status JobRun::StartSidecar(Rank& r) {
+  const RankPlacement& p = r.place;
+  Listener& listener = listeners_[static_cast<size_t>(p.rank)];
+  Environment env = Environment::FromCurrentProcess();
+  SetRankVars(env, "KOROVOD_", p);
+  env.Set("KOROVOD_LISTEN_FD", std::to_string(listener.fd.get()));
+  env.Set("KOROVOD_PEERS", peers_);
+  env.Set("KOROVOD_JOB_KEY_FILE", key_file_);
+  env.Set("KOROVOD_SOCKET", r.socket_path);
+  env.Set("KOROVOD_SHM_PREFIX", shm_->prefix());
+  if (opts_.timeline) env.Set("KOROVOD_TIMELINE", *opts_.timeline);
+
+  ChildSpec spec;
+  spec.argv = {config_.sidecar_path};
+  spec.env = env.ToStrings();
+  spec.inherit_fds = {listener.fd.get()};
+  r.sidecar_started = Clock::now();
+  KV_RETURN_IF_ERROR(StartChild(r, Role::kSidecar, std::move(spec)));
+  // The sidecar owns its listener now; korovodrun's copy would only keep the port open.
+  listener.fd.Reset();
+  Note("rank " + std::to_string(p.rank) + " sidecar started (pid " +
+       std::to_string(r.sidecar->pid()) + ", host " + p.host + ", local rank " +
+       std::to_string(p.local_rank) + "/" + std::to_string(p.local_size) + ", cross rank " +
+       std::to_string(p.cross_rank) + "/" + std::to_string(p.cross_size) + ")");
+  return OkStatus();
+}
+
+Status JobRun::StartTrainer(Rank& r) {
+  const RankPlacement& p = r.place;
+  Environment env = Environment::FromCurrentProcess();
+  // What only a sidecar may use never reaches a trainer (e.g. from a korovodrun run inside a job).
+  for (const char* name : {"KOROVOD_LISTEN_FD", "KOROVOD_PEERS", "KOROVOD_JOB_KEY_FILE"}) {
+    env.Unset(name);
+  }
+  SetRankVars(env, "KOROVOD_", p);
+  SetRankVars(env, "HOROVOD_", p);
+  env.Set("KOROVOD_SOCKET", r.socket_path);
+  env.Set("KOROVOD_SHM_PREFIX", shm_->prefix());
+
+  ChildSpec spec;
+  spec.argv = opts_.command;
+  spec.env = env.ToStrings();
+  KV_RETURN_IF_ERROR(StartChild(r, Role::kTrainer, std::move(spec)));
+  Note("rank " + std::to_string(p.rank) + " trainer started (pid " +
+       std::to_string(r.trainer->pid()) + ")");
+  return OkStatus();
+}
+
+void JobRun::SignalAll(int sig) {
+  for (Rank& r : ranks_) {
+    if (r.trainer) r.trainer->Signal(sig);
+    if (r.sidecar) r.sidecar->Signal(sig);
+  }
+}
+
+void JobRun::BeginStop(int sig) {
+  if (stopping_) return;
+  stopping_ = true;
+  kill_at_ = Clock::now() + SecondsToMs(opts_.grace_period_s);
+  SignalAll(sig);
+}
+
+void JobRun::Fail(int exit_code, const std::string& message) {
+  if (stopping_) return;  // the first failure is the one reported
+  exit_code_ = exit_code;
+  summary_ = message;
+  BeginStop(SIGTERM);
+}
+
+bool JobRun::AnyChildRunning() const {
+  for (const Rank& r : ranks_) {
+    if ((r.sidecar && r.sidecar->running()) || (r.trainer && r.trainer->running())) return true;
+  }
+  return false;
+}
+
+void JobRun::OnExit(Rank& r, Role role, const ExitStatus& st) {
+  const std::string who = "rank " + std::to_string(r.place.rank) + " " + RoleName(role);
+  // What the child wrote before it ended is all in its pipes now.
+  for (OutputPump::StreamId id : role == Role::kSidecar ? r.sidecar_streams : r.trainer_streams) {
+    pump_.Drain(id);
+  }
+  if (role == Role::kTrainer) {
+    if (st.success()) {
+      Note(who + " finished");
+    } else if (!stopping_) {
+      Fail(st.signaled ? 1 : st.code, who + " " + st.Describe());
+    }
+    return;
+  }
+  // A sidecar.
+  if (stopping_) {
+    // Ended by our signal: expected. Anything else while stopping is only worth a note.
+    bool expected = st.success() || (st.signaled && (st.signal == SIGTERM || st.signal == SIGKILL ||
+                                                     st.signal == SIGINT || st.signal == SIGHUP));
+    if (!expected && !summary_) {
+      r.log->PrintUnshownTail();
+      Say("warning: " + who + " " + st.Describe() + " while stopping");
+    } else {
+      Note(who + " " + st.Describe());
+    }
+    return;
+  }
+  if (!st.success()) {
+    r.log->PrintUnshownTail();
+    Fail(1, who + " " + st.Describe());
+  } else if (!r.socket_ready) {
+    r.log->PrintUnshownTail();
+    Fail(1, who + " exited with code 0 before creating its socket " + r.socket_path);
+  } else {
+    Note(who + " exited with code 0");
+  }
+}
+
+void JobRun::ReapAndCheck() {
+  for (Rank& r : ranks_) {
+    if (r.sidecar && !r.sidecar_exit_handled) {
+      if (auto st = r.sidecar->Poll()) {
+        r.sidecar_exit_handled = true;
+        OnExit(r, Role::kSidecar, *st);
+      }
+    }
+    if (r.trainer && !r.trainer_exit_handled) {
+      if (auto st = r.trainer->Poll()) {
+        r.trainer_exit_handled = true;
+        OnExit(r, Role::kTrainer, *st);
+      }
+    }
+  }
+  if (stopping_) return;
+  bool all_trainers_ok = true;
+  for (const Rank& r : ranks_) {
+    const auto& st = r.trainer ? r.trainer->exit_status() : std::nullopt;
+    if (!st || !st->success()) all_trainers_ok = false;
+  }
+  if (all_trainers_ok) {
+    Note("every trainer finished; stopping the sidecars");
+    BeginStop(SIGTERM);
+  }
+}
+
+void JobRun::CheckSockets() {
+  if (stopping_) return;
+  const auto timeout = SecondsToMs(opts_.start_timeout_s);
+  for (Rank& r : ranks_) {
+    if (r.socket_ready || !r.sidecar || !r.sidecar->running()) continue;
+    if (IsSocket(r.socket_path)) {
+      r.socket_ready = true;
+      Note("rank " + std::to_string(r.place.rank) + " sidecar socket ready after " +
+           std::to_string(
+               std::chrono::duration_cast<milliseconds>(Clock::now() - r.sidecar_started).count()) +
+           " ms");
+      Status s = StartTrainer(r);
+      if (!s.ok()) {
+        Fail(s.code() == StatusCode::kFailedPrecondition ? 127 : 1,
+             "rank " + std::to_string(r.place.rank) + " trainer could not start: " + s.message());
+        return;
+      }
+    } else if (Clock::now() - r.sidecar_started >= timeout) {
+      r.log->PrintUnshownTail();
+      Fail(1, "rank " + std::to_string(r.place.rank) + " sidecar did not create its socket " +
+                  r.socket_path + " within " + FormatSeconds(opts_.start_timeout_s) +
+                  " s (--start-timeout)");
+      return;
+    }
+  }
+}
+
+int JobRun::PollTimeoutMs() const {
+  if (stopping_) {
+    if (killed_) return 1000;
+    return Deadline(kill_at_).RemainingMs(1000);
+  }
+  for (const Rank& r : ranks_) {
+    if (!r.socket_ready && r.sidecar && r.sidecar->running()) return kSocketCheckMs;
+  }
+  return -1;  // a child's exit or a signal wakes the loop
+}
+
+void JobRun::Supervise() {
+  std::vector<pollfd> fds;
+  while (true) {
+    ReapAndCheck();
+    CheckSockets();
+    if (stopping_) {
+      if (!AnyChildRunning()) break;
+      if (!killed_ && Clock::now() >= kill_at_) {
+        Note("grace period over; sending SIGKILL");
+        SignalAll(SIGKILL);
+        killed_ = true;
+      }
+    }
+    out_->Flush();
+    err_->Flush();
+
+    fds.clear();
+    fds.push_back({signals_->read_fd(), POLLIN, 0});
+    pump_.AddPollFds(&fds);
+    int n = ::poll(fds.data(), fds.size(), PollTimeoutMs());
+    if (n < 0 && errno != EINTR) {
+      Fail(1, std::string("poll failed: ") + std::strerror(errno));
+      continue;
+    }
+    if (n <= 0) continue;
+    for (int sig : signals_->Drain()) {
+      if (sig != SIGINT && sig != SIGTERM && sig != SIGHUP) continue;  // SIGCHLD: reaped above
+      if (!stopping_) {
+        exit_code_ = 128 + sig;
+        Say("interrupted by " + SignalName(sig) + "; stopping every rank");
+        BeginStop(sig);  // forwarded to every child's process group
+      } else if (!killed_) {
+        Say("second " + SignalName(sig) + "; killing every rank now");
+        SignalAll(SIGKILL);
+        killed_ = true;
+      }
+    }
+    pump_.HandlePoll(fds);
+  }
+  pump_.FinishAll();
+}
+
+int JobRun::Run() {
+  Status s = Setup();
+  if (s.ok()) {
+    for (Rank& r : ranks_) {
+      s = StartSidecar(r);
+      if (!s.ok()) {
+        s = s.WithContext("rank " + std::to_string(r.place.rank) + " sidecar could not start");
+        break;
+      }
+    }
+  }
+  if (!s.ok()) {
+    if (signals_) {
+      // Children already started are stopped the same way as after a failure.
+      Fail(1, s.message());
+      Supervise();
+    } else {
+      exit_code_ = 1;
+      summary_ = s.message();
+    }
+  } else {
+    Supervise();
+  }
+  out_->Flush();
+  // Children are all reaped: remove what they leave behind before reporting.
+  ranks_.clear();
+  if (run_dir_) run_dir_->Remove();
+  if (shm_) {
+    auto removed = shm_->Run();
+    if (!removed.empty()) {
+      Note("removed " + std::to_string(removed.size()) +
+           " shared-memory segment(s) left by the job");
+    }
+  }
+  if (summary_) Say(*summary_);
+  err_->Flush();
+  return exit_code_;
+}
+
+}  // namespace
+
+int Job::Run() {
+  JobRun run(config_, out_, err_);
+  return run.Run();
+}
+
+}  // namespace korovod::launcher

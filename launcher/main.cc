@@ -1,0 +1,92 @@
+// korovodrun: the local launcher. See README.md.
+#include <fcntl.h>
+#include <limits.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "launcher/fd_writer.h"
+#include "launcher/job.h"
+#include "launcher/local_host.h"
+#include "launcher/options.h"
+#include "launcher/rank_layout.h"
+
+namespace korovod::launcher {
+namespace {
+
+constexpr int kUsageExit = 2;
+
+int UsageError(const std::string& message) {
+  std::fprintf(stderr, "korovodrun: %s\n%s", message.c_str(), UsageText());
+  return kUsageExit;
+}
+
+// The sidecar binary: --sidecar, else korovod-sidecar in korovodrun's own directory.
+std::string DefaultSidecarPath() {
+  char self[PATH_MAX + 1] = {};
+  ssize_t n = ::readlink("/proc/self/exe", self, PATH_MAX);
+  if (n <= 0) return "korovod-sidecar";
+  std::string path(self, static_cast<size_t>(n));
+  size_t slash = path.rfind('/');
+  return (slash == std::string::npos ? std::string(".") : path.substr(0, slash)) +
+         "/korovod-sidecar";
+}
+
+int Main(int argc, char** argv) {
+  // Children get their stdio from fds 0-2 of korovodrun's pipes; make sure no pipe or socket of
+  // ours lands on 0-2 when korovodrun was started with them closed.
+  for (int fd = 0; fd < 3; ++fd) {
+    if (::fcntl(fd, F_GETFD) < 0) ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+  }
+
+  std::vector<std::string> args(argv + 1, argv + argc);
+  auto parsed = ParseOptions(args);
+  if (!parsed.ok()) return UsageError(parsed.status().message());
+  LauncherOptions opts = std::move(parsed).value();
+  if (opts.help) {
+    std::fputs(UsageText(), stdout);
+    return 0;
+  }
+
+  std::vector<HostSlots> hosts = {{"localhost", opts.num_proc}};
+  if (opts.hosts) {
+    auto h = ParseHostList(*opts.hosts);
+    if (!h.ok()) return UsageError(h.status().message());
+    hosts = std::move(h).value();
+  }
+  for (const HostSlots& h : hosts) {
+    if (!IsLocalHost(h.host)) {
+      std::fprintf(stderr,
+                   "korovodrun starts ranks on this machine only; %s is not local (use the "
+                   "operator for multi-host jobs)\n",
+                   h.host.c_str());
+      return kUsageExit;
+    }
+  }
+  auto layout = ComputeRankLayout(hosts, opts.num_proc);
+  if (!layout.ok()) return UsageError(layout.status().message());
+
+  JobConfig config;
+  config.sidecar_path = opts.sidecar_path ? *opts.sidecar_path : DefaultSidecarPath();
+  if (::access(config.sidecar_path.c_str(), X_OK) != 0) {
+    std::fprintf(stderr,
+                 "korovodrun: no executable sidecar at %s (build the korovod-sidecar target, or "
+                 "pass --sidecar PATH)\n",
+                 config.sidecar_path.c_str());
+    return kUsageExit;
+  }
+  config.layout = std::move(layout).value();
+  config.options = std::move(opts);
+
+  FdWriter out(STDOUT_FILENO);
+  FdWriter err(STDERR_FILENO);
+  Job job(std::move(config), &out, &err);
+  return job.Run();
+}
+
+}  // namespace
+}  // namespace korovod::launcher
+
+int main(int argc, char** argv) { return korovod::launcher::Main(argc, argv); }

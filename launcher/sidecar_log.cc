@@ -1,0 +1,40 @@
+#include "launcher/sidecar_log.h"
+
+#include <cctype>
+
+namespace korovod::launcher {
+
+bool IsNotableSidecarLine(std::string_view line) {
+  // The start-up summary (runtime/world/startup_summary.h): which interface and link rate each
+  // rank ended up with is what a user needs first when a job is slow.
+  if (line.starts_with("korovod: rank ")) return true;
+  std::string lower(line);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* word : {"error", "fail", "stall", "warn"}) {
+    if (lower.find(word) != std::string::npos) return true;
+  }
+  return false;
+}
+
+SidecarLog::SidecarLog(int rank, bool verbose, FdWriter* out)
+    : prefix_("[sidecar " + std::to_string(rank) + "] "), verbose_(verbose), out_(out) {}
+
+void SidecarLog::OnLine(std::string_view line) {
+  bool show = verbose_ || IsNotableSidecarLine(line);
+  if (show) out_->Line(prefix_, line);
+  tail_.push_back({std::string(line), show});
+  if (tail_.size() > kTailLines) tail_.pop_front();
+}
+
+size_t SidecarLog::PrintUnshownTail() {
+  size_t printed = 0;
+  for (Kept& k : tail_) {
+    if (k.shown) continue;
+    out_->Line(prefix_, k.line);
+    k.shown = true;
+    ++printed;
+  }
+  return printed;
+}
+
+}  // namespace korovod::launcher

@@ -1,0 +1,301 @@
+#include "sidecar/arena/arena.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <utility>
+
+#include "sidecar/arena/op_queue.h"
+
+namespace korovod::sidecar {
+namespace {
+
+constexpr mode_t kArenaMode = 0660;
+
+// Unlinks a just-created name unless the creation succeeded.
+class UnlinkOnFailure {
+ public:
+  explicit UnlinkOnFailure(const std::string& name) : name_(name) {}
+  ~UnlinkOnFailure() {
+    if (armed_) ::shm_unlink(name_.c_str());
+  }
+  UnlinkOnFailure(const UnlinkOnFailure&) = delete;
+  UnlinkOnFailure& operator=(const UnlinkOnFailure&) = delete;
+  void Dismiss() { armed_ = false; }
+
+ private:
+  const std::string& name_;
+  bool armed_ = true;
+};
+
+Status CheckName(const std::string& name) {
+  if (name.size() < 2 || name.size() > 255 || name[0] != '/' ||
+      name.find('/', 1) != std::string::npos || name.find('\0') != std::string::npos) {
+    return InvalidArgument("arena name \"" + name +
+                           "\" is not a POSIX shared memory name: \"/\" followed by 1-254 "
+                           "characters without \"/\"");
+  }
+  return OkStatus();
+}
+
+std::string Hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "0x%016" PRIx64, v);
+  return buf;
+}
+
+std::string MiB(uint64_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; }
+
+}  // namespace
+
+Arena::Arena(Key, std::string name, ArenaSide side, Fd fd, std::byte* base, size_t bytes)
+    : name_(std::move(name)), side_(side), base_(base), mapped_bytes_(bytes), fd_(std::move(fd)) {}
+
+Arena::~Arena() {
+  if (attached_) {
+    ArenaHeader& h = header();
+    CloseQueue(h.submission);
+    CloseQueue(h.completion);
+    if (side_ == ArenaSide::kSidecar) {
+      h.sidecar_alive.value.store(0, std::memory_order_release);
+      if (unlink_on_destroy_) ::shm_unlink(name_.c_str());
+    } else {
+      h.client_alive.value.store(0, std::memory_order_release);
+    }
+  }
+  ::munmap(base_, mapped_bytes_);
+}
+
+StatusOr<std::unique_ptr<Arena>> Arena::Create(const std::string& name, const ArenaSizes& sizes) {
+  KV_RETURN_IF_ERROR(CheckName(name));
+  auto computed = ComputeArenaLayout(sizes);
+  if (!computed.ok()) return computed.status().WithContext("arena " + name);
+  const ArenaLayout layout = *computed;
+
+  Fd fd(::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, kArenaMode));
+  if (!fd.valid()) {
+    const int err = errno;
+    if (err == EEXIST) {
+      return FailedPrecondition("arena " + name +
+                                " already exists (another sidecar uses it, or a stale one was "
+                                "left behind: remove /dev/shm" +
+                                name + ")");
+    }
+    return ErrnoStatus(StatusCode::kUnavailable, "arena " + name + ": shm_open (create)", err);
+  }
+  UnlinkOnFailure unlink_guard(name);
+  // shm_open's mode is filtered by the umask; the socket and arena are group-shared by design.
+  if (::fchmod(fd.get(), kArenaMode) != 0) {
+    return ErrnoStatus(StatusCode::kUnavailable, "arena " + name + ": fchmod 0660", errno);
+  }
+  if (::ftruncate(fd.get(), static_cast<off_t>(layout.total_bytes)) != 0) {
+    return ErrnoStatus(StatusCode::kUnavailable,
+                       "arena " + name + ": ftruncate to " + MiB(layout.total_bytes), errno);
+  }
+  // Header, queues and the first heap_reserve_bytes of each heap now; the rest as the heaps grow.
+  const uint64_t client_end =
+      layout.client_heap.offset + std::min(sizes.heap_reserve_bytes, layout.client_heap.bytes);
+  const uint64_t result_bytes = std::min(sizes.heap_reserve_bytes, layout.result_heap.bytes);
+  if (sizes.reserve_memory) {
+    int err = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(client_end));
+    if (err == 0 && result_bytes > 0) {
+      err = ::posix_fallocate(fd.get(), static_cast<off_t>(layout.result_heap.offset),
+                              static_cast<off_t>(result_bytes));
+    }
+    if (err != 0) {
+      return ErrnoStatus(StatusCode::kUnavailable,
+                         "arena " + name + ": cannot reserve " + MiB(client_end + result_bytes) +
+                             " in /dev/shm (is it large enough? in a pod, mount an emptyDir "
+                             "with medium: Memory there)",
+                         err);
+    }
+  }
+  void* base = ::mmap(nullptr, layout.total_bytes, PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_NORESERVE, fd.get(), 0);
+  if (base == MAP_FAILED) {
+    return ErrnoStatus(StatusCode::kUnavailable,
+                       "arena " + name + ": mmap of " + MiB(layout.total_bytes), errno);
+  }
+  auto arena = std::make_unique<Arena>(Key{}, name, ArenaSide::kSidecar, std::move(fd),
+                                       static_cast<std::byte*>(base), layout.total_bytes);
+  arena->layout_ = layout;
+  if (sizes.reserve_memory) {
+    arena->reserved_[static_cast<int>(ArenaHeap::kClient)] = client_end - layout.client_heap.offset;
+    arena->reserved_[static_cast<int>(ArenaHeap::kResult)] = result_bytes;
+  }
+
+  // Fresh shm pages are zero; construct the header's objects there, then publish the magic last.
+  ArenaHeader* h = std::construct_at(reinterpret_cast<ArenaHeader*>(base));
+  h->protocol_version = kProtocolVersion;
+  h->header_bytes = kArenaPageBytes;
+  h->submission_record_bytes = sizeof(SubmissionRecord);
+  h->completion_record_bytes = sizeof(CompletionRecord);
+  h->layout = layout;
+  h->sidecar_pid.value.store(static_cast<uint32_t>(::getpid()), std::memory_order_relaxed);
+  h->sidecar_alive.value.store(1, std::memory_order_relaxed);
+  h->magic.store(kArenaMagic, std::memory_order_release);
+
+  arena->attached_ = true;
+  arena->unlink_on_destroy_ = true;
+  unlink_guard.Dismiss();
+  return arena;
+}
+
+StatusOr<std::unique_ptr<Arena>> Arena::Open(const std::string& name) {
+  KV_RETURN_IF_ERROR(CheckName(name));
+  Fd fd(::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
+  if (!fd.valid()) {
+    const int err = errno;
+    if (err == ENOENT) {
+      return Unavailable("arena " + name +
+                         " does not exist (has the sidecar created it? is /dev/shm shared "
+                         "between the trainer and sidecar containers?)");
+    }
+    if (err == EACCES) {
+      return PermissionDenied("arena " + name +
+                              " is not accessible (mode 0660): run the trainer as the sidecar's "
+                              "user or group");
+    }
+    return ErrnoStatus(StatusCode::kUnavailable, "arena " + name + ": shm_open", err);
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) {
+    return ErrnoStatus(StatusCode::kUnavailable, "arena " + name + ": fstat", errno);
+  }
+  const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
+  if (file_bytes < kArenaPageBytes) {
+    return FailedPrecondition("arena " + name + " is " + std::to_string(file_bytes) +
+                              " bytes, smaller than its " + std::to_string(kArenaPageBytes) +
+                              "-byte header: not a korovod arena, or not initialised yet");
+  }
+  void* base =
+      ::mmap(nullptr, file_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd.get(), 0);
+  if (base == MAP_FAILED) {
+    return ErrnoStatus(StatusCode::kUnavailable,
+                       "arena " + name + ": mmap of " + std::to_string(file_bytes) + " bytes",
+                       errno);
+  }
+  auto arena = std::make_unique<Arena>(Key{}, name, ArenaSide::kClient, std::move(fd),
+                                       static_cast<std::byte*>(base), file_bytes);
+  ArenaHeader& h = arena->header();
+
+  const uint64_t magic = h.magic.load(std::memory_order_acquire);
+  if (magic == 0) return Unavailable("arena " + name + " is not initialised yet");
+  if (magic != kArenaMagic) {
+    return FailedPrecondition("arena " + name + " is not a korovod arena (magic " + Hex(magic) +
+                              ", expected " + Hex(kArenaMagic) + ")");
+  }
+  // Read each shared field once into a local before judging it.
+  const uint32_t version = h.protocol_version;
+  if (version != kProtocolVersion) {
+    return FailedPrecondition("arena " + name + ": protocol version " + std::to_string(version) +
+                              ", this client speaks " + std::to_string(kProtocolVersion) +
+                              " (trainer client and sidecar come from different releases)");
+  }
+  const uint32_t header_bytes = h.header_bytes;
+  const uint32_t sub_bytes = h.submission_record_bytes;
+  const uint32_t comp_bytes = h.completion_record_bytes;
+  if (header_bytes != kArenaPageBytes || sub_bytes != sizeof(SubmissionRecord) ||
+      comp_bytes != sizeof(CompletionRecord)) {
+    return FailedPrecondition(
+        "arena " + name + ": corrupt header (header " + std::to_string(header_bytes) +
+        " bytes, submission record " + std::to_string(sub_bytes) + ", completion record " +
+        std::to_string(comp_bytes) + "; expected " + std::to_string(kArenaPageBytes) + ", " +
+        std::to_string(sizeof(SubmissionRecord)) + ", " + std::to_string(sizeof(CompletionRecord)) +
+        ")");
+  }
+  ArenaLayout stored;
+  std::memcpy(&stored, &h.layout, sizeof(stored));
+  ArenaSizes sizes;
+  sizes.submission_slots = stored.submission_slots;
+  sizes.completion_slots = stored.completion_slots;
+  sizes.client_heap_bytes = stored.client_heap.bytes;
+  sizes.result_heap_bytes = stored.result_heap.bytes;
+  auto expected = ComputeArenaLayout(sizes);
+  if (!expected.ok()) {
+    return FailedPrecondition("arena " + name + ": corrupt header: " + expected.status().message());
+  }
+  if (!(*expected == stored)) {
+    return FailedPrecondition("arena " + name +
+                              ": corrupt header: region offsets do not match the layout of "
+                              "its sizes");
+  }
+  if (stored.total_bytes != file_bytes) {
+    return FailedPrecondition("arena " + name + ": header says " +
+                              std::to_string(stored.total_bytes) + " bytes, the file has " +
+                              std::to_string(file_bytes));
+  }
+  arena->layout_ = stored;
+  if (h.sidecar_alive.value.load(std::memory_order_acquire) == 0) {
+    return Unavailable("arena " + name + ": its sidecar has shut down");
+  }
+  uint32_t idle = 0;
+  if (!h.client_alive.value.compare_exchange_strong(idle, 1, std::memory_order_acq_rel)) {
+    return FailedPrecondition("arena " + name + " already has a client attached (pid " +
+                              std::to_string(h.client_pid.value.load(std::memory_order_relaxed)) +
+                              ")");
+  }
+  h.client_pid.value.store(static_cast<uint32_t>(::getpid()), std::memory_order_relaxed);
+  h.client_generation.value.fetch_add(1, std::memory_order_acq_rel);
+  arena->attached_ = true;
+  return arena;
+}
+
+Status Arena::Unlink() {
+  unlink_on_destroy_ = false;
+  if (::shm_unlink(name_.c_str()) != 0) {
+    return ErrnoStatus(StatusCode::kFailedPrecondition, "arena " + name_ + ": shm_unlink", errno);
+  }
+  return OkStatus();
+}
+
+bool Arena::peer_alive() {
+  const SharedWord& w =
+      side_ == ArenaSide::kSidecar ? header().client_alive : header().sidecar_alive;
+  return w.value.load(std::memory_order_acquire) != 0;
+}
+
+Status Arena::Reserve(ArenaHeap heap, uint64_t end) {
+  const Region& r = heap_region(heap);
+  if (end > r.bytes) {
+    return InvalidArgument("arena " + name_ + ": " + std::to_string(end) + " bytes of the " +
+                           (heap == ArenaHeap::kClient ? "client" : "result") +
+                           " heap, which has " + std::to_string(r.bytes));
+  }
+  std::lock_guard<std::mutex> lock(reserve_mu_);
+  uint64_t& reserved = reserved_[static_cast<int>(heap)];
+  if (end <= reserved) return OkStatus();
+  const uint64_t target =
+      std::min(r.bytes, (end + kReserveStepBytes - 1) / kReserveStepBytes * kReserveStepBytes);
+  // posix_fallocate keeps pages already there, so two sides reserving the same range is fine.
+  const int err = ::posix_fallocate(fd_.get(), static_cast<off_t>(r.offset + reserved),
+                                    static_cast<off_t>(target - reserved));
+  if (err != 0) {
+    return ErrnoStatus(StatusCode::kUnavailable,
+                       "arena " + name_ + ": cannot grow the " +
+                           (heap == ArenaHeap::kClient ? "client" : "result") + " heap from " +
+                           MiB(reserved) + " to " + MiB(target) +
+                           " in /dev/shm (is it large enough? in a pod, mount an emptyDir with "
+                           "medium: Memory there)",
+                       err);
+  }
+  reserved = target;
+  return OkStatus();
+}
+
+uint64_t Arena::reserved(ArenaHeap heap) {
+  std::lock_guard<std::mutex> lock(reserve_mu_);
+  return reserved_[static_cast<int>(heap)];
+}
+
+void Arena::ReleaseClient() { header().client_alive.value.store(0, std::memory_order_release); }
+
+}  // namespace korovod::sidecar

@@ -1,0 +1,110 @@
+#include "sidecar/daemon/engine_metrics.h"
+
+#include <cctype>
+
+namespace korovod::sidecar {
+
+std::vector<double> OpLatencyBuckets() { return ExponentialBuckets(1e-5, 2.5, 18); }
+
+std::string CollectiveLabel(OpType type) {
+  std::string s = OpTypeName(type);
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+StatusOr<std::unique_ptr<EngineMetrics>> EngineMetrics::Create(MetricsRegistry& registry) {
+  auto m = std::make_unique<EngineMetrics>(Token(), registry);
+  KV_RETURN_IF_ERROR(m->Init());
+  return m;
+}
+
+Status EngineMetrics::Init() {
+  MetricsRegistry& r = registry_;
+  KV_ASSIGN_OR_RETURN(
+      cycles_, r.GetCounter("korovod_engine_cycles_total", "Background cycles run by the engine."));
+  KV_ASSIGN_OR_RETURN(busy_cycles_,
+                      r.GetCounter("korovod_engine_busy_cycles_total",
+                                   "Engine cycles in which this rank had ops in flight."));
+  KV_ASSIGN_OR_RETURN(negotiation_seconds_,
+                      r.GetCounter("korovod_negotiation_seconds_total",
+                                   "Seconds spent in negotiation collectives in busy cycles."));
+  KV_ASSIGN_OR_RETURN(execution_seconds_,
+                      r.GetCounter("korovod_execution_seconds_total",
+                                   "Seconds spent executing responses (copies and collectives)."));
+  KV_ASSIGN_OR_RETURN(tensors_, r.GetCounter("korovod_tensors_total", "Ops completed."));
+  KV_ASSIGN_OR_RETURN(collectives_,
+                      r.GetCounter("korovod_collectives_total",
+                                   "Data collectives run (a fused buffer counts once)."));
+  KV_ASSIGN_OR_RETURN(bytes_, r.GetCounter("korovod_bytes_total",
+                                           "Tensor bytes allreduced, gathered or broadcast by "
+                                           "this rank."));
+  KV_ASSIGN_OR_RETURN(cache_hits_, r.GetCounter("korovod_response_cache_hits_total",
+                                                "Ops agreed through the response cache."));
+  KV_ASSIGN_OR_RETURN(negotiated_, r.GetCounter("korovod_negotiated_ops_total",
+                                                "Ops that went through the coordinator."));
+  KV_ASSIGN_OR_RETURN(full_negotiations_,
+                      r.GetCounter("korovod_full_negotiations_total",
+                                   "Cycles that gathered request lists from every rank."));
+  KV_ASSIGN_OR_RETURN(fusion_ratio_,
+                      r.GetGauge("korovod_fusion_ratio",
+                                 "Ops completed per data collective run (tensors / collectives)."));
+  KV_ASSIGN_OR_RETURN(fusion_threshold_bytes_,
+                      r.GetGauge("korovod_fusion_threshold_bytes", "Tensor fusion threshold."));
+  KV_ASSIGN_OR_RETURN(cycle_time_seconds_,
+                      r.GetGauge("korovod_cycle_time_seconds", "Engine cycle time."));
+  for (size_t i = 0; i < kOpTypes; ++i) {
+    auto type = static_cast<OpType>(i);
+    if (type == OpType::kAddProcessSet || type == OpType::kRemoveProcessSet) {
+      continue;  // engine-internal
+    }
+    Labels labels = {{"collective", CollectiveLabel(type)}};
+    PerCollective& p = per_collective_[i];
+    KV_ASSIGN_OR_RETURN(
+        p.ops, r.GetCounter("korovod_ops_total", "Ops completed, per collective type.", labels));
+    KV_ASSIGN_OR_RETURN(
+        p.bytes, r.GetCounter("korovod_op_bytes_total",
+                              "Tensor bytes of completed ops, per collective type.", labels));
+    KV_ASSIGN_OR_RETURN(p.latency,
+                        r.GetHistogram("korovod_op_latency_seconds",
+                                       "Op latency from submission to completion, per collective "
+                                       "type.",
+                                       OpLatencyBuckets(), labels));
+  }
+  return OkStatus();
+}
+
+void EngineMetrics::UpdateFromStats(const EngineStats& s) {
+  cycles_->Set(static_cast<double>(s.cycles));
+  busy_cycles_->Set(static_cast<double>(s.busy_cycles));
+  negotiation_seconds_->Set(static_cast<double>(s.negotiation_ns) * 1e-9);
+  execution_seconds_->Set(static_cast<double>(s.execution_ns) * 1e-9);
+  tensors_->Set(static_cast<double>(s.tensors));
+  collectives_->Set(static_cast<double>(s.collectives));
+  bytes_->Set(static_cast<double>(s.bytes));
+  cache_hits_->Set(static_cast<double>(s.cache_hits));
+  negotiated_->Set(static_cast<double>(s.negotiated));
+  full_negotiations_->Set(static_cast<double>(s.full_negotiations));
+  fusion_ratio_->Set(s.collectives == 0
+                         ? 0.0
+                         : static_cast<double>(s.tensors) / static_cast<double>(s.collectives));
+  fusion_threshold_bytes_->Set(static_cast<double>(s.fusion_threshold_bytes));
+  cycle_time_seconds_->Set(s.cycle_time_ms * 1e-3);
+}
+
+void EngineMetrics::RecordOp(OpType type, uint64_t bytes, double latency_seconds) {
+  auto i = static_cast<size_t>(type);
+  if (i >= kOpTypes || per_collective_[i].ops == nullptr) return;
+  PerCollective& p = per_collective_[i];
+  p.ops->Increment();
+  p.bytes->Increment(static_cast<double>(bytes));
+  p.latency->Observe(latency_seconds);
+}
+
+void EngineMetrics::SetPeerBandwidth(int peer_rank, double bytes_per_second) {
+  auto g = registry_.GetGauge("korovod_peer_link_bandwidth_bytes_per_second",
+                              "Last measured bandwidth of the link to a peer rank.",
+                              {{"peer_rank", std::to_string(peer_rank)}});
+  if (g.ok()) g.value()->Set(bytes_per_second);
+}
+
+}  // namespace korovod::sidecar
