@@ -9,6 +9,7 @@
 #include <string>
 
 #include "bench/bench_ops.h"
+#include "common/env_settings.h"
 
 namespace korovod::bench {
 namespace {
@@ -259,16 +260,15 @@ std::optional<BenchOptions> ParseArgs(int argc, char** argv, UsageError* error, 
   } else {
     o.ranks = {2, 4};
     o.transports = {TransportKind::kShm};
-    const char* env_sizes = std::getenv("SIZES");
-    std::string_view sizes = env_sizes && *env_sizes ? env_sizes : kDefaultSizes;
+    // The peers harness's variables (not KOROVOD_*): a value other than the default is logged.
+    const EnvSettings env(ProcessGetenv(), logging::Subsystem::kBench);
+    const std::string sizes = env.String("SIZES", kDefaultSizes).value();  // String cannot fail
     auto parsed = ParseSizeList(sizes, &bad);
     if (!parsed) return fail("bad size '" + bad + "' in $SIZES");
     o.sizes = *parsed;
-    if (const char* t = std::getenv("TARGET_TIME"); t && *t) {
-      auto s = ParseSeconds(t);
-      if (!s) return fail("bad $TARGET_TIME '" + std::string(t) + "' (positive seconds)");
-      o.target_s = *s;
-    }
+    auto target = env.Number("TARGET_TIME", o.target_s, 1e-9, 1e9, "expected positive seconds");
+    if (!target.ok()) return fail(target.status().message());
+    o.target_s = *target;
   }
 
   for (int i = 2; i < argc; ++i) {

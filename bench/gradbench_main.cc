@@ -22,6 +22,7 @@
 #include "bench/resnet_shapes.h"
 #include "bench/result_file.h"
 #include "bench/torch_peer.h"
+#include "common/log.h"
 
 namespace korovod::bench {
 namespace {
@@ -148,8 +149,8 @@ class Runner {
     if (o_.wait_quiet_s > 0) {
       quiet_wait_s_ = WaitQuiet(o_.wait_quiet_s, kQuietThreshold, &busy_before_);
     }
-    std::fprintf(stderr, "korovod-gradbench: %s%s ...\n", what.c_str(),
-                 o_.repeats > 1 ? (" (launch " + std::to_string(rep_ + 1) + ")").c_str() : "");
+    KV_LOG(kInfo, kBench, "%s%s ...", what.c_str(),
+           o_.repeats > 1 ? (" (launch " + std::to_string(rep_ + 1) + ")").c_str() : "");
     meter_.Start();
     launch_start_ = std::chrono::steady_clock::now();
   }
@@ -160,8 +161,7 @@ class Runner {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - launch_start_).count();
     auto text = results_.ReadAll();
     if (Status s = results_.Clear(); !s.ok() || !text.ok()) {
-      std::fprintf(stderr, "korovod-gradbench: %s\n",
-                   (!s.ok() ? s : text.status()).ToString().c_str());
+      KV_LOG(kError, kBench, "%s", (!s.ok() ? s : text.status()).ToString().c_str());
       return kExitRankFailed;
     }
     for (Row& r : ParseRows(*text)) {
@@ -176,16 +176,16 @@ class Runner {
         std::printf("%s\n", r.dump().c_str());
         std::fflush(stdout);
       }
-      std::fprintf(stderr, "korovod-gradbench:   %s %s/%s: %s\n", r.value("model", "").c_str(),
-                   r.value("peer", "").c_str(), r.value("mode", "").c_str(),
-                   r.contains("error") ? r.value("error", "").c_str()
-                                       : (std::to_string(r.value("time_us", 0.0) / 1e3) +
-                                          " ms exposed communication per step")
-                                             .c_str());
+      KV_LOG(kInfo, kBench, "  %s %s/%s: %s", r.value("model", "").c_str(),
+             r.value("peer", "").c_str(), r.value("mode", "").c_str(),
+             r.contains("error") ? r.value("error", "").c_str()
+                                 : (std::to_string(r.value("time_us", 0.0) / 1e3) +
+                                    " ms exposed communication per step")
+                                       .c_str());
       rows_.push_back(std::move(r));
     }
     if (out.exit_code == kExitRankFailed) {
-      std::fprintf(stderr, "korovod-gradbench: %s failed: %s\n", what.c_str(), out.message.c_str());
+      KV_LOG(kError, kBench, "%s failed: %s", what.c_str(), out.message.c_str());
     }
     return out.exit_code;
   }
@@ -212,6 +212,8 @@ bool WriteJsonList(const std::string& path, const std::vector<Row>& rows) {
 }
 
 int Main(int argc, char** argv) {
+  logging::SetRole("korovod-gradbench");
+  logging::ConfigureFromEnvironment(logging::Subsystem::kBench);
   // An inherited SIG_IGN would make the kernel reap our ranks itself and hide their status.
   signal(SIGCHLD, SIG_DFL);
   GradBenchUsageError error;
@@ -222,8 +224,7 @@ int Main(int argc, char** argv) {
     return kExitOk;
   }
   if (!parsed) {
-    std::fprintf(stderr, "korovod-gradbench: %s\n(korovod-gradbench --help for usage)\n",
-                 error.message.c_str());
+    KV_LOG(kError, kBench, "%s (korovod-gradbench --help for usage)", error.message.c_str());
     return kExitUsage;
   }
   const GradBenchOptions& o = *parsed;
@@ -232,7 +233,7 @@ int Main(int argc, char** argv) {
     std::ifstream f(o.render);
     Row list = Row::parse(f, nullptr, /*allow_exceptions=*/false);
     if (!list.is_array()) {
-      std::fprintf(stderr, "korovod-gradbench: %s is not a JSON list of rows\n", o.render.c_str());
+      KV_LOG(kError, kBench, "%s is not a JSON list of rows", o.render.c_str());
       return kExitUsage;
     }
     std::vector<Row> rows;
@@ -249,14 +250,13 @@ int Main(int argc, char** argv) {
     return kExitOk;
   }
   if (o.peers && ::access(o.peer_script.c_str(), R_OK) != 0) {
-    std::fprintf(stderr, "korovod-gradbench: cannot read the peer script %s (--peer-script)\n",
-                 o.peer_script.c_str());
+    KV_LOG(kError, kBench, "cannot read the peer script %s (--peer-script)", o.peer_script.c_str());
     return kExitUsage;
   }
 
   auto results = ResultFile::Create("korovod-gradbench-rows");
   if (!results.ok()) {
-    std::fprintf(stderr, "korovod-gradbench: %s\n", results.status().ToString().c_str());
+    KV_LOG(kError, kBench, "%s", results.status().ToString().c_str());
     return kExitRankFailed;
   }
   Runner runner(o, *results);
@@ -285,11 +285,11 @@ int Main(int argc, char** argv) {
   }
   if (o.table) PrintTable(runner.rows(), stdout);
   if (!o.out.empty() && !WriteJsonList(o.out, runner.rows())) {
-    std::fprintf(stderr, "korovod-gradbench: cannot write %s\n", o.out.c_str());
+    KV_LOG(kError, kBench, "cannot write %s", o.out.c_str());
     if (exit_code == kExitOk) exit_code = kExitRankFailed;
   }
   if (exit_code == kExitVerifyFailed) {
-    std::fprintf(stderr, "korovod-gradbench: verification failed (see the rows with \"error\")\n");
+    KV_LOG(kError, kBench, "verification failed (see the rows with \"error\")");
   }
   return exit_code;
 }

@@ -15,6 +15,8 @@
 #include "bench/gradbench_report.h"
 #include "bench/gradient_buffers.h"
 #include "bench/launcher.h"
+#include "common/env_settings.h"
+#include "common/log.h"
 #include "runtime/core/engine.h"
 #include "runtime/world/communicator.h"
 
@@ -28,7 +30,7 @@ namespace {
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 void RankError(int rank, const Status& s) {
-  std::fprintf(stderr, "[korovod-gradbench rank %d] %s\n", rank, s.ToString().c_str());
+  KV_LOG(kError, kBench, "rank %d: %s", rank, s.ToString().c_str());
 }
 
 std::string Replace(std::string s, const std::string& key, const std::string& value) {
@@ -214,17 +216,17 @@ int RunExchangeRank(const ExchangeRun& run, const std::string& job_key, int rank
   int64_t wrong = 0;
   // PEERBENCH_INJECT_FAULT (set to anything, as for korovod-bench and the peers): rank 0 corrupts
   // one element after every verified exchange, which must turn the row into an error.
-  const bool inject_fault = std::getenv("PEERBENCH_INJECT_FAULT") != nullptr;
+  const bool inject_fault = EnvSettings(ProcessGetenv(), logging::Subsystem::kBench)
+                                .Find("PEERBENCH_INJECT_FAULT")
+                                .has_value();
   auto check = [&](const std::string& which) {
     if (inject_fault && rank == 0) grads.data(grads.size() - 1)[0] += 1.0f;
     std::string report;
     const int64_t bad = grads.Verify(world, tensors, &report);
     if (bad > 0) {
-      std::fprintf(stderr,
-                   "[korovod-gradbench rank %d] VERIFY FAILED (%s) %s %s %s: %lld wrong elements: "
-                   "%s\n",
-                   rank, which.c_str(), ResNetName(run.model), transport.c_str(),
-                   FusionModeName(run.mode), static_cast<long long>(bad), report.c_str());
+      KV_LOG(kError, kBench, "rank %d: VERIFY FAILED (%s) %s %s %s: %lld wrong elements: %s", rank,
+             which.c_str(), ResNetName(run.model), transport.c_str(), FusionModeName(run.mode),
+             static_cast<long long>(bad), report.c_str());
     }
     wrong += bad;
   };

@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/log.h"
+
 namespace korovod::bench {
 namespace {
 
@@ -185,9 +187,8 @@ class Children {
   int running_ = 0;
 };
 
-[[noreturn]] void ChildMain(int rank, const sigset_t& old_mask, pid_t parent,
-                            std::vector<Fd>& fds, const std::vector<PeerAddress>& peers,
-                            const RankBody& body) {
+[[noreturn]] void ChildMain(int rank, const sigset_t& old_mask, pid_t parent, std::vector<Fd>& fds,
+                            const std::vector<PeerAddress>& peers, const RankBody& body) {
   sigprocmask(SIG_SETMASK, &old_mask, nullptr);
   // If the parent dies (killed by a harness timeout), the ranks must not linger spinning on
   // shared memory; the getppid() check closes the race with a parent that died before prctl.
@@ -200,7 +201,7 @@ class Children {
   try {
     code = body(rank, fds[rank].release(), peers);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "[korovod-bench rank %d] exception: %s\n", rank, e.what());
+    KV_LOG(kError, kBench, "rank %d: exception: %s", rank, e.what());
   }
   std::fflush(nullptr);
   // _exit: the parent's atexit handlers and static destructors belong to the parent.

@@ -22,6 +22,9 @@
 #include "bench/protocol.h"
 #include "bench/sidecar_job.h"
 #include "bench/sidecar_world.h"
+#include "common/env_settings.h"
+#include "common/json_escape.h"
+#include "common/log.h"
 #include "runtime/world/communicator.h"
 #include "runtime/world/world.h"
 #include "sidecar/client/client.h"
@@ -31,7 +34,7 @@ namespace {
 
 // Rank 0 prints everything on stdout; every rank may print errors on stderr.
 void RankError(int rank, const Status& s) {
-  std::fprintf(stderr, "[korovod-bench rank %d] %s\n", rank, s.ToString().c_str());
+  KV_LOG(kError, kBench, "rank %d: %s", rank, s.ToString().c_str());
 }
 
 RowLabels LabelsFor(const BenchWorld& world, const BenchOp& op, const BenchOptions& o,
@@ -113,8 +116,8 @@ void ReportCrossover(const std::string& transport, int n,
                  : ring_wins                         ? "ring"
                                                      : "rd");
   }
-  std::string js = "{\"crossover\": true, \"transport\": \"" + transport +
-                   "\", \"ranks\": " + std::to_string(n) +
+  std::string js = "{\"crossover\": true, \"transport\": " + JsonQuoted(transport) +
+                   ", \"ranks\": " + std::to_string(n) +
                    ", \"verified\": " + (all_verified ? "true" : "false");
   if (ring_from_index == points.size()) {
     std::fprintf(stderr, "%s N=%d: recursive doubling is faster up to the largest size (%s)\n",
@@ -147,7 +150,9 @@ int RunWorld(BenchWorld& world, const BenchOptions& o) {
   p.max_iters = o.max_iters;
   p.loop = o.loop;
   // Same switch as bench_common.h: set at all means inject.
-  p.inject_fault = std::getenv("PEERBENCH_INJECT_FAULT") != nullptr;
+  p.inject_fault = EnvSettings(ProcessGetenv(), logging::Subsystem::kBench)
+                       .Find("PEERBENCH_INJECT_FAULT")
+                       .has_value();
 
   int failures = 0;
   const bool root = rank == 0;
@@ -306,6 +311,8 @@ LaunchOutcome LaunchThroughSidecars(const BenchOptions& o, const std::string& bi
 }
 
 int Main(int argc, char** argv) {
+  logging::SetRole("korovod-bench");
+  logging::ConfigureFromEnvironment(logging::Subsystem::kBench);
   // An inherited SIG_IGN would make the kernel reap our ranks itself and hide their status.
   signal(SIGCHLD, SIG_DFL);
   UsageError error;
@@ -316,8 +323,7 @@ int Main(int argc, char** argv) {
     return kExitOk;
   }
   if (!parsed) {
-    std::fprintf(stderr, "korovod-bench: %s\n(korovod-bench --help for usage)\n",
-                 error.message.c_str());
+    KV_LOG(kError, kBench, "%s (korovod-bench --help for usage)", error.message.c_str());
     return kExitUsage;
   }
   const BenchOptions& o = *parsed;
@@ -325,10 +331,10 @@ int Main(int argc, char** argv) {
   if (std::find(o.vias.begin(), o.vias.end(), BenchVia::kSidecar) != o.vias.end()) {
     sidecar_binary = o.sidecar_binary.empty() ? SiblingSidecar() : o.sidecar_binary;
     if (::access(sidecar_binary.c_str(), X_OK) != 0) {
-      std::fprintf(stderr,
-                   "korovod-bench: --via sidecar: no executable korovod-sidecar at %s (build the "
-                   "korovod-sidecar target, or pass --sidecar-binary PATH)\n",
-                   sidecar_binary.c_str());
+      KV_LOG(kError, kBench,
+             "--via sidecar: no executable korovod-sidecar at %s (build the korovod-sidecar "
+             "target, or pass --sidecar-binary PATH)",
+             sidecar_binary.c_str());
       return kExitUsage;
     }
   }
@@ -344,9 +350,9 @@ int Main(int argc, char** argv) {
                                 ? LaunchInproc(o, transport, n, timeout)
                                 : LaunchThroughSidecars(o, sidecar_binary, transport, n, timeout);
         if (out.exit_code == kExitRankFailed) {
-          std::fprintf(stderr, "korovod-bench: %s N=%d transport=%s%s failed: %s\n", what, n,
-                       TransportFlagName(transport), via == BenchVia::kSidecar ? "+sidecar" : "",
-                       out.message.c_str());
+          KV_LOG(kError, kBench, "%s N=%d transport=%s%s failed: %s", what, n,
+                 TransportFlagName(transport), via == BenchVia::kSidecar ? "+sidecar" : "",
+                 out.message.c_str());
           if (out.signal != 0) {
             // Everything of ours is gone by now; end the way the signal would have.
             std::fflush(nullptr);
@@ -360,7 +366,7 @@ int Main(int argc, char** argv) {
     }
   }
   if (verify_failed) {
-    std::fprintf(stderr, "korovod-bench: verification failed (see the rows with \"error\")\n");
+    KV_LOG(kError, kBench, "verification failed (see the rows with \"error\")");
     return kExitVerifyFailed;
   }
   return kExitOk;

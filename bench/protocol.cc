@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "bench/sample_stats.h"
+#include "common/json_escape.h"
+#include "common/log.h"
 
 #ifndef KOROVOD_VERSION
 #define KOROVOD_VERSION "unknown"
@@ -40,11 +42,9 @@ Status Verify(BenchWorld& world, BenchOp& op, size_t bytes, const ProtocolOption
   KV_RETURN_IF_ERROR(Annotate(op.Run(), op, bytes, phase));
   const CheckResult r = op.Check(opts.inject_fault && world.rank() == 0);
   if (r.bad != 0) {
-    std::fprintf(stderr,
-                 "[korovod rank %d] VERIFY FAILED (%s) %s bytes=%zu: %zu/%zu wrong, e.g. [%zu]=%g "
-                 "expected %g\n",
-                 world.rank(), phase, op.name(), bytes, r.bad, r.checked, r.first_bad, r.got,
-                 r.expected);
+    KV_LOG(kError, kBench,
+           "rank %d: VERIFY FAILED (%s) %s bytes=%zu: %zu/%zu wrong, e.g. [%zu]=%g expected %g",
+           world.rank(), phase, op.name(), bytes, r.bad, r.checked, r.first_bad, r.got, r.expected);
   }
   double flag = r.bad != 0 ? 1.0 : 0.0;
   KV_RETURN_IF_ERROR(MaxDoubles(world, &flag, 1));
@@ -56,10 +56,7 @@ void JsonStr(std::string& out, const char* key, const std::string& v) {
   out += "\"";
   out += key;
   out += "\": \"";
-  for (char c : v) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
+  AppendJsonEscaped(out, v);
   out += "\", ";
 }
 

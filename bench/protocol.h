@@ -1,4 +1,4 @@
-// The peers' measurement protocol (/work/shared/bench/peers/README.md, bench_common.h),
+// The peers' measurement protocol (../shared/bench/peers/README.md, bench_common.h),
 // re-implemented over the world's own Barrier and Allreduce(kMax, float64) (korovod in process,
 // or through its sidecar) so that korovod rows are comparable with the Open MPI / Gloo / torch
 // rows in the same table:

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "common/json_escape.h"
+
 namespace korovod::bench {
 namespace {
 
@@ -118,13 +120,13 @@ std::string ResNetShapesJson(ResNetModel m) {
   const std::vector<GradTensor> g = ResNetGradients(m);
   int64_t params = 0;
   for (const GradTensor& t : g) params += t.elements();
-  std::string js = "{\"model\": \"" + std::string(ResNetName(m)) +
-                   "\", \"parameters\": " + std::to_string(params) + ", \"tensors\": [";
+  std::string js = "{\"model\": " + JsonQuoted(ResNetName(m)) +
+                   ", \"parameters\": " + std::to_string(params) + ", \"tensors\": [";
   bool first = true;
   for (const GradTensor& t : g) {
     js += first ? "" : ", ";
     first = false;
-    js += "{\"name\": \"" + t.name + "\", \"shape\": [";
+    js += "{\"name\": " + JsonQuoted(t.name) + ", \"shape\": [";
     for (size_t i = 0; i < t.shape.size(); ++i) {
       js += (i ? ", " : "") + std::to_string(t.shape[i]);
     }

@@ -20,10 +20,11 @@
 
 #include "bench/bench_options.h"
 #include "common/deadline.h"
+#include "common/env_settings.h"
+#include "common/fd.h"
 #include "launcher/environment.h"
 #include "launcher/job_key.h"
 #include "launcher/listeners.h"
-#include "common/fd.h"
 
 namespace korovod::bench {
 namespace {
@@ -77,8 +78,8 @@ std::vector<std::string> Orphans(const std::string& dir_path) {
 
 void SweepOrphans() {
   for (const std::string& name : Orphans("/dev/shm")) ::shm_unlink(("/" + name).c_str());
-  const char* tmp = std::getenv("TMPDIR");
-  const std::string tmp_dir = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  const auto tmp = EnvSettings(ProcessGetenv(), logging::Subsystem::kBench).Find("TMPDIR");
+  const std::string tmp_dir = tmp ? tmp->value : "/tmp";
   for (const std::string& name : Orphans(tmp_dir)) {
     std::error_code ignored;
     std::filesystem::remove_all(tmp_dir + "/" + name, ignored);

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <utility>
 
 namespace korovod {
 
@@ -28,6 +29,15 @@ StatusOr<int64_t> ParseByteCount(const std::string& text) {
   }
   if (n > (int64_t{1} << 40) / mult) return InvalidArgument("larger than 1 TiB");
   return n * mult;
+}
+
+std::string FormatByteCount(int64_t bytes) {
+  if (bytes > 0) {
+    for (const auto& [shift, unit] : {std::pair{30, "G"}, std::pair{20, "M"}, std::pair{10, "K"}}) {
+      if (bytes % (int64_t{1} << shift) == 0) return std::to_string(bytes >> shift) + unit;
+    }
+  }
+  return std::to_string(bytes);
 }
 
 }  // namespace korovod

@@ -14,4 +14,9 @@ namespace korovod {
 // injection webhook's korovod.dev/fusion-threshold-bytes, so both accept the same text.
 StatusOr<int64_t> ParseByteCount(const std::string& text);
 
+// `bytes` in the largest of G, M, K that divides it exactly, else plain ("64M", "1536K", "1000"),
+// so ParseByteCount(FormatByteCount(n)) == n for 0 <= n <= 1 TiB: messages quote a setting in the
+// form a user would write it. Negative counts are formatted plain.
+std::string FormatByteCount(int64_t bytes);
+
 }  // namespace korovod

@@ -16,6 +16,8 @@
 #include <optional>
 
 #include "common/deadline.h"
+#include "common/env_names.h"
+#include "common/log.h"
 #include "launcher/child_process.h"
 #include "launcher/environment.h"
 #include "launcher/job_key.h"
@@ -103,7 +105,11 @@ class JobRun {
   bool AnyChildRunning() const;
   int PollTimeoutMs() const;
   void Note(const std::string& message);  // verbose progress
-  void Say(const std::string& message) { err_->Line("korovodrun: ", message); }
+  // korovodrun's own lines: through the logger, whose sink (main.cc) is err_, so they keep their
+  // place among the ranks' forwarded lines.
+  void Say(logging::Level level, const std::string& message) {
+    logging::Log(level, logging::Subsystem::kLauncher, message);
+  }
 
   const JobConfig& config_;
   const LauncherOptions& opts_;
@@ -129,7 +135,7 @@ class JobRun {
 };
 
 void JobRun::Note(const std::string& message) {
-  if (opts_.verbose) Say(message);
+  if (opts_.verbose) Say(logging::Level::kInfo, message);
 }
 
 Status JobRun::Setup() {
@@ -228,12 +234,12 @@ Status JobRun::StartSidecar(Rank& r) {
   Listener& listener = listeners_[static_cast<size_t>(p.rank)];
   Environment env = Environment::FromCurrentProcess();
   SetRankVars(env, "KOROVOD_", p);
-  env.Set("KOROVOD_LISTEN_FD", std::to_string(listener.fd.get()));
-  env.Set("KOROVOD_PEERS", peers_);
-  env.Set("KOROVOD_JOB_KEY_FILE", key_file_);
-  env.Set("KOROVOD_SOCKET", r.socket_path);
-  env.Set("KOROVOD_SHM_PREFIX", shm_->prefix());
-  if (opts_.timeline) env.Set("KOROVOD_TIMELINE", *opts_.timeline);
+  env.Set(env::kListenFd, std::to_string(listener.fd.get()));
+  env.Set(env::kPeers, peers_);
+  env.Set(env::kJobKeyFile, key_file_);
+  env.Set(env::kSocket, r.socket_path);
+  env.Set(env::kShmPrefix, shm_->prefix());
+  if (opts_.timeline) env.Set(env::kTimeline, *opts_.timeline);
 
   ChildSpec spec;
   spec.argv = {config_.sidecar_path};
@@ -254,13 +260,13 @@ Status JobRun::StartTrainer(Rank& r) {
   const RankPlacement& p = r.place;
   Environment env = Environment::FromCurrentProcess();
   // What only a sidecar may use never reaches a trainer (e.g. from a korovodrun run inside a job).
-  for (const char* name : {"KOROVOD_LISTEN_FD", "KOROVOD_PEERS", "KOROVOD_JOB_KEY_FILE"}) {
+  for (const char* name : {env::kListenFd, env::kPeers, env::kJobKeyFile}) {
     env.Unset(name);
   }
   SetRankVars(env, "KOROVOD_", p);
   SetRankVars(env, "HOROVOD_", p);
-  env.Set("KOROVOD_SOCKET", r.socket_path);
-  env.Set("KOROVOD_SHM_PREFIX", shm_->prefix());
+  env.Set(env::kSocket, r.socket_path);
+  env.Set(env::kShmPrefix, shm_->prefix());
 
   ChildSpec spec;
   spec.argv = opts_.command;
@@ -320,7 +326,7 @@ void JobRun::OnExit(Rank& r, Role role, const ExitStatus& st) {
                                                      st.signal == SIGINT || st.signal == SIGHUP));
     if (!expected && !summary_) {
       r.log->PrintUnshownTail();
-      Say("warning: " + who + " " + st.Describe() + " while stopping");
+      Say(logging::Level::kWarning, who + " " + st.Describe() + " while stopping");
     } else {
       Note(who + " " + st.Describe());
     }
@@ -431,10 +437,11 @@ void JobRun::Supervise() {
       if (sig != SIGINT && sig != SIGTERM && sig != SIGHUP) continue;  // SIGCHLD: reaped above
       if (!stopping_) {
         exit_code_ = 128 + sig;
-        Say("interrupted by " + SignalName(sig) + "; stopping every rank");
+        Say(logging::Level::kWarning,
+            "interrupted by " + SignalName(sig) + "; stopping every rank");
         BeginStop(sig);  // forwarded to every child's process group
       } else if (!killed_) {
-        Say("second " + SignalName(sig) + "; killing every rank now");
+        Say(logging::Level::kWarning, "second " + SignalName(sig) + "; killing every rank now");
         SignalAll(SIGKILL);
         killed_ = true;
       }
@@ -478,7 +485,7 @@ int JobRun::Run() {
            " shared-memory segment(s) left by the job");
     }
   }
-  if (summary_) Say(*summary_);
+  if (summary_) Say(logging::Level::kError, *summary_);
   err_->Flush();
   return exit_code_;
 }

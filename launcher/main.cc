@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/log.h"
 #include "launcher/fd_writer.h"
 #include "launcher/job.h"
 #include "launcher/local_host.h"
@@ -19,7 +20,8 @@ namespace {
 constexpr int kUsageExit = 2;
 
 int UsageError(const std::string& message) {
-  std::fprintf(stderr, "korovodrun: %s\n%s", message.c_str(), UsageText());
+  KV_LOG(kError, kLauncher, "%s", message.c_str());
+  std::fputs(UsageText(), stderr);
   return kUsageExit;
 }
 
@@ -41,6 +43,9 @@ int Main(int argc, char** argv) {
     if (::fcntl(fd, F_GETFD) < 0) ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
   }
 
+  logging::SetRole("korovodrun");
+  logging::ConfigureFromEnvironment(logging::Subsystem::kLauncher);
+
   std::vector<std::string> args(argv + 1, argv + argc);
   auto parsed = ParseOptions(args);
   if (!parsed.ok()) return UsageError(parsed.status().message());
@@ -58,10 +63,10 @@ int Main(int argc, char** argv) {
   }
   for (const HostSlots& h : hosts) {
     if (!IsLocalHost(h.host)) {
-      std::fprintf(stderr,
-                   "korovodrun starts ranks on this machine only; %s is not local (use the "
-                   "operator for multi-host jobs)\n",
-                   h.host.c_str());
+      KV_LOG(kError, kLauncher,
+             "korovodrun starts ranks on this machine only; %s is not local (use the operator "
+             "for multi-host jobs)",
+             h.host.c_str());
       return kUsageExit;
     }
   }
@@ -71,10 +76,10 @@ int Main(int argc, char** argv) {
   JobConfig config;
   config.sidecar_path = opts.sidecar_path ? *opts.sidecar_path : DefaultSidecarPath();
   if (::access(config.sidecar_path.c_str(), X_OK) != 0) {
-    std::fprintf(stderr,
-                 "korovodrun: no executable sidecar at %s (build the korovod-sidecar target, or "
-                 "pass --sidecar PATH)\n",
-                 config.sidecar_path.c_str());
+    KV_LOG(kError, kLauncher,
+           "no executable sidecar at %s (build the korovod-sidecar target, or pass --sidecar "
+           "PATH)",
+           config.sidecar_path.c_str());
     return kUsageExit;
   }
   config.layout = std::move(layout).value();
@@ -82,8 +87,13 @@ int Main(int argc, char** argv) {
 
   FdWriter out(STDOUT_FILENO);
   FdWriter err(STDERR_FILENO);
+  // From here korovodrun's own lines go through the writer of the ranks' forwarded lines, so
+  // they appear in the order things happened (a failure line after the output that led to it).
+  logging::SetSink([&err](std::string_view line) { err.Line({}, line); });
   Job job(std::move(config), &out, &err);
-  return job.Run();
+  const int code = job.Run();
+  logging::SetSink(nullptr);
+  return code;
 }
 
 }  // namespace

@@ -8,11 +8,14 @@
 #include <utility>
 #include <vector>
 
+#include "common/env_settings.h"
+
 namespace korovod::launcher {
 
 StatusOr<RunDir> RunDir::Create(const std::string& name_prefix) {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string base = (tmp != nullptr && tmp[0] != '\0') ? tmp : "/tmp";
+  // Find: the system's variable, not a korovod setting, so not logged as an override.
+  const auto tmp = EnvSettings(ProcessGetenv(), logging::Subsystem::kLauncher).Find("TMPDIR");
+  std::string base = tmp ? tmp->value : "/tmp";
   while (base.size() > 1 && base.back() == '/') base.pop_back();
   std::string templ = base + "/" + name_prefix + "XXXXXX";
   std::vector<char> buf(templ.begin(), templ.end());

@@ -6,8 +6,9 @@ namespace korovod::launcher {
 
 bool IsNotableSidecarLine(std::string_view line) {
   // The start-up summary (runtime/world/startup_summary.h): which interface and link rate each
-  // rank ended up with is what a user needs first when a job is slow.
-  if (line.starts_with("korovod: rank ")) return true;
+  // rank ended up with is what a user needs first when a job is slow. It comes after the log
+  // line's prefix (common/log.h); WARNING and ERROR lines match the words below.
+  if (line.find("korovod: rank ") != std::string_view::npos) return true;
   std::string lower(line);
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   for (const char* word : {"error", "fail", "stall", "warn"}) {

@@ -1,7 +1,7 @@
 // SidecarLog: what korovodrun shows of one sidecar's output. Lines go to stderr as
-// "[sidecar <rank>] line": all of them with --verbose, otherwise only those that mention "error",
-// "fail", "stall" or "warn" (any case). The last 50 lines are kept so that when the sidecar fails
-// the ones not yet shown can be printed.
+// "[sidecar <rank>] line": all of them with --verbose, otherwise the start-up summary and those
+// that mention "error", "fail", "stall" or "warn" (any case: the WARNING and ERROR log levels). The
+// last 50 lines are kept so that when the sidecar fails the ones not yet shown can be printed.
 #pragma once
 
 #include <deque>

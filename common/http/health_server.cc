@@ -6,7 +6,7 @@
 
 #include "common/http/http_listener.h"
 
-namespace korovod::sidecar {
+namespace korovod::http {
 
 struct HealthServer::Impl {
   HealthServerOptions options;
@@ -77,4 +77,4 @@ void HealthServer::SetReady(bool ready, std::string reason) {
 
 void HealthServer::Stop() { impl_->listener->Stop(); }
 
-}  // namespace korovod::sidecar
+}  // namespace korovod::http

@@ -17,7 +17,7 @@
 #include "common/http/http_listener.h"
 #include "common/http/metrics_registry.h"
 
-namespace korovod::sidecar {
+namespace korovod::http {
 
 struct HealthServerOptions {
   std::string host = "0.0.0.0";  // address to bind: an IPv4/IPv6 literal or a resolvable name
@@ -59,4 +59,4 @@ class HealthServer {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace korovod::sidecar
+}  // namespace korovod::http

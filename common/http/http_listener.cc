@@ -7,7 +7,7 @@
 #include <chrono>
 #include <cstring>
 
-namespace korovod::sidecar {
+namespace korovod::http {
 
 std::string JoinHostPort(const std::string& host, int port) {
   if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
@@ -64,4 +64,4 @@ void HttpListener::Stop() {
   });
 }
 
-}  // namespace korovod::sidecar
+}  // namespace korovod::http

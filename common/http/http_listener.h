@@ -16,7 +16,7 @@ namespace httplib {
 class Server;
 }
 
-namespace korovod::sidecar {
+namespace korovod::http {
 
 // "host:port", or "[host]:port" for an IPv6 literal.
 std::string JoinHostPort(const std::string& host, int port);
@@ -51,4 +51,4 @@ class HttpListener {
   std::once_flag stop_once_;
 };
 
-}  // namespace korovod::sidecar
+}  // namespace korovod::http

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <set>
 
-namespace korovod::sidecar {
+namespace korovod::http {
 namespace {
 
 enum FamilyType { kCounterType = 0, kGaugeType = 1, kHistogramType = 2 };
@@ -331,4 +331,4 @@ std::string EscapeHelp(std::string_view v) {
   return out;
 }
 
-}  // namespace korovod::sidecar
+}  // namespace korovod::http

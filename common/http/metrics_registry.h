@@ -20,7 +20,7 @@
 
 #include "common/status.h"
 
-namespace korovod::sidecar {
+namespace korovod::http {
 
 // Label name/value pairs of one series. Order does not matter for identity; it is rendered in the
 // order the family was first registered with.
@@ -119,4 +119,4 @@ std::string EscapeLabelValue(std::string_view v);
 // Escapes a HELP text: backslash and newline.
 std::string EscapeHelp(std::string_view v);
 
-}  // namespace korovod::sidecar
+}  // namespace korovod::http

@@ -1,17 +1,8 @@
 #include "operator/api/conditions.h"
 
-#include <ctime>
+#include "common/rfc3339.h"
 
-namespace korovod::op {
-
-std::string FormatRfc3339(std::chrono::system_clock::time_point t) {
-  const std::time_t secs = std::chrono::system_clock::to_time_t(t);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[32];
-  const size_t n = std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return std::string(buf, n);
-}
+namespace korovod::k8s_operator {
 
 const Condition* FindCondition(const std::vector<Condition>& conditions, std::string_view type) {
   for (const Condition& c : conditions) {
@@ -50,4 +41,4 @@ bool SetCondition(std::vector<Condition>& conditions, std::string_view type, Con
   return true;
 }
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -10,7 +10,7 @@
 
 #include "operator/api/types.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 // Condition types the operator sets on a HorovodJob.
 inline constexpr std::string_view kConditionSpecValid = "SpecValid";
@@ -20,9 +20,6 @@ inline constexpr std::string_view kConditionRestarting = "Restarting";
 inline constexpr std::string_view kConditionSucceeded = "Succeeded";
 inline constexpr std::string_view kConditionFailed = "Failed";
 inline constexpr std::string_view kConditionSuspended = "Suspended";
-
-// RFC 3339 at second precision in UTC, as metav1.Time serializes: "2026-11-22T11:03:25Z".
-std::string FormatRfc3339(std::chrono::system_clock::time_point t);
 
 // The condition of this type, or nullptr.
 const Condition* FindCondition(const std::vector<Condition>& conditions, std::string_view type);
@@ -34,4 +31,4 @@ bool SetCondition(std::vector<Condition>& conditions, std::string_view type, Con
                   std::string_view reason, std::string_view message, int64_t generation,
                   std::chrono::system_clock::time_point now);
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -5,7 +5,7 @@
 #include <string_view>
 #include <utility>
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 namespace {
 
 using nlohmann::json;
@@ -381,4 +381,4 @@ json ToJson(const HorovodJobStatus& s) {
   return out;
 }
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -8,7 +8,7 @@
 #include "operator/api/types.h"
 #include "common/status.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 StatusOr<HorovodJob> HorovodJobFromJson(const nlohmann::json& object);
 StatusOr<HorovodJobSpec> HorovodJobSpecFromJson(const nlohmann::json& spec);
@@ -18,4 +18,4 @@ StatusOr<HorovodJobStatus> HorovodJobStatusFromJson(const nlohmann::json& status
 nlohmann::json ToJson(const HorovodJobStatus& status);
 nlohmann::json ToJson(const Condition& condition);
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -2,11 +2,11 @@
 
 #include <cstddef>
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 std::string_view Name(CleanPodPolicy v) { return kCleanPodPolicyNames[static_cast<size_t>(v)]; }
 std::string_view Name(GangProvider v) { return kGangProviderNames[static_cast<size_t>(v)]; }
 std::string_view Name(JobPhase v) { return kJobPhaseNames[static_cast<size_t>(v)]; }
 std::string_view Name(ConditionStatus v) { return kConditionStatusNames[static_cast<size_t>(v)]; }
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

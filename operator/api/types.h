@@ -1,5 +1,5 @@
 // HorovodJob (korovod.dev/v1alpha1): the custom resource's C++ types and the constants its CRD
-// schema shares (defaults, enums, minimums). tests/operator/api_test.cc checks
+// schema shares (defaults, enums, minimums). tests/operator/api/api_test.cc checks
 // crds/korovod.dev_horovodjobs.yaml against these constants so the two cannot drift.
 #pragma once
 
@@ -13,7 +13,9 @@
 #include <utility>
 #include <vector>
 
-namespace korovod::op {
+#include "common/env_names.h"
+
+namespace korovod::k8s_operator {
 
 inline constexpr std::string_view kGroup = "korovod.dev";
 inline constexpr std::string_view kVersion = "v1alpha1";
@@ -80,22 +82,22 @@ struct EnvEntry {
   bool operator==(const EnvEntry&) const = default;
 };
 
-// Variables the operator writes into the sidecar (identity and wiring) or derives from a spec
+// Variables the operator writes into the sidecar (identity and rendezvous) or derives from a spec
 // field: spec.sidecar.env may not set them (Validate names the field to use instead). The
 // builders' test checks that every variable they set is listed here.
 inline constexpr std::array<std::pair<std::string_view, std::string_view>, 11>
     kSidecarEnvSetByOperator = {{
-        {"KOROVOD_RANK", "the worker's index"},
-        {"KOROVOD_SIZE", "spec.replicas"},
-        {"KOROVOD_COORDINATOR", "the operator's rendezvous wiring"},
-        {"KOROVOD_SOCKET", "the operator's socket volume"},
-        {"KOROVOD_JOB_KEY", "the job key Secret"},
-        {"KOROVOD_SHM_PREFIX", "the operator's shared-memory naming"},
-        {"KOROVOD_METRICS_PORT", "the operator's --sidecar-metrics-port"},
-        {"KOROVOD_IFACE", "spec.networking.interface"},
-        {"KOROVOD_FUSION_THRESHOLD", "spec.sidecar.engine.fusionThresholdBytes"},
-        {"KOROVOD_CYCLE_TIME", "spec.sidecar.engine.cycleTimeMs"},
-        {"KOROVOD_TIMELINE", "spec.sidecar.engine.timeline"},
+        {env::kRank, "the worker's index"},
+        {env::kSize, "spec.replicas"},
+        {env::kCoordinator, "rank 0's rendezvous address"},
+        {env::kSocket, "the operator's socket volume"},
+        {env::kJobKey, "the job key Secret"},
+        {env::kShmPrefix, "the operator's shared-memory naming"},
+        {env::kMetricsPort, "the operator's --sidecar-metrics-port"},
+        {env::kIface, "spec.networking.interface"},
+        {env::kFusionThreshold, "spec.sidecar.engine.fusionThresholdBytes"},
+        {env::kCycleTime, "spec.sidecar.engine.cycleTimeMs"},
+        {env::kTimeline, "spec.sidecar.engine.timeline"},
     }};
 
 struct SidecarSpec {
@@ -181,4 +183,4 @@ struct HorovodJob {
   HorovodJobStatus status;
 };
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

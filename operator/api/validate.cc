@@ -2,7 +2,7 @@
 
 #include <string>
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 namespace {
 
 constexpr size_t kMaxDnsLabel = 63;
@@ -150,4 +150,4 @@ Verdict Validate(std::string_view job_name, const HorovodJobSpec& spec) {
   return Verdict{};
 }
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -8,7 +8,7 @@
 
 #include "operator/api/types.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 // Reasons Validate returns. Stable: users and alerts match on them.
 inline constexpr std::string_view kReasonValid = "Valid";
@@ -42,4 +42,4 @@ Verdict ValidateSidecarEnv(const std::vector<EnvEntry>& env, std::string_view fi
 // worker pods are named "<job>-worker-<i>" and must stay valid DNS labels (63 characters).
 Verdict Validate(std::string_view job_name, const HorovodJobSpec& spec);
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 struct Action {
   enum class Kind { kCreate, kDelete, kEvent, kDeleteJob };
@@ -34,4 +34,4 @@ struct ReconcileResult {
   std::optional<int64_t> requeue_after_seconds;
 };
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -1,6 +1,6 @@
 #include "operator/controller/child_metadata.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 std::map<std::string, std::string> CommonLabels(const HorovodJob& job) {
   return {{std::string(kLabelJobName), job.metadata.name},
@@ -26,4 +26,4 @@ nlohmann::json ChildMetadata(const HorovodJob& job, const std::string& name) {
       {"ownerReferences", nlohmann::json::array({ControllerOwnerReference(job)})}};
 }
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

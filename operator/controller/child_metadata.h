@@ -10,7 +10,7 @@
 
 #include "operator/api/types.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 inline constexpr std::string_view kLabelJobName = "korovod.dev/job-name";
 inline constexpr std::string_view kLabelRole = "korovod.dev/role";
@@ -30,4 +30,4 @@ nlohmann::json ControllerOwnerReference(const HorovodJob& job);
 // metadata {name, namespace, labels: CommonLabels, ownerReferences: [controller]}.
 nlohmann::json ChildMetadata(const HorovodJob& job, const std::string& name);
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

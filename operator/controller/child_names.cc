@@ -1,6 +1,6 @@
 #include "operator/controller/child_names.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 std::string ServiceName(const HorovodJob& job) { return job.metadata.name; }
 std::string WorldConfigMapName(const HorovodJob& job) { return job.metadata.name + "-world"; }
@@ -20,4 +20,4 @@ std::string CoordinatorAddress(const HorovodJob& job, const OperatorSettings& se
   return WorkerHost(job, 0, settings) + ":" + std::to_string(settings.coordinator_port);
 }
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

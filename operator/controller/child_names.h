@@ -9,7 +9,7 @@
 #include "operator/api/types.h"
 #include "operator/controller/operator_settings.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 std::string ServiceName(const HorovodJob& job);
 std::string WorldConfigMapName(const HorovodJob& job);
@@ -22,4 +22,4 @@ std::string WorkerHost(const HorovodJob& job, int64_t index, const OperatorSetti
 // WorkerHost(0) + ":" + coordinator_port
 std::string CoordinatorAddress(const HorovodJob& job, const OperatorSettings& settings);
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -1,6 +1,6 @@
 #include "operator/controller/extended_resource.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 void SetExtendedResource(nlohmann::json& resources, const std::string& name, int64_t count) {
   if (!resources.is_object()) resources = nlohmann::json::object();
@@ -14,4 +14,4 @@ void SetExtendedResource(nlohmann::json& resources, const std::string& name, int
   }
 }
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

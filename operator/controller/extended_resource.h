@@ -7,10 +7,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 // `resources` is a core/v1 ResourceRequirements object (replaced by one when it is not an
 // object). Quantities are written as strings, as the API server returns them.
 void SetExtendedResource(nlohmann::json& resources, const std::string& name, int64_t count);
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

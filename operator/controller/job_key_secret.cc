@@ -1,10 +1,10 @@
 #include "operator/controller/job_key_secret.h"
 
-#include "operator/controller/base64.h"
+#include "common/base64.h"
 #include "operator/controller/child_metadata.h"
 #include "operator/controller/child_names.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 bool IsValidJobKeyHex(std::string_view key_hex) {
   if (key_hex.size() != 64) return false;
@@ -23,4 +23,4 @@ nlohmann::json BuildJobKeySecret(const HorovodJob& job, const std::string& key_h
                         {"data", {{std::string(kJobKeySecretKey), Base64Encode(key_hex)}}}};
 }
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -9,7 +9,7 @@
 
 #include "operator/api/types.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 // The data key inside the Secret, i.e. the file name in the mounted volume.
 inline constexpr std::string_view kJobKeySecretKey = "key";
@@ -19,4 +19,4 @@ bool IsValidJobKeyHex(std::string_view key_hex);
 
 nlohmann::json BuildJobKeySecret(const HorovodJob& job, const std::string& key_hex);
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

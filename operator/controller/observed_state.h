@@ -10,7 +10,7 @@
 
 #include "operator/controller/operator_settings.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 struct ObservedState {
   // The HorovodJob as read from the API: metadata (uid, generation, deletionTimestamp), spec,
@@ -24,4 +24,4 @@ struct ObservedState {
   OperatorSettings settings;
 };
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

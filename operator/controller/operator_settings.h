@@ -4,7 +4,7 @@
 
 #include <string>
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 struct OperatorSettings {
   // Used when spec.sidecar.image is empty (the CRD requires it today; kept for older objects).
@@ -16,4 +16,4 @@ struct OperatorSettings {
   std::string cluster_domain = "cluster.local";
 };
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

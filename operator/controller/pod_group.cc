@@ -3,7 +3,7 @@
 #include "operator/controller/child_metadata.h"
 #include "operator/controller/child_names.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 std::string_view PodGroupApiVersion(GangProvider provider) {
   return provider == GangProvider::kVolcano ? kVolcanoPodGroupApiVersion
@@ -26,4 +26,4 @@ nlohmann::json BuildPodGroup(const HorovodJob& job) {
                         {"spec", std::move(spec)}};
 }
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -8,7 +8,7 @@
 
 #include "operator/api/types.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 inline constexpr std::string_view kVolcanoPodGroupApiVersion = "scheduling.volcano.sh/v1beta1";
 inline constexpr std::string_view kSchedulerPluginsPodGroupApiVersion =
@@ -27,4 +27,4 @@ std::string_view PodGroupApiVersion(GangProvider provider);
 // minMember = gang.minAvailable, else replicas.
 nlohmann::json BuildPodGroup(const HorovodJob& job);
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -4,7 +4,7 @@
 
 #include <string_view>
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 // The object failed HorovodJobFromJson (schema-level problem that bypassed admission).
 inline constexpr std::string_view kReasonInvalidSpec = "InvalidSpec";
@@ -28,4 +28,4 @@ inline constexpr std::string_view kReasonJobKeyUnavailable = "JobKeyUnavailable"
 inline constexpr std::string_view kEventNormal = "Normal";
 inline constexpr std::string_view kEventWarning = "Warning";
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

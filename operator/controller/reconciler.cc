@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/rfc3339.h"
 #include "operator/api/conditions.h"
 #include "operator/api/json.h"
 #include "operator/api/validate.h"
@@ -17,16 +19,23 @@
 #include "operator/controller/json_access.h"
 #include "operator/controller/pod_group.h"
 #include "operator/controller/reasons.h"
-#include "operator/controller/time_format.h"
 #include "operator/controller/worker_pod_builder.h"
 #include "operator/controller/worker_pod_state.h"
 #include "operator/controller/world_config_map.h"
 #include "operator/controller/world_service.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 namespace {
 
 using nlohmann::json;
+
+// Seconds since the epoch of a time this reconciler wrote (startTime, completionTime), or
+// nullopt when it does not parse.
+std::optional<int64_t> UnixSeconds(const std::string& rfc3339) {
+  const auto t = ParseRfc3339(rfc3339);
+  if (!t.ok()) return std::nullopt;
+  return std::chrono::floor<std::chrono::seconds>(t.value().time_since_epoch()).count();
+}
 
 std::vector<json> SortedByName(const std::vector<json>& objects) {
   std::vector<json> out = objects;
@@ -267,7 +276,7 @@ class JobReconciler {
     }
     const auto& ttl = job_.spec.run_policy.ttl_seconds_after_finished;
     if (!ttl) return;
-    std::optional<int64_t> completed = ParseRfc3339(status_.completion_time);
+    std::optional<int64_t> completed = UnixSeconds(status_.completion_time);
     if (!completed) {
       // Finished without a completion time (e.g. an older status): start the TTL now.
       status_.completion_time = FormatRfc3339(now_);
@@ -340,7 +349,7 @@ class JobReconciler {
   bool DeadlineExpired() {
     const auto& deadline = job_.spec.run_policy.active_deadline_seconds;
     if (!deadline || status_.start_time.empty()) return false;
-    std::optional<int64_t> start = ParseRfc3339(status_.start_time);
+    std::optional<int64_t> start = UnixSeconds(status_.start_time);
     if (!start) {
       status_.start_time = FormatRfc3339(now_);
       start = observed_.now_unix;
@@ -351,7 +360,7 @@ class JobReconciler {
   void RequeueForDeadline() {
     const auto& deadline = job_.spec.run_policy.active_deadline_seconds;
     if (!deadline || status_.start_time.empty()) return;
-    const std::optional<int64_t> start = ParseRfc3339(status_.start_time);
+    const std::optional<int64_t> start = UnixSeconds(status_.start_time);
     if (start) Requeue(out_, *start + *deadline - observed_.now_unix);
   }
 
@@ -530,4 +539,4 @@ ReconcileResult Reconcile(const ObservedState& observed) {
   return JobReconciler(observed, std::move(job).value()).Run();
 }
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -8,8 +8,8 @@
 #include "operator/controller/observed_state.h"
 #include "operator/controller/operator_settings.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 ReconcileResult Reconcile(const ObservedState& observed);
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

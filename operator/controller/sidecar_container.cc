@@ -6,7 +6,7 @@
 #include "operator/controller/extended_resource.h"
 #include "operator/controller/worker_env.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 namespace {
 
 using nlohmann::json;
@@ -104,4 +104,4 @@ json BuildSidecarContainer(const HorovodJobSpec& spec, const WorkerIdentity& id,
   };
 }
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -1,29 +1,32 @@
 // The environment contract between the operator and the processes in a worker pod: the variable
 // names the sidecar (sidecar/daemon/sidecar_config.h, runtime/core/engine_config.cc) and the
 // trainer client read, and the paths of the volumes that carry the socket, /dev/shm and the key.
+// The names themselves live in common/env_names.h, shared with their readers.
 #pragma once
 
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
-namespace korovod::op {
+#include "common/env_names.h"
 
-inline constexpr std::string_view kEnvRank = "KOROVOD_RANK";
-inline constexpr std::string_view kEnvSize = "KOROVOD_SIZE";
-inline constexpr std::string_view kEnvSocket = "KOROVOD_SOCKET";
-inline constexpr std::string_view kEnvCoordinator = "KOROVOD_COORDINATOR";
-inline constexpr std::string_view kEnvEpoch = "KOROVOD_EPOCH";
+namespace korovod::k8s_operator {
+
+inline constexpr std::string_view kEnvRank = env::kRank;
+inline constexpr std::string_view kEnvSize = env::kSize;
+inline constexpr std::string_view kEnvSocket = env::kSocket;
+inline constexpr std::string_view kEnvCoordinator = env::kCoordinator;
+inline constexpr std::string_view kEnvEpoch = env::kEpoch;
 // The job key, from the Secret through secretKeyRef: a non-root sidecar cannot read a root-owned
 // 0400 Secret file, and a group-readable one (fsGroup) would reach the trainer too.
-inline constexpr std::string_view kEnvJobKey = "KOROVOD_JOB_KEY";
+inline constexpr std::string_view kEnvJobKey = env::kJobKey;
 inline constexpr std::string_view kJobKeySecretKey = "key";
-inline constexpr std::string_view kEnvShmPrefix = "KOROVOD_SHM_PREFIX";
-inline constexpr std::string_view kEnvMetricsPort = "KOROVOD_METRICS_PORT";
-inline constexpr std::string_view kEnvIface = "KOROVOD_IFACE";
-inline constexpr std::string_view kEnvFusionThreshold = "KOROVOD_FUSION_THRESHOLD";
-inline constexpr std::string_view kEnvCycleTime = "KOROVOD_CYCLE_TIME";
-inline constexpr std::string_view kEnvTimeline = "KOROVOD_TIMELINE";
+inline constexpr std::string_view kEnvShmPrefix = env::kShmPrefix;
+inline constexpr std::string_view kEnvMetricsPort = env::kMetricsPort;
+inline constexpr std::string_view kEnvIface = env::kIface;
+inline constexpr std::string_view kEnvFusionThreshold = env::kFusionThreshold;
+inline constexpr std::string_view kEnvCycleTime = env::kCycleTime;
+inline constexpr std::string_view kEnvTimeline = env::kTimeline;
 
 inline constexpr std::string_view kSocketFileName = "sidecar.sock";
 
@@ -46,4 +49,4 @@ inline nlohmann::json EnvVar(std::string_view name, const std::string& value) {
   return nlohmann::json{{"name", std::string(name)}, {"value", value}};
 }
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

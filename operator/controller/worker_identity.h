@@ -1,12 +1,12 @@
 // WorkerIdentity: where one worker sits in its world, which is all that differs between a
-// HorovodJob's pods and pods the injection webhook wires (a StatefulSet's, an Indexed Job's).
+// HorovodJob's pods and pods the injection webhook configures (a StatefulSet's, an Indexed Job's).
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 struct WorkerIdentity {
   int64_t rank = 0;
@@ -17,4 +17,4 @@ struct WorkerIdentity {
   std::optional<int64_t> epoch;  // HorovodJob pods only
 };
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

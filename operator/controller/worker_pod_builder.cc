@@ -11,7 +11,7 @@
 #include "operator/controller/sidecar_container.h"
 #include "operator/controller/worker_env.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 namespace {
 
 using nlohmann::json;
@@ -30,7 +30,7 @@ json& Ensure(json& object, const char* key, json empty) {
 
 // Korovod's variables first (so template entries can expand $(KOROVOD_RANK)), then the
 // template's, minus any that would shadow korovod's.
-void WireTrainerEnv(json& trainer, const json& korovod_env) {
+void MergeTrainerEnv(json& trainer, const json& korovod_env) {
   std::set<std::string> ours;
   for (const json& e : korovod_env) ours.insert(NameOf(e));
   json env = korovod_env;
@@ -83,8 +83,8 @@ WorkerIdentity HorovodJobWorker(const HorovodJob& job, int64_t index, int64_t ep
   return id;
 }
 
-void WireWorkerPodSpec(json& pod_spec, int trainer_index, const HorovodJobSpec& spec,
-                       const WorkerIdentity& id, const OperatorSettings& settings) {
+void ConfigureWorkerPodSpec(json& pod_spec, int trainer_index, const HorovodJobSpec& spec,
+                            const WorkerIdentity& id, const OperatorSettings& settings) {
   json& containers = Ensure(pod_spec, "containers", json::array());
   if (trainer_index >= 0 && static_cast<size_t>(trainer_index) < containers.size() &&
       containers[trainer_index].is_object()) {
@@ -96,7 +96,7 @@ void WireWorkerPodSpec(json& pod_spec, int trainer_index, const HorovodJobSpec& 
         EnvVar(kEnvCoordinator, id.coordinator),
     });
     if (id.epoch) env.push_back(EnvVar(kEnvEpoch, std::to_string(*id.epoch)));
-    WireTrainerEnv(trainer, env);
+    MergeTrainerEnv(trainer, env);
     AddMountUnlessPathTaken(trainer, kSocketVolume, settings.socket_dir);
     AddMountUnlessPathTaken(trainer, kShmVolume, std::string(kShmMountPath));
     if (spec.worker.gpus > 0) {
@@ -174,8 +174,8 @@ json BuildWorkerPod(const HorovodJob& job, int64_t index, int64_t epoch,
   metadata["labels"] = std::move(labels);
   if (!annotations.empty()) metadata["annotations"] = std::move(annotations);
 
-  WireWorkerPodSpec(pod_spec, TrainerContainerIndex(spec), spec,
-                    HorovodJobWorker(job, index, epoch, settings), settings);
+  ConfigureWorkerPodSpec(pod_spec, TrainerContainerIndex(spec), spec,
+                         HorovodJobWorker(job, index, epoch, settings), settings);
 
   return json{{"apiVersion", "v1"},
               {"kind", "Pod"},
@@ -183,4 +183,4 @@ json BuildWorkerPod(const HorovodJob& job, int64_t index, int64_t epoch,
               {"spec", std::move(pod_spec)}};
 }
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

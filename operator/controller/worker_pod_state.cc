@@ -5,7 +5,7 @@
 #include "operator/controller/child_metadata.h"
 #include "operator/controller/json_access.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 namespace {
 
 std::optional<int64_t> ParseNonNegative(const std::string& s) {
@@ -76,4 +76,4 @@ WorkerPodState ObserveWorkerPod(const nlohmann::json& pod, std::string_view trai
   return s;
 }
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

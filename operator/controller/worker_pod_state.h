@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 enum class WorkerOutcome { kActive, kSucceeded, kFailed };
 
@@ -30,4 +30,4 @@ struct WorkerPodState {
 // Failed or the trainer exited non-zero; otherwise active (Pending/Running/Unknown).
 WorkerPodState ObserveWorkerPod(const nlohmann::json& pod, std::string_view trainer_container);
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

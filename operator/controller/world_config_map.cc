@@ -3,7 +3,7 @@
 #include "operator/controller/child_metadata.h"
 #include "operator/controller/child_names.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 nlohmann::json BuildWorldConfigMap(const HorovodJob& job, int64_t epoch,
                                    const OperatorSettings& settings) {
@@ -22,4 +22,4 @@ nlohmann::json BuildWorldConfigMap(const HorovodJob& job, int64_t epoch,
                           {"members", members}}}};
 }
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

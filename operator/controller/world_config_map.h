@@ -10,9 +10,9 @@
 #include "operator/api/types.h"
 #include "operator/controller/operator_settings.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 nlohmann::json BuildWorldConfigMap(const HorovodJob& job, int64_t epoch,
                                    const OperatorSettings& settings);
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -3,7 +3,7 @@
 #include "operator/controller/child_metadata.h"
 #include "operator/controller/child_names.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 nlohmann::json BuildWorldService(const HorovodJob& job, const OperatorSettings& settings) {
   return nlohmann::json{
@@ -22,4 +22,4 @@ nlohmann::json BuildWorldService(const HorovodJob& job, const OperatorSettings& 
                                           {"protocol", "TCP"}}})}}}};
 }
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

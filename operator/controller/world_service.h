@@ -8,8 +8,8 @@
 #include "operator/api/types.h"
 #include "operator/controller/operator_settings.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 nlohmann::json BuildWorldService(const HorovodJob& job, const OperatorSettings& settings);
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "operator/kube/json_fields.h"
+#include "common/json_read.h"
 #include "operator/kube/query.h"
 #include "operator/kube/token_source.h"
 
@@ -276,13 +276,12 @@ ApiResult ApiClient::List(const std::string& path, const ListOptions& options) c
     if (last.contains("items") && last["items"].is_array()) {
       for (auto& item : last["items"]) items.push_back(std::move(item));
     }
-    continue_token = GetString(GetObject(last, "metadata"), "continue");
+    continue_token = StringAt(last, {"metadata", "continue"});
   } while (!continue_token.empty());
   nlohmann::json merged = {
-      {"kind", GetString(last, "kind", "List")},
-      {"apiVersion", GetString(last, "apiVersion", "v1")},
-      {"metadata",
-       {{"resourceVersion", GetString(GetObject(last, "metadata"), "resourceVersion")}}},
+      {"kind", StringAt(last, {"kind"}, "List")},
+      {"apiVersion", StringAt(last, {"apiVersion"}, "v1")},
+      {"metadata", {{"resourceVersion", StringAt(last, {"metadata", "resourceVersion"})}}},
       {"items", std::move(items)},
   };
   return merged;

@@ -1,6 +1,6 @@
 #include "operator/kube/api_result.h"
 
-#include "operator/kube/json_fields.h"
+#include "common/json_read.h"
 
 namespace korovod::kube {
 
@@ -28,9 +28,9 @@ StatusCode StatusCodeForHttp(int code) {
 }
 
 ApiResult ApiErrorFromStatusObject(const std::string& what, const nlohmann::json& status) {
-  const int code = static_cast<int>(GetInt(status, "code"));
-  const std::string reason = GetString(status, "reason");
-  const std::string message = GetString(status, "message");
+  const int code = static_cast<int>(IntAt(status, {"code"}).value_or(0));
+  const std::string reason = StringAt(status, {"reason"});
+  const std::string message = StringAt(status, {"message"});
   std::string text = what + ": HTTP " + std::to_string(code);
   if (!reason.empty()) text += " " + reason;
   if (!message.empty()) text += ": " + message;
@@ -39,7 +39,7 @@ ApiResult ApiErrorFromStatusObject(const std::string& what, const nlohmann::json
 
 ApiResult ApiErrorFromResponse(const std::string& what, int http_code, const std::string& body) {
   nlohmann::json status = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (status.is_discarded() || !status.is_object() || GetString(status, "kind") != "Status") {
+  if (status.is_discarded() || !status.is_object() || StringAt(status, {"kind"}) != "Status") {
     // Not from the API server proper (a proxy, a load balancer): keep the start of the body.
     status = {{"message", body.substr(0, 256)}};
   }

@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <random>
 
-#include "operator/kube/json_fields.h"
-#include "operator/kube/kube_time.h"
+#include "common/json_read.h"
+#include "common/rfc3339.h"
 #include "operator/kube/resource.h"
 
 namespace korovod::kube {
@@ -19,12 +19,12 @@ EventRecorder::EventRecorder(const ApiClient& client, std::string component, Now
 nlohmann::json EventRecorder::MakeEvent(const nlohmann::json& object, EventType type,
                                         const std::string& reason,
                                         const std::string& message) const {
-  const nlohmann::json& meta = GetObject(object, "metadata");
-  const std::string name = GetString(meta, "name");
-  const std::string ns = GetString(meta, "namespace", "default");
+  const nlohmann::json& meta = ObjectAt(object, {"metadata"});
+  const std::string name = StringAt(meta, {"name"});
+  const std::string ns = StringAt(meta, {"namespace"}, "default");
   nlohmann::json involved = {
-      {"apiVersion", GetString(object, "apiVersion")},
-      {"kind", GetString(object, "kind")},
+      {"apiVersion", StringAt(object, {"apiVersion"})},
+      {"kind", StringAt(object, {"kind"})},
       {"name", name},
       {"namespace", ns},
   };
@@ -39,7 +39,7 @@ nlohmann::json EventRecorder::MakeEvent(const nlohmann::json& object, EventType 
   char suffix[40];
   std::snprintf(suffix, sizeof(suffix), "%llx%04x", static_cast<unsigned long long>(nanos.count()),
                 static_cast<unsigned>(rng() & 0xffff));
-  const std::string stamp = FormatTime(now);
+  const std::string stamp = FormatRfc3339(now);
   return {
       {"apiVersion", "v1"},
       {"kind", "Event"},
@@ -58,17 +58,18 @@ nlohmann::json EventRecorder::MakeEvent(const nlohmann::json& object, EventType 
 
 ApiResult EventRecorder::Record(const nlohmann::json& object, EventType type,
                                 const std::string& reason, const std::string& message) const {
-  const std::string name = GetString(GetObject(object, "metadata"), "name");
+  const std::string name = StringAt(object, {"metadata", "name"});
   if (name.empty()) {
     return ApiResult(InvalidArgument("event " + reason + ": involved object has no metadata.name"));
   }
   nlohmann::json event = MakeEvent(object, type, reason, message);
-  const std::string ns = GetString(event["metadata"], "namespace");
+  const std::string ns = StringAt(event["metadata"], {"namespace"});
   ApiResult result = client_.Create(kEvents.Path(ns), event);
   if (!result.ok()) {
-    return ApiResult(result.status().WithContext("event " + reason + " on " +
-                                                 GetString(object, "kind") + " " + ns + "/" + name),
-                     result.http_code(), result.reason());
+    return ApiResult(
+        result.status().WithContext("event " + reason + " on " + StringAt(object, {"kind"}) + " " +
+                                    ns + "/" + name),
+        result.http_code(), result.reason());
   }
   return result;
 }

@@ -2,26 +2,26 @@
 
 #include <algorithm>
 
-#include "operator/kube/json_fields.h"
+#include "common/json_read.h"
 #include "operator/kube/watch.h"
 
 namespace korovod::kube {
 namespace {
 
 const nlohmann::json& Metadata(const nlohmann::json& object) {
-  return GetObject(object, "metadata");
+  return ObjectAt(object, {"metadata"});
 }
 
 std::string ResourceVersionOf(const nlohmann::json& object) {
-  return GetString(Metadata(object), "resourceVersion");
+  return StringAt(Metadata(object), {"resourceVersion"});
 }
 
 }  // namespace
 
 std::string Informer::KeyOf(const nlohmann::json& object) {
   const nlohmann::json& meta = Metadata(object);
-  const std::string ns = GetString(meta, "namespace");
-  const std::string name = GetString(meta, "name");
+  const std::string ns = StringAt(meta, {"namespace"});
+  const std::string name = StringAt(meta, {"name"});
   return ns.empty() ? name : ns + "/" + name;
 }
 
@@ -80,11 +80,11 @@ std::vector<nlohmann::json> Informer::List(const std::string& ns,
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [key, object] : cache_) {
     const nlohmann::json& meta = Metadata(object);
-    if (!ns.empty() && GetString(meta, "namespace") != ns) continue;
+    if (!ns.empty() && StringAt(meta, {"namespace"}) != ns) continue;
     bool match = true;
-    const nlohmann::json& have = GetObject(meta, "labels");
+    const nlohmann::json& have = ObjectAt(meta, {"labels"});
     for (const auto& [k, v] : labels) {
-      if (!have.contains(k) || GetString(have, k.c_str()) != v) {
+      if (!have.contains(k) || StringAt(have, {k}) != v) {
         match = false;
         break;
       }
@@ -143,7 +143,7 @@ Status Informer::Relist() {
       }
     }
     cache_ = std::move(fresh);
-    resource_version_ = GetString(GetObject(list.value(), "metadata"), "resourceVersion");
+    resource_version_ = StringAt(list.value(), {"metadata", "resourceVersion"});
     synced_ = true;
     last_error_ = OkStatus();
   }

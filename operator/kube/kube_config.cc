@@ -1,12 +1,15 @@
 #include "operator/kube/kube_config.h"
 
-#include <openssl/evp.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
+
+#include "common/base64.h"
+#include "common/env_settings.h"
 
 namespace korovod::kube {
 namespace {
@@ -55,7 +58,9 @@ Status ReadPemField(const YAML::Node& map, const std::string& key, const std::st
                     const std::string& where, std::string* out) {
   const std::string data = Str(map, (key + "-data").c_str());
   if (!data.empty()) {
-    KV_ASSIGN_OR_RETURN(*out, DecodeBase64(data, where + ": " + key + "-data"));
+    StatusOr<std::string> decoded = Base64Decode(data);
+    if (!decoded.ok()) return decoded.status().WithContext(where + ": " + key + "-data");
+    *out = std::move(decoded).value();
     return OkStatus();
   }
   std::string path = Str(map, key.c_str());
@@ -121,26 +126,6 @@ StatusOr<KubeConfig> ParseKubeconfig(const YAML::Node& root, const std::string& 
 
 }  // namespace
 
-StatusOr<std::string> DecodeBase64(const std::string& text, const std::string& what) {
-  std::string in;
-  in.reserve(text.size());
-  for (char c : text) {
-    if (c != '\n' && c != '\r' && c != ' ' && c != '\t') in.push_back(c);
-  }
-  if (in.size() % 4 != 0) return InvalidArgument(what + ": not valid base64 (length)");
-  std::string out(in.size() / 4 * 3, '\0');
-  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                                reinterpret_cast<const unsigned char*>(in.data()),
-                                static_cast<int>(in.size()));
-  if (n < 0) return InvalidArgument(what + ": not valid base64");
-  // EVP_DecodeBlock counts the padding as zero bytes.
-  size_t pad = 0;
-  if (!in.empty() && in.back() == '=') ++pad;
-  if (in.size() > 1 && in[in.size() - 2] == '=') ++pad;
-  out.resize(static_cast<size_t>(n) - pad);
-  return out;
-}
-
 StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, const std::string& context) {
   // yaml-cpp throws; nothing escapes this function.
   try {
@@ -152,16 +137,19 @@ StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, const std::string& 
 }
 
 StatusOr<KubeConfig> LoadInClusterConfig(const std::string& sa_dir) {
-  const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
-  const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
-  if (host == nullptr || port == nullptr || *host == '\0' || *port == '\0') {
+  // Kubernetes' own variables, not korovod settings: read, not logged as overrides.
+  const EnvSettings env(ProcessGetenv(), logging::Subsystem::kOperator);
+  const auto host = env.Find("KUBERNETES_SERVICE_HOST");
+  const auto port = env.Find("KUBERNETES_SERVICE_PORT");
+  if (!host || !port) {
     return FailedPrecondition(
         "in-cluster config: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must be set "
         "(not running in a pod?)");
   }
   KubeConfig config;
-  const std::string h = host;
-  config.server = "https://" + (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" + port;
+  const std::string& h = host->value;
+  config.server =
+      "https://" + (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" + port->value;
   config.token_file = sa_dir + "/token";
   KV_ASSIGN_OR_RETURN(std::string token, ReadFile(config.token_file, "in-cluster config token"));
   if (Trim(token).empty()) {
@@ -174,9 +162,10 @@ StatusOr<KubeConfig> LoadInClusterConfig(const std::string& sa_dir) {
 }
 
 StatusOr<KubeConfig> LoadDefault() {
-  const char* env = std::getenv("KUBECONFIG");
-  if (env != nullptr && *env != '\0') {
-    std::string path = env;
+  const auto kubeconfig =
+      EnvSettings(ProcessGetenv(), logging::Subsystem::kOperator).Find("KUBECONFIG");
+  if (kubeconfig) {
+    std::string path = kubeconfig->value;
     path = path.substr(0, path.find(':'));  // kubectl merges a list; we take the first file
     return LoadKubeconfig(path);
   }

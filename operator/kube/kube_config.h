@@ -33,7 +33,4 @@ StatusOr<KubeConfig> LoadInClusterConfig(const std::string& sa_dir = kServiceAcc
 // $KUBECONFIG (its first entry) when set, else the in-cluster service account.
 StatusOr<KubeConfig> LoadDefault();
 
-// Decodes standard base64 (the "-data" fields); `what` names the field in the error.
-StatusOr<std::string> DecodeBase64(const std::string& text, const std::string& what);
-
 }  // namespace korovod::kube

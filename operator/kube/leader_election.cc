@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "operator/kube/json_fields.h"
-#include "operator/kube/kube_time.h"
+#include "common/json_read.h"
+#include "common/rfc3339.h"
 #include "operator/kube/resource.h"
 
 namespace korovod::kube {
@@ -57,7 +57,7 @@ void LeaderElector::SetLeader(bool leader) {
 StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
   const std::string path = kLeases.Path(config_.namespace_name, config_.lease_name);
   const auto now = config_.now();
-  const std::string stamp = FormatMicroTime(now);
+  const std::string stamp = FormatRfc3339(now, 6);
   const int duration_s =
       static_cast<int>(std::max<int64_t>(1, (config_.lease_duration.count() + 999) / 1000));
 
@@ -85,16 +85,16 @@ StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
   if (!lease.is_object()) return Internal("GET " + path + ": the lease is not an object");
   nlohmann::json& spec = lease["spec"];
   if (!spec.is_object()) spec = nlohmann::json::object();
-  const std::string holder = GetString(spec, "holderIdentity");
+  const std::string holder = StringAt(spec, {"holderIdentity"});
   if (!holder.empty() && holder != config_.identity) {
-    auto renewed = ParseTime(GetString(spec, "renewTime"));
-    const int64_t held_s = GetInt(spec, "leaseDurationSeconds");
+    auto renewed = ParseRfc3339(StringAt(spec, {"renewTime"}));
+    const int64_t held_s = IntAt(spec, {"leaseDurationSeconds"}).value_or(0);
     // An unreadable renewTime counts as expired, so a corrupt lease cannot block election.
     if (renewed.ok() && renewed.value() + std::chrono::seconds(held_s) > now) return false;
   }
   if (holder != config_.identity) {
     spec["acquireTime"] = stamp;
-    spec["leaseTransitions"] = GetInt(spec, "leaseTransitions") + 1;
+    spec["leaseTransitions"] = IntAt(spec, {"leaseTransitions"}).value_or(0) + 1;
   }
   spec["holderIdentity"] = config_.identity;
   spec["leaseDurationSeconds"] = duration_s;
@@ -111,8 +111,8 @@ void LeaderElector::Release() {
   ApiResult current = client_.Get(path);
   if (!current.ok()) return;
   nlohmann::json lease = std::move(current).value();
-  if (GetString(GetObject(lease, "spec"), "holderIdentity") != config_.identity) return;
-  const std::string stamp = FormatMicroTime(config_.now());
+  if (StringAt(lease, {"spec", "holderIdentity"}) != config_.identity) return;
+  const std::string stamp = FormatRfc3339(config_.now(), 6);
   lease["spec"]["holderIdentity"] = "";
   lease["spec"]["leaseDurationSeconds"] = 1;
   lease["spec"]["renewTime"] = stamp;

@@ -1,10 +1,10 @@
 #include "operator/manager/action_executor.h"
 
+#include "common/log.h"
 #include "operator/kube/api_result.h"
 #include "operator/manager/child_resource.h"
-#include "operator/manager/operator_log.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 Status ActionExecutor::Execute(const nlohmann::json& job, const Action& action) const {
   switch (action.kind) {
@@ -25,7 +25,8 @@ Status ActionExecutor::Execute(const nlohmann::json& job, const Action& action) 
       }
       if (r.ok()) {
         metrics_.creates->Increment();
-        OperatorLog("created %s (%s)", Describe(action.object).c_str(), action.reason.c_str());
+        KV_LOG(kInfo, kOperator, "created %s (%s)", Describe(action.object).c_str(),
+               action.reason.c_str());
       }
       return OkStatus();
     }
@@ -44,15 +45,18 @@ Status ActionExecutor::Execute(const nlohmann::json& job, const Action& action) 
       if (r.ok()) {
         (action.kind == Action::Kind::kDelete ? metrics_.deletes : metrics_.job_deletions)
             ->Increment();
-        OperatorLog("deleted %s (%s)", Describe(action.object).c_str(), action.reason.c_str());
+        KV_LOG(kInfo, kOperator, "deleted %s (%s)", Describe(action.object).c_str(),
+               action.reason.c_str());
       }
       return OkStatus();
     }
     case Action::Kind::kEvent: {
       const auto type =
           action.event_type == "Warning" ? kube::EventType::kWarning : kube::EventType::kNormal;
-      OperatorLog("event %s %s: %s: %s", action.event_type.c_str(), Describe(job).c_str(),
-                  action.reason.c_str(), action.message.c_str());
+      KV_LOG_AT(
+          type == kube::EventType::kWarning ? logging::Level::kWarning : logging::Level::kInfo,
+          logging::Subsystem::kOperator, "event %s %s: %s: %s", action.event_type.c_str(),
+          Describe(job).c_str(), action.reason.c_str(), action.message.c_str());
       nlohmann::json involved = job;
       involved["apiVersion"] = kHorovodJobs.ApiVersion();
       involved["kind"] = "HorovodJob";
@@ -60,7 +64,7 @@ Status ActionExecutor::Execute(const nlohmann::json& job, const Action& action) 
       // Events are best effort: a failure is logged, never a reason to re-run the reconcile
       // (which would record the same event again).
       if (!r.ok())
-        OperatorLog("cannot record event: %s", r.status().ToString().c_str());
+        KV_LOG(kWarning, kOperator, "cannot record event: %s", r.status().ToString().c_str());
       else
         metrics_.events->Increment();
       return OkStatus();
@@ -69,4 +73,4 @@ Status ActionExecutor::Execute(const nlohmann::json& job, const Action& action) 
   return Internal("unknown action kind");
 }
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -11,7 +11,7 @@
 #include "operator/kube/event_recorder.h"
 #include "operator/manager/operator_metrics.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 class ActionExecutor {
  public:
@@ -28,4 +28,4 @@ class ActionExecutor {
   OperatorMetrics& metrics_;
 };
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

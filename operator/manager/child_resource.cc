@@ -1,6 +1,6 @@
 #include "operator/manager/child_resource.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 StatusOr<kube::ResourceRef> ResourceOf(const std::string& api_version, const std::string& kind) {
   if (api_version == "v1") {
@@ -33,4 +33,4 @@ std::string Describe(const nlohmann::json& object) {
          meta.value("name", "");
 }
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -8,7 +8,7 @@
 #include "operator/kube/resource.h"
 #include "common/status.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 inline const kube::ResourceRef kHorovodJobs{"korovod.dev", "v1alpha1", "horovodjobs", true};
 
@@ -22,4 +22,4 @@ StatusOr<std::string> ObjectPath(const nlohmann::json& object);
 // "Pod default/x" for logs and errors.
 std::string Describe(const nlohmann::json& object);
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <ctime>
 
+#include "common/log.h"
 #include "operator/api/json.h"
 #include "operator/controller/child_metadata.h"
 #include "operator/controller/observed_state.h"
@@ -12,10 +13,9 @@
 #include "operator/controller/reconciler.h"
 #include "operator/kube/api_result.h"
 #include "operator/manager/child_resource.h"
-#include "operator/manager/operator_log.h"
 #include "operator/manager/status_writer.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 namespace {
 
 std::string FreshKeyHex() {
@@ -60,7 +60,7 @@ JobController::JobController(const kube::ApiClient& client, const kube::EventRec
   };
   job_handlers.on_delete = [this](const nlohmann::json& j) { EnqueueJob(j); };
   job_handlers.on_error = [](const Status& s) {
-    OperatorLog("watch horovodjobs: %s", s.ToString().c_str());
+    KV_LOG(kWarning, kOperator, "watch horovodjobs: %s", s.ToString().c_str());
   };
   auto jobs = std::make_unique<kube::Informer>(client_, kHorovodJobs, job_opts, job_handlers);
   jobs_ = jobs.get();
@@ -79,7 +79,7 @@ JobController::JobController(const kube::ApiClient& client, const kube::EventRec
                                  std::tuple{"configmaps", kube::kConfigMaps, &config_maps_},
                                  std::tuple{"secrets", kube::kSecrets, &secrets_}}) {
     child_handlers.on_error = [name = std::string(name)](const Status& s) {
-      OperatorLog("watch %s: %s", name.c_str(), s.ToString().c_str());
+      KV_LOG(kWarning, kOperator, "watch %s: %s", name.c_str(), s.ToString().c_str());
     };
     auto informer = std::make_unique<kube::Informer>(client_, ref, child_opts, child_handlers);
     *slot = informer.get();
@@ -154,8 +154,8 @@ void JobController::Work() {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     if (!s.ok()) {
       metrics_.reconcile_errors->Increment();
-      OperatorLog("reconcile %s failed (retry %d): %s", key->c_str(), queue_.NumRequeues(*key) + 1,
-                  s.ToString().c_str());
+      KV_LOG(kWarning, kOperator, "reconcile %s failed (retry %d): %s", key->c_str(),
+             queue_.NumRequeues(*key) + 1, s.ToString().c_str());
       queue_.AddRateLimited(*key);
     } else {
       queue_.Forget(*key);
@@ -224,4 +224,4 @@ Status JobController::ReconcileKey(const std::string& key,
   return first_error;
 }
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -22,7 +22,7 @@
 #include "operator/manager/action_executor.h"
 #include "operator/manager/operator_metrics.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 struct JobControllerOptions {
   std::string namespace_name;  // "" = all namespaces
@@ -73,4 +73,4 @@ class JobController {
   std::atomic<bool> stopped_{false};
 };
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

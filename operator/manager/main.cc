@@ -9,22 +9,22 @@
 #include <string>
 #include <vector>
 
+#include "common/http/health_server.h"
+#include "common/log.h"
 #include "operator/kube/api_client.h"
 #include "operator/kube/event_recorder.h"
 #include "operator/kube/kube_config.h"
 #include "operator/kube/leader_election.h"
 #include "operator/manager/job_controller.h"
-#include "operator/manager/operator_log.h"
 #include "operator/manager/operator_metrics.h"
 #include "operator/manager/operator_options.h"
 #include "operator/webhook/webhook_server.h"
-#include "common/http/health_server.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 namespace {
 
 int Fail(const Status& s) {
-  OperatorLog("fatal: %s", s.ToString().c_str());
+  KV_LOG(kError, kOperator, "fatal: %s", s.ToString().c_str());
   return 1;
 }
 
@@ -43,7 +43,7 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
   auto client = kube::ApiClient::FromConfig(std::move(*config));
   if (!client.ok()) return Fail(client.status());
 
-  sidecar::MetricsRegistry registry;
+  http::MetricsRegistry registry;
   auto metrics = OperatorMetrics::Create(registry);
   if (!metrics.ok()) return Fail(metrics.status());
 
@@ -58,7 +58,7 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
   // Both addresses were checked by ParseOperatorFlags.
   const HostPort metrics_at =
       *SplitHostPort("--metrics-bind-address", options.metrics_bind_address);
-  sidecar::HealthServerOptions http;
+  http::HealthServerOptions http;
   http.host = metrics_at.host;
   http.port = metrics_at.port;
   http.registry = &registry;
@@ -68,14 +68,13 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
     m->SetJobsByPhase(controller.JobsByPhase());
     m->workqueue_depth->Set(static_cast<double>(controller.QueueDepth()));
   };
-  auto health = sidecar::HealthServer::Start(std::move(http));
+  auto health = http::HealthServer::Start(std::move(http));
   if (!health.ok()) return Fail(health.status().WithContext("--metrics-bind-address"));
 
-  OperatorLog("starting: API server %s, namespace %s, endpoints on %s, identity %s%s",
-              server.c_str(),
-              options.namespace_name.empty() ? "(all)" : options.namespace_name.c_str(),
-              (*health)->address().c_str(), options.identity.c_str(),
-              options.leader_elect ? ", leader election on" : "");
+  KV_LOG(kInfo, kOperator, "starting: API server %s, namespace %s, endpoints on %s, identity %s%s",
+         server.c_str(), options.namespace_name.empty() ? "(all)" : options.namespace_name.c_str(),
+         (*health)->address().c_str(), options.identity.c_str(),
+         options.leader_elect ? ", leader election on" : "");
   // Every replica serves admission, leader or not: pod creation must not wait for an election.
   std::unique_ptr<WebhookServer> webhook;
   if (!options.webhook_bind_address.empty()) {
@@ -85,7 +84,9 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
     w.port = at.port;
     w.cert_dir = options.webhook_cert_dir;
     w.settings = options.settings;
-    w.log = [](const std::string& line) { OperatorLog("%s", line.c_str()); };
+    w.log = [](const std::string& line) {
+      logging::Log(logging::Level::kInfo, logging::Subsystem::kWebhook, line);
+    };
     w.on_review = [m](std::string_view outcome) {
       auto it = m->webhook_reviews.find(outcome);
       if (it != m->webhook_reviews.end()) it->second->Increment();
@@ -93,8 +94,8 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
     auto started = WebhookServer::Start(std::move(w));
     if (!started.ok()) return Fail(started.status().WithContext("--webhook-bind-address"));
     webhook = std::move(*started);
-    OperatorLog("webhook: serving POST /inject on %s (certificate from %s)",
-                webhook->address().c_str(), options.webhook_cert_dir.c_str());
+    KV_LOG(kInfo, kWebhook, "serving POST /inject on %s (certificate from %s)",
+           webhook->address().c_str(), options.webhook_cert_dir.c_str());
   }
   controller.StartInformers();
 
@@ -111,7 +112,7 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
     le.retry_period = options.retry_period;
     // `le` ends with this block: the callbacks keep their own copies of what they print.
     le.on_started_leading = [m, lease = le.namespace_name + "/" + le.lease_name] {
-      OperatorLog("leading (Lease %s)", lease.c_str());
+      KV_LOG(kInfo, kOperator, "leading (Lease %s)", lease.c_str());
       m->leader->Set(1);
     };
     le.on_stopped_leading = [m, &shutting_down, &lost_leadership] {
@@ -129,19 +130,19 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
     timespec wait{0, 100 * 1000 * 1000};
     const int sig = ::sigtimedwait(&signals, nullptr, &wait);
     if (sig == SIGTERM || sig == SIGINT) {
-      OperatorLog("signal %d: shutting down", sig);
+      KV_LOG(kInfo, kOperator, "signal %d: shutting down", sig);
       break;
     }
     if (lost_leadership.load()) {
-      OperatorLog("lost the lease %s/%s: exiting so a fresh replica can stand by",
-                  options.leader_election_namespace.c_str(), options.leader_election_id.c_str());
+      KV_LOG(kWarning, kOperator, "lost the lease %s/%s: exiting so a fresh replica can stand by",
+             options.leader_election_namespace.c_str(), options.leader_election_id.c_str());
       exit_code = 1;
       break;
     }
     if (!ready && controller.Synced()) {
       ready = true;
       (*health)->SetReady(true);
-      OperatorLog("caches synced");
+      KV_LOG(kInfo, kOperator, "caches synced");
       if (elector) elector->Start();
     }
     const bool may_write = ready && (!elector || elector->IsLeader());
@@ -156,28 +157,31 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
   if (elector) elector->Stop();  // releases the lease: a standby takes over at once
   controller.Stop();
   (*health)->Stop();
-  OperatorLog("stopped");
+  KV_LOG(kInfo, kOperator, "stopped");
   return exit_code;
 }
 
 }  // namespace
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator
 
 int main(int argc, char** argv) {
+  namespace logging = korovod::logging;
+  logging::SetRole("korovod-operator");
+  logging::ConfigureFromEnvironment(logging::Subsystem::kOperator);
   std::vector<std::string> args(argv + 1, argv + argc);
   for (const std::string& a : args) {
     if (a == "--help" || a == "-h") {
-      std::fputs(korovod::op::OperatorUsage().c_str(), stdout);
+      std::fputs(korovod::k8s_operator::OperatorUsage().c_str(), stdout);
       return 0;
     }
   }
-  auto options = korovod::op::ParseOperatorFlags(args);
+  auto options = korovod::k8s_operator::ParseOperatorFlags(args);
   if (!options.ok()) {
-    std::fprintf(stderr, "korovod-operator: %s\n%s", options.status().ToString().c_str(),
-                 korovod::op::OperatorUsage().c_str());
+    KV_LOG(kError, kOperator, "%s", options.status().ToString().c_str());
+    std::fputs(korovod::k8s_operator::OperatorUsage().c_str(), stderr);
     return 2;
   }
-  if (options->identity.empty()) options->identity = korovod::op::DefaultIdentity();
+  if (options->identity.empty()) options->identity = korovod::k8s_operator::DefaultIdentity();
   // Every thread inherits the blocked mask; the main thread takes the signals with sigtimedwait.
   sigset_t signals;
   sigemptyset(&signals);
@@ -185,5 +189,5 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
-  return korovod::op::Run(*options, signals);
+  return korovod::k8s_operator::Run(*options, signals);
 }

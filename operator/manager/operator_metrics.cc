@@ -2,10 +2,10 @@
 
 #include "operator/api/types.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 StatusOr<std::unique_ptr<OperatorMetrics>> OperatorMetrics::Create(
-    sidecar::MetricsRegistry& registry) {
+    http::MetricsRegistry& registry) {
   auto m = std::make_unique<OperatorMetrics>();
   KV_ASSIGN_OR_RETURN(m->reconcile_duration,
                       registry.GetHistogram("korovod_operator_reconcile_duration_seconds",
@@ -55,4 +55,4 @@ void OperatorMetrics::SetJobsByPhase(const std::map<std::string, int>& counts) {
   }
 }
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

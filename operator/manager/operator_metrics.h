@@ -18,29 +18,29 @@
 #include "common/status.h"
 #include "common/http/metrics_registry.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 class OperatorMetrics {
  public:
-  static StatusOr<std::unique_ptr<OperatorMetrics>> Create(sidecar::MetricsRegistry& registry);
+  static StatusOr<std::unique_ptr<OperatorMetrics>> Create(http::MetricsRegistry& registry);
 
-  sidecar::Histogram* reconcile_duration = nullptr;
-  sidecar::Counter* reconciles = nullptr;
-  sidecar::Counter* reconcile_errors = nullptr;
-  sidecar::Counter* status_conflicts = nullptr;
-  sidecar::Counter* creates = nullptr;
-  sidecar::Counter* deletes = nullptr;
-  sidecar::Counter* events = nullptr;
-  sidecar::Counter* job_deletions = nullptr;
-  sidecar::Gauge* workqueue_depth = nullptr;
-  sidecar::Gauge* leader = nullptr;
-  std::map<std::string, sidecar::Counter*, std::less<>> webhook_reviews;  // by outcome
+  http::Histogram* reconcile_duration = nullptr;
+  http::Counter* reconciles = nullptr;
+  http::Counter* reconcile_errors = nullptr;
+  http::Counter* status_conflicts = nullptr;
+  http::Counter* creates = nullptr;
+  http::Counter* deletes = nullptr;
+  http::Counter* events = nullptr;
+  http::Counter* job_deletions = nullptr;
+  http::Gauge* workqueue_depth = nullptr;
+  http::Gauge* leader = nullptr;
+  std::map<std::string, http::Counter*, std::less<>> webhook_reviews;  // by outcome
 
   // Sets korovod_operator_jobs for every phase (absent phases read 0).
   void SetJobsByPhase(const std::map<std::string, int>& counts);
 
  private:
-  std::map<std::string, sidecar::Gauge*> jobs_by_phase_;
+  std::map<std::string, http::Gauge*> jobs_by_phase_;
 };
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -5,7 +5,7 @@
 #include <functional>
 #include <map>
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 namespace {
 
 StatusOr<int> ParseInt(const std::string& flag, const std::string& v, int lo, int hi) {
@@ -159,4 +159,4 @@ StatusOr<OperatorOptions> ParseOperatorFlags(const std::vector<std::string>& arg
   return o;
 }
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

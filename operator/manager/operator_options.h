@@ -8,7 +8,7 @@
 #include "operator/controller/operator_settings.h"
 #include "common/status.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 struct OperatorOptions {
   std::string kubeconfig;      // "" = $KUBECONFIG, else the pod's service account
@@ -42,4 +42,4 @@ StatusOr<OperatorOptions> ParseOperatorFlags(const std::vector<std::string>& arg
 
 std::string OperatorUsage();
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -3,7 +3,7 @@
 #include "operator/kube/api_result.h"
 #include "operator/manager/child_resource.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 StatusWriteOutcome WriteJobStatus(const kube::ApiClient& client, nlohmann::json job,
                                   nlohmann::json status, const StatusRecompute& recompute,
@@ -33,4 +33,4 @@ StatusWriteOutcome WriteJobStatus(const kube::ApiClient& client, nlohmann::json 
   }
 }
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -9,7 +9,7 @@
 
 #include "operator/kube/api_client.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 // Recomputes the status for a freshly read job; nullopt when the stored status is already right.
 using StatusRecompute = std::function<std::optional<nlohmann::json>(const nlohmann::json& job)>;
@@ -24,4 +24,4 @@ StatusWriteOutcome WriteJobStatus(const kube::ApiClient& client, nlohmann::json 
                                   nlohmann::json status, const StatusRecompute& recompute,
                                   int max_attempts = 4);
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 namespace {
 
 struct X509Free {
@@ -157,4 +157,4 @@ int ServingCertificate::OnHandshake(SSL* ssl, void* self) {
   return 1;
 }
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

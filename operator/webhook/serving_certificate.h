@@ -19,7 +19,7 @@
 
 #include "common/status.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 class ServingCertificate {
  public:
@@ -62,4 +62,4 @@ class ServingCertificate {
   Stamp seen_;  // the files as last read, good or bad
 };
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -4,13 +4,13 @@
 #include <cmath>
 #include <optional>
 
+#include "common/base64.h"
+#include "common/byte_count.h"
 #include "operator/api/types.h"
 #include "operator/api/validate.h"
-#include "operator/controller/base64.h"
 #include "operator/controller/worker_pod_builder.h"
-#include "common/byte_count.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 namespace {
 
 using nlohmann::json;
@@ -235,15 +235,16 @@ InjectionPlan PlanInjection(const json& pod, const std::string& ns,
                       .value_or(placement->workload + std::string(kJobKeySecretSuffix));
   id.shm_prefix = "/korovod-" + placement->workload + "-" + std::to_string(placement->rank) + "-";
 
-  json wired = pod_spec;
-  WireWorkerPodSpec(wired, trainer, as_job.spec, id, settings);
-  // "add" replaces an existing member (RFC 6902 4.1), so one op per changed field suffices.
+  json configured = pod_spec;
+  ConfigureWorkerPodSpec(configured, trainer, as_job.spec, id, settings);
+  // "add" replaces an existing member (RFC 6902 4.1), so one patch operation per changed field
+  // suffices.
   // automountServiceAccountToken is the workload's own choice: by admission time the API server
   // has already mounted the token (or not), so the webhook leaves it alone.
   for (const char* key : {"containers", "initContainers", "volumes"}) {
-    if (Member(wired, key) != Member(pod_spec, key)) {
+    if (Member(configured, key) != Member(pod_spec, key)) {
       plan.patch.push_back(
-          {{"op", "add"}, {"path", std::string("/spec/") + key}, {"value", wired[key]}});
+          {{"op", "add"}, {"path", std::string("/spec/") + key}, {"value", configured[key]}});
     }
   }
   plan.why = placement->kind + " " + ns + "/" + placement->workload + " rank " +
@@ -301,4 +302,4 @@ AdmissionReply ReviewPodCreation(std::string_view request_body, const OperatorSe
   return reply;
 }
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -1,6 +1,6 @@
 // The sidecar injection webhook's decision, as a pure function: an AdmissionReview for a Pod
-// CREATE in, an AdmissionReview response out (a JSON Patch that wires the pod exactly as the
-// operator wires a HorovodJob worker, an empty patch, or a denial naming what is missing).
+// CREATE in, an AdmissionReview response out (a JSON Patch that configures the pod exactly as the
+// operator configures a HorovodJob worker, an empty patch, or a denial naming what is missing).
 // No I/O: the HTTPS server around it lives in webhook_server.h. Rules: docs/adr/0009.
 #pragma once
 
@@ -10,7 +10,7 @@
 
 #include "operator/controller/operator_settings.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 inline constexpr std::string_view kInjectLabel = "korovod.dev/inject";
 inline constexpr std::string_view kWorldSizeAnnotation = "korovod.dev/world-size";
@@ -48,4 +48,4 @@ struct AdmissionReply {
 
 AdmissionReply ReviewPodCreation(std::string_view request_body, const OperatorSettings& settings);
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

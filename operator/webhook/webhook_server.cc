@@ -8,13 +8,13 @@
 #include "operator/webhook/sidecar_injector.h"
 #include "common/http/http_listener.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 struct WebhookServer::Impl {
   WebhookServerOptions options;
   std::unique_ptr<ServingCertificate> certificate;
   std::unique_ptr<httplib::SSLServer> server;
-  std::unique_ptr<sidecar::HttpListener> listener;  // declared last: stops first
+  std::unique_ptr<http::HttpListener> listener;  // declared last: stops first
 };
 
 WebhookServer::WebhookServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -55,13 +55,13 @@ StatusOr<std::unique_ptr<WebhookServer>> WebhookServer::Start(WebhookServerOptio
       res.status = reply.http_status;
       res.set_content(reply.body.dump(), "application/json");
       outcome = reply.outcome;
-      if (s->options.log) s->options.log("webhook: " + reply.log);
+      if (s->options.log) s->options.log(reply.log);
     } catch (const std::exception& e) {
       // Never expected (ReviewPodCreation validates its input); answer, log, keep serving.
       res.status = 500;
       res.set_content(nlohmann::json{{"error", std::string("internal: ") + e.what()}}.dump(),
                       "application/json");
-      if (s->options.log) s->options.log(std::string("webhook: internal error: ") + e.what());
+      if (s->options.log) s->options.log(std::string("internal error: ") + e.what());
     }
     if (s->options.on_review) s->options.on_review(outcome);
   });
@@ -78,8 +78,8 @@ StatusOr<std::unique_ptr<WebhookServer>> WebhookServer::Start(WebhookServerOptio
     res.set_content(nlohmann::json{{"error", why}}.dump(), "application/json");
   });
 
-  KV_ASSIGN_OR_RETURN(s->listener, sidecar::HttpListener::Start(srv, s->options.host,
-                                                                s->options.port, "webhook server"));
+  KV_ASSIGN_OR_RETURN(s->listener, http::HttpListener::Start(srv, s->options.host, s->options.port,
+                                                             "webhook server"));
   return std::make_unique<WebhookServer>(std::move(impl));
 }
 
@@ -89,4 +89,4 @@ std::string WebhookServer::address() const { return impl_->listener->address(); 
 
 void WebhookServer::Stop() { impl_->listener->Stop(); }
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -17,7 +17,7 @@
 #include "operator/controller/operator_settings.h"
 #include "common/status.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 
 struct WebhookServerOptions {
   std::string host = "0.0.0.0";
@@ -25,7 +25,8 @@ struct WebhookServerOptions {
   std::string cert_dir;              // tls.crt + tls.key
   OperatorSettings settings;         // sidecar image, ports, cluster domain
   size_t max_body_bytes = 8u << 20;  // a Pod is at most ~1.5 MiB in etcd; 8 MiB leaves headroom
-  // One line per review (what was decided and why) and per certificate reload.
+  // One line per review (what was decided and why) and per certificate reload; without a prefix
+  // (the caller's logger adds time, role and subsystem).
   std::function<void(const std::string&)> log;
   // Per review: "injected", "unchanged", "denied" or "error" (for metrics). May be null.
   std::function<void(std::string_view outcome)> on_review;
@@ -50,4 +51,4 @@ class WebhookServer {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -35,6 +35,15 @@ std::string Disagreement(const std::vector<std::optional<Request>>& by_rank,
   return out;
 }
 
+// Allgather and alltoall may differ in the first dimension only.
+bool IsRagged(OpType type) { return type == OpType::kAllgather || type == OpType::kAlltoall; }
+
+// The part of a request's shape every rank must agree on.
+TensorShape AgreedShape(const Request& r, bool ragged) {
+  if (!ragged || r.shape.empty()) return r.shape;
+  return TensorShape(r.shape.begin() + 1, r.shape.end());
+}
+
 std::string Num(double d) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%g", d);
@@ -110,10 +119,26 @@ Response Coordinator::Decide(const std::string& name, const Entry& e) const {
   resp.group = ref.group;
   resp.group_size = ref.group_size;
   resp.set_ranks = ref.set_ranks;
+  resp.error = Mismatch(name, e, ref);
+  if (!resp.error.empty()) return resp;
 
+  resp.shape = AgreedShape(ref, IsRagged(ref.type));
+  for (int r = 0; r < size_; ++r) {
+    if (!e.by_rank[r]) resp.absent.push_back(r);
+  }
+  if (ref.type == OpType::kAllgather) {
+    resp.first_dims.assign(size_, 0);
+    for (int r = 0; r < size_; ++r) {
+      if (e.by_rank[r] && !e.by_rank[r]->shape.empty()) resp.first_dims[r] = e.by_rank[r]->shape[0];
+    }
+  }
+  return resp;
+}
+
+std::string Coordinator::Mismatch(const std::string& name, const Entry& e,
+                                  const Request& ref) const {
   auto fail = [&](const std::string& what, const std::string& detail) {
-    resp.error = "tensor \"" + name + "\": mismatched " + what + " across ranks: " + detail;
-    return resp;
+    return "tensor \"" + name + "\": mismatched " + what + " across ranks: " + detail;
   };
   using S = std::string;
   if (S d = Disagreement<OpType>(
@@ -128,12 +153,8 @@ Response Coordinator::Decide(const std::string& name, const Entry& e) const {
       !d.empty()) {
     return fail("dtype", d);
   }
-  const bool ragged = ref.type == OpType::kAllgather || ref.type == OpType::kAlltoall;
-  // Allgather and alltoall may differ in the first dimension only.
-  auto shape_key = [ragged](const Request& r) {
-    if (!ragged || r.shape.empty()) return r.shape;
-    return TensorShape(r.shape.begin() + 1, r.shape.end());
-  };
+  const bool ragged = IsRagged(ref.type);
+  auto shape_key = [ragged](const Request& r) { return AgreedShape(r, ragged); };
   if (ragged && Disagreement<size_t>(
                     e.by_rank, [](const Request& r) { return r.shape.size(); },
                     [](const size_t& n) { return std::to_string(n) + " dims"; }, describe_) != "") {
@@ -172,14 +193,12 @@ Response Coordinator::Decide(const std::string& name, const Entry& e) const {
       return fail("broadcast root", d);
     }
     if (ref.root < 0 || ref.root >= size_) {
-      resp.error = "tensor \"" + name + "\": broadcast root " + std::to_string(ref.root) +
-                   " is not a rank of a set of " + std::to_string(size_);
-      return resp;
+      return "tensor \"" + name + "\": broadcast root " + std::to_string(ref.root) +
+             " is not a rank of a set of " + std::to_string(size_);
     }
     if (!e.by_rank[ref.root]) {
-      resp.error = "tensor \"" + name + "\": broadcast root " + describe_(ref.root) +
-                   " has joined (it has no data to send)";
-      return resp;
+      return "tensor \"" + name + "\": broadcast root " + describe_(ref.root) +
+             " has joined (it has no data to send)";
     }
   }
   if (S d = Disagreement<std::pair<std::string, int32_t>>(
@@ -204,17 +223,7 @@ Response Coordinator::Decide(const std::string& name, const Entry& e) const {
       return fail("process set members", d);
     }
   }
-  resp.shape = shape_key(ref);
-  for (int r = 0; r < size_; ++r) {
-    if (!e.by_rank[r]) resp.absent.push_back(r);
-  }
-  if (ref.type == OpType::kAllgather) {
-    resp.first_dims.assign(size_, 0);
-    for (int r = 0; r < size_; ++r) {
-      if (e.by_rank[r] && !e.by_rank[r]->shape.empty()) resp.first_dims[r] = e.by_rank[r]->shape[0];
-    }
-  }
-  return resp;
+  return "";
 }
 
 std::vector<Response> Coordinator::TakeReady() {

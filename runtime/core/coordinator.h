@@ -11,8 +11,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/core/negotiation_messages.h"
 #include "runtime/core/stall_inspector.h"
-#include "runtime/core/wire_format.h"
 
 namespace korovod {
 
@@ -48,6 +48,9 @@ class Coordinator {
     uint64_t first_seq = 0;
   };
   Response Decide(const std::string& name, const Entry& e) const;
+  // The first field the ranks disagree on, as the error naming the tensor, the ranks and their
+  // values; empty when they agree. `ref`: the first submitted request.
+  std::string Mismatch(const std::string& name, const Entry& e, const Request& ref) const;
   bool Complete(const Entry& e) const;
   // A joined set rank that did not submit `e`, an op that cannot run with it; -1 when none.
   int RefusingJoinedRank(const Entry& e) const;

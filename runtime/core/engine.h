@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "common/deadline.h"
-#include "common/status.h"
 #include "common/engine_stats.h"
+#include "common/status.h"
 #include "runtime/core/engine_config.h"
 #include "runtime/core/op_request.h"
 #include "runtime/world/communicator.h"
@@ -24,7 +24,6 @@ namespace korovod {
 
 class OpHandle;
 using DoneCallback = std::function<void(const Status&, const OpResult&)>;
-
 
 class Engine {
  public:

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/core/wire_format.h"
+#include "runtime/core/negotiation_messages.h"
 
 namespace korovod {
 

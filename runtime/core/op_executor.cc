@@ -44,10 +44,10 @@ StatusOr<std::byte*> OpExecutor::Output(PendingOp& op, const TensorShape& shape,
   if (op.request.allocate) {
     StatusOr<void*> p = op.request.allocate(shape);
     if (!p.ok()) {
-      return p.status().WithContext("tensor \"" + op.wire.name + "\": output allocation");
+      return p.status().WithContext("tensor \"" + op.report.name + "\": output allocation");
     }
     if (*p == nullptr && bytes > 0) {
-      return Internal("tensor \"" + op.wire.name + "\": output allocator returned null for " +
+      return Internal("tensor \"" + op.report.name + "\": output allocator returned null for " +
                       std::to_string(bytes) + " bytes");
     }
     return static_cast<std::byte*>(*p);
@@ -94,7 +94,6 @@ Status OpExecutor::Run(const ProcessSet& set, std::vector<Item>& items, uint64_t
 
 Status OpExecutor::Allreduce(const ProcessSet& set, std::vector<Item>& items, uint64_t* bytes) {
   const Response& head = *items.front().response;
-  const size_t esize = DataTypeSize(head.dtype);
   AllreduceOptions o;
   o.type = head.dtype;
   o.op = head.op;
@@ -102,35 +101,46 @@ Status OpExecutor::Allreduce(const ProcessSet& set, std::vector<Item>& items, ui
   o.postscale = head.postscale;
   o.set = &set;
   // Absent (joined) ranks add the identity (zero): Average divides by the whole set, as Horovod.
-  // Unfused: straight from the input to the output, no staging copy.
-  if (items.size() == 1) {
-    Item& it = items.front();
-    const size_t count = static_cast<size_t>(NumElements(head.shape));
-    if (it.op != nullptr) {
-      StatusOr<std::byte*> out = Output(*it.op, head.shape, count * esize);
-      if (!out.ok()) {
-        // The collective must still run (the other ranks are in it): contribute identity.
-        it.status = out.status();
-        it.op = nullptr;
-      } else {
-        o.input = it.op->request.input;
-        o.output = *out;
-      }
-    }
-    if (it.op == nullptr) {
-      std::byte* buf = identity_.Get(count * esize);
-      FillIdentity(buf, count, head.dtype, head.op);
-      o.input = o.output = buf;
-    }
-    o.count = count;
-    *bytes += count * esize;
-    Start(items, "ALLREDUCE", "{\"bytes\":" + std::to_string(count * esize) + "}");
-    TimelinePhases phases(timeline_, items, comm_);
-    Status s = korovod::Allreduce(comm_, o);
-    End(items);
-    return s;
-  }
+  if (items.size() == 1) return AllreduceUnfused(items, o, bytes);
+  return AllreduceFused(items, o, bytes);
+}
 
+// Straight from the input to the output, no staging copy.
+Status OpExecutor::AllreduceUnfused(std::vector<Item>& items, AllreduceOptions& o,
+                                    uint64_t* bytes) {
+  const Response& head = *items.front().response;
+  const size_t esize = DataTypeSize(head.dtype);
+  Item& it = items.front();
+  const size_t count = static_cast<size_t>(NumElements(head.shape));
+  if (it.op != nullptr) {
+    StatusOr<std::byte*> out = Output(*it.op, head.shape, count * esize);
+    if (!out.ok()) {
+      // The collective must still run (the other ranks are in it): contribute identity.
+      it.status = out.status();
+      it.op = nullptr;
+    } else {
+      o.input = it.op->request.input;
+      o.output = *out;
+    }
+  }
+  if (it.op == nullptr) {
+    std::byte* buf = identity_.Get(count * esize);
+    FillIdentity(buf, count, head.dtype, head.op);
+    o.input = o.output = buf;
+  }
+  o.count = count;
+  *bytes += count * esize;
+  Start(items, "ALLREDUCE", "{\"bytes\":" + std::to_string(count * esize) + "}");
+  TimelinePhases phases(timeline_, items, comm_);
+  Status s = korovod::Allreduce(comm_, o);
+  End(items);
+  return s;
+}
+
+// Copied into the fusion buffer (64-byte aligned), reduced as one, copied out.
+Status OpExecutor::AllreduceFused(std::vector<Item>& items, AllreduceOptions& o, uint64_t* bytes) {
+  const Response& head = *items.front().response;
+  const size_t esize = DataTypeSize(head.dtype);
   uint64_t total = 0;
   for (auto& it : items) total += FusionBytes(*it.response);
   std::byte* buf = fusion_.Get(total);
@@ -185,60 +195,79 @@ Status OpExecutor::Allreduce(const ProcessSet& set, std::vector<Item>& items, ui
   return OkStatus();
 }
 
-Status OpExecutor::Allgather(const ProcessSet& set, std::vector<Item>& items, uint64_t* bytes) {
-  const int n = set.size();
-  const int me = set.rank();
-  const DataType dtype = items.front().response->dtype;
-  const size_t esize = DataTypeSize(dtype);
-  // rows[k][r]: rows of tensor k from set rank r (absent ranks send none).
-  std::vector<std::vector<int64_t>> rows(items.size());
-  std::vector<size_t> counts(n, 0);
-  for (size_t k = 0; k < items.size(); ++k) {
-    rows[k] = items[k].response->first_dims;
-    for (int r = 0; r < n; ++r) {
-      counts[r] += static_cast<size_t>(rows[k][r]) * RowElements(items[k].response->shape);
+// Where each rank's rows go in a (possibly fused) allgather.
+struct OpExecutor::GatherLayout {
+  std::vector<std::vector<int64_t>> rows;  // rows[k][r]: rows of tensor k from set rank r
+  std::vector<size_t> counts;              // elements from each set rank, all tensors
+  size_t total = 0;                        // elements gathered
+
+  GatherLayout(const std::vector<Item>& items, int n) : rows(items.size()), counts(n, 0) {
+    for (size_t k = 0; k < items.size(); ++k) {
+      rows[k] = items[k].response->first_dims;  // absent ranks send none
+      for (int r = 0; r < n; ++r) {
+        counts[r] += static_cast<size_t>(rows[k][r]) * RowElements(items[k].response->shape);
+      }
     }
+    for (size_t c : counts) total += c;
   }
-  size_t total = 0;
-  for (size_t c : counts) total += c;
-  *bytes += total * esize;
-
-  AllgatherOptions o;
-  o.type = dtype;
-  o.set = &set;
-  o.counts = counts;
-
-  auto output_shape = [&](size_t k) {
+  // Tensor k gathered: every rank's rows, then the trailing dimensions.
+  TensorShape OutputShape(const std::vector<Item>& items, size_t k) const {
     TensorShape s;
     int64_t sum = 0;
     for (int64_t d : rows[k]) sum += d;
     s.push_back(sum);
     s.insert(s.end(), items[k].response->shape.begin(), items[k].response->shape.end());
     return s;
-  };
-
-  if (items.size() == 1) {
-    Item& it = items.front();
-    std::byte* out = nullptr;
-    if (it.op != nullptr) {
-      StatusOr<std::byte*> o_ = Output(*it.op, output_shape(0), total * esize);
-      if (o_.ok()) {
-        out = *o_;
-        o.input = it.op->request.input;
-      } else {
-        it.status = o_.status();
-      }
-    }
-    if (out == nullptr) out = fusion_.Get(total * esize);
-    o.output = out;
-    Start(items, "ALLGATHER", "{\"bytes\":" + std::to_string(total * esize) + "}");
-    TimelinePhases phases(timeline_, items, comm_);
-    Status s = korovod::Allgather(comm_, o);
-    End(items);
-    return s;
   }
+};
 
-  // Fused: this rank's pieces back to back after the gathered region.
+Status OpExecutor::Allgather(const ProcessSet& set, std::vector<Item>& items, uint64_t* bytes) {
+  const DataType dtype = items.front().response->dtype;
+  const GatherLayout layout(items, set.size());
+  *bytes += layout.total * DataTypeSize(dtype);
+
+  AllgatherOptions o;
+  o.type = dtype;
+  o.set = &set;
+  o.counts = layout.counts;
+  if (items.size() == 1) return AllgatherUnfused(items, layout, o);
+  return AllgatherFused(set, items, layout, o);
+}
+
+// Straight into the op's output; with no output (joined, or allocation failed), into scratch.
+Status OpExecutor::AllgatherUnfused(std::vector<Item>& items, const GatherLayout& layout,
+                                    AllgatherOptions& o) {
+  const size_t esize = DataTypeSize(o.type);
+  const size_t total = layout.total;
+  Item& it = items.front();
+  std::byte* out = nullptr;
+  if (it.op != nullptr) {
+    StatusOr<std::byte*> o_ = Output(*it.op, layout.OutputShape(items, 0), total * esize);
+    if (o_.ok()) {
+      out = *o_;
+      o.input = it.op->request.input;
+    } else {
+      it.status = o_.status();
+    }
+  }
+  if (out == nullptr) out = fusion_.Get(total * esize);
+  o.output = out;
+  Start(items, "ALLGATHER", "{\"bytes\":" + std::to_string(total * esize) + "}");
+  TimelinePhases phases(timeline_, items, comm_);
+  Status s = korovod::Allgather(comm_, o);
+  End(items);
+  return s;
+}
+
+Status OpExecutor::AllgatherFused(const ProcessSet& set, std::vector<Item>& items,
+                                  const GatherLayout& layout, AllgatherOptions& o) {
+  const int n = set.size();
+  const int me = set.rank();
+  const size_t esize = DataTypeSize(o.type);
+  const size_t total = layout.total;
+  const std::vector<size_t>& counts = layout.counts;
+  const auto& rows = layout.rows;
+  // This rank's pieces back to back after the gathered region.
   std::byte* buf = fusion_.Get((total + counts[me]) * esize);
   if (buf == nullptr) return Internal("cannot allocate a fusion buffer");
   std::byte* mine = buf + total * esize;
@@ -273,7 +302,7 @@ Status OpExecutor::Allgather(const ProcessSet& set, std::vector<Item>& items, ui
     const size_t row_bytes = RowElements(items[k].response->shape) * esize;
     std::byte* out = nullptr;
     if (items[k].op != nullptr) {
-      const TensorShape shape = output_shape(k);
+      const TensorShape shape = layout.OutputShape(items, k);
       StatusOr<std::byte*> o_ = Output(*items[k].op, shape, NumElements(shape) * esize);
       if (o_.ok()) {
         out = *o_;

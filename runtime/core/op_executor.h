@@ -5,10 +5,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "runtime/collectives/collectives.h"
 #include "runtime/core/fusion_buffer.h"
+#include "runtime/core/negotiation_messages.h"
 #include "runtime/core/pending_op.h"
 #include "runtime/core/timeline/timeline.h"
-#include "runtime/core/wire_format.h"
 #include "runtime/world/communicator.h"
 #include "runtime/world/process_set.h"
 
@@ -32,7 +33,14 @@ class OpExecutor {
 
  private:
   Status Allreduce(const ProcessSet& set, std::vector<Item>& items, uint64_t* bytes);
+  Status AllreduceUnfused(std::vector<Item>& items, AllreduceOptions& o, uint64_t* bytes);
+  Status AllreduceFused(std::vector<Item>& items, AllreduceOptions& o, uint64_t* bytes);
   Status Allgather(const ProcessSet& set, std::vector<Item>& items, uint64_t* bytes);
+  struct GatherLayout;
+  Status AllgatherUnfused(std::vector<Item>& items, const GatherLayout& layout,
+                          AllgatherOptions& o);
+  Status AllgatherFused(const ProcessSet& set, std::vector<Item>& items, const GatherLayout& layout,
+                        AllgatherOptions& o);
   Status Broadcast(const ProcessSet& set, Item& item, uint64_t* bytes);
   Status Alltoall(const ProcessSet& set, Item& item, uint64_t* bytes);
   Status ReduceScatter(const ProcessSet& set, Item& item, uint64_t* bytes);

@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/core/wire_format.h"
+#include "runtime/core/negotiation_messages.h"
 
 namespace korovod {
 

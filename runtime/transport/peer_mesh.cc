@@ -42,7 +42,187 @@ std::string PeerMesh::Describe(int peer) const {
   return "rank " + std::to_string(peer) + " (" + peers_[peer].ToString() + ")";
 }
 
-StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const WorldOptions& options, int streams,
+// Accepts connections from higher ranks on a thread while Connect dials the lower ranks. A peer
+// holding another key is refused, and the rest carry on, so that every rank, not only the first
+// to meet it, learns which rank has the wrong key. Preflight probes (a higher rank checking that
+// an address of ours works) are answered and closed; one that gives up halfway is not mistaken
+// for a peer with another key.
+class PeerMesh::Acceptor {
+ public:
+  Acceptor(PeerMesh& mesh, const TransportOptions& options, int links, int listen_fd,
+           Deadline deadline)
+      : mesh_(mesh),
+        options_(options),
+        links_(links),
+        listen_fd_(listen_fd),
+        deadline_(deadline),
+        refused_(mesh.size(), false),
+        me_(mesh.Describe(mesh.rank())),
+        thread_([this] { Run(); }) {}
+  ~Acceptor() { Join(); }
+  Acceptor(const Acceptor&) = delete;
+  Acceptor& operator=(const Acceptor&) = delete;
+
+  void Stop() { stop_.store(true); }  // dialing failed: stop accepting
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  // After Join: a peer with another key, and a connection that never came.
+  const Status& auth_status() const { return auth_status_; }
+  const Status& accept_status() const { return accept_status_; }
+
+ private:
+  bool Complete() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int p = mesh_.rank() + 1; p < mesh_.size(); ++p) {
+      if (refused_[p]) continue;
+      for (int s = 0; s < links_; ++s) {
+        if (!mesh_.conns_[p][s].valid()) return false;
+      }
+    }
+    return true;
+  }
+
+  void Reject(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    rejections_ += "; " + what;
+  }
+
+  void Run() {
+    while (!Complete() && !stop_.load()) {
+      const Deadline slice = Deadline::After(
+          std::chrono::milliseconds(std::min(100, std::max(0, deadline_.RemainingMs()))));
+      auto accepted = AcceptTcp(listen_fd_, slice);
+      if (!accepted.ok()) {
+        if (deadline_.Expired()) break;
+        continue;
+      }
+      AcceptOne(std::move(accepted).value());
+    }
+    if (!Complete()) RecordMissing();
+  }
+
+  // Reads the hello of one accepted connection, answers it, and keeps it if it is a peer's.
+  void AcceptOne(Fd fd) {
+    const int rank = mesh_.rank();
+    const int size = mesh_.size();
+    const Deadline hs = HandshakeDeadline(deadline_);
+    auto read = ReadHello(fd.get(), hs);
+    if (!read.ok()) {
+      // A connection that closed or stalled before its hello is not a peer yet.
+      if (read.status().code() == StatusCode::kInvalidArgument) {
+        Reject("rejected " + read.status().message());
+      }
+      return;
+    }
+    const Hello& hello = read.value();
+    const bool probe = hello.stream == kProbeStream;
+    if (hello.to != rank || hello.world != size || hello.from <= rank || hello.from >= size ||
+        (!probe && (hello.stream < 0 || hello.stream >= links_))) {
+      Reject("rejected rank " + std::to_string(hello.from) + " with an unexpected world (to rank " +
+             std::to_string(hello.to) + ", size " + std::to_string(hello.world) + ")");
+      return;
+    }
+    if (!probe && mesh_.conns_[hello.from][hello.stream].valid()) {
+      Reject("rejected a duplicate connection claiming to be rank " + std::to_string(hello.from));
+      return;
+    }
+    const std::string who = mesh_.Describe(hello.from);
+    const AcceptOutcome outcome = AnswerHello(fd.get(), options_.job_key, hello, hs, who);
+    if (outcome == AcceptOutcome::kFailed) return;
+    if (probe) {
+      // Whatever became of a probe, the real connections are still to come: a prober with
+      // another key reports that itself, and we keep it only for a later timeout message.
+      if (outcome != AcceptOutcome::kAuthenticated) {
+        Reject(who + "'s preflight probe " +
+               (outcome == AcceptOutcome::kWrongKey
+                    ? "presented a wrong job key"
+                    : "hung up on this rank's proof of the job key"));
+      }
+      return;  // answered; the prober closes it
+    }
+    if (outcome == AcceptOutcome::kHungUp || outcome == AcceptOutcome::kWrongKey) {
+      // A peer that passed the hello hangs up on our proof only when its key differs: fail
+      // now, naming it, rather than waiting out the connect deadline.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auth_status_.ok()) {
+        auth_status_ = PermissionDenied(
+            me_ + ": " + who +
+            (outcome == AcceptOutcome::kHungUp
+                 ? " rejected this rank's proof of the job key (the job keys differ)"
+                 : " presented a wrong job key"));
+      }
+      refused_[hello.from] = true;
+      return;
+    }
+    mesh_.conns_[hello.from][hello.stream] = std::move(fd);
+  }
+
+  void RecordMissing() {
+    std::string missing;
+    for (int p = mesh_.rank() + 1; p < mesh_.size(); ++p) {
+      for (int s = 0; s < links_ && !refused_[p]; ++s) {
+        if (!mesh_.conns_[p][s].valid()) {
+          missing += (missing.empty() ? "" : ", ") + mesh_.Describe(p);
+          break;
+        }
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    accept_status_ =
+        stop_.load() ? Aborted("stopped accepting")
+                     : DeadlineExceeded(me_ + " timed out after " +
+                                        std::to_string(options_.connect_timeout.count()) +
+                                        " ms waiting for " + missing + " to connect" + rejections_);
+  }
+
+  PeerMesh& mesh_;
+  const TransportOptions& options_;
+  const int links_;
+  const int listen_fd_;
+  const Deadline deadline_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  Status accept_status_, auth_status_;
+  std::string rejections_;
+  std::vector<bool> refused_;  // peers whose key did not match (guarded by mu_)
+  const std::string me_;
+  std::thread thread_;  // last: starts once every member above is constructed
+};
+
+PeerMesh::Dialed PeerMesh::DialLowerRanks(const TransportOptions& options, int links,
+                                          const DialPlanner& plan, Deadline deadline) {
+  // The planner runs while the acceptor answers, so higher ranks can probe this one meanwhile.
+  Dialed d{options.peers, OkStatus(), OkStatus()};
+  d.status = plan ? plan(d.addresses, deadline) : OkStatus();
+  const std::string me = Describe(rank_);
+  for (int p = 0; p < rank_ && d.status.ok(); ++p) {
+    const std::string who = "rank " + std::to_string(p) + " (" + d.addresses[p].ToString() + ")";
+    for (int s = 0; s < links && d.status.ok(); ++s) {
+      auto conn = ConnectTcp(d.addresses[p], deadline);
+      if (!conn.ok()) {
+        d.status = Status(conn.status().code(),
+                          me + " could not reach " + who + ": " + conn.status().message());
+        break;
+      }
+      Fd fd = std::move(conn).value();
+      Status hs = DialHandshake(fd.get(), options.job_key, rank_, p, s, size(),
+                                HandshakeDeadline(deadline), who);
+      if (hs.code() == StatusCode::kPermissionDenied) {
+        if (d.auth_status.ok()) d.auth_status = PermissionDenied(me + ": " + hs.message());
+        break;  // on to the next peer, which learns of the mismatch from us too
+      }
+      if (!hs.ok()) {
+        d.status = hs.WithContext(me + " handshake with " + who);
+        break;
+      }
+      conns_[p][s] = std::move(fd);
+    }
+  }
+  return d;
+}
+
+StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const TransportOptions& options, int streams,
                                                       const DialPlanner& plan) {
   const int size = static_cast<int>(options.peers.size());
   const int rank = options.rank;
@@ -56,7 +236,6 @@ StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const WorldOptions& option
   }
   auto mesh = std::make_unique<PeerMesh>(rank, options.peers, streams);
   const Deadline deadline = Deadline::After(options.connect_timeout);
-  const std::string me = mesh->Describe(rank);
   if (size == 1) return mesh;
 
   Fd owned_listener;
@@ -68,147 +247,17 @@ StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const WorldOptions& option
     listen_fd = owned_listener.get();
   }
 
-  // Accept connections from higher ranks on a thread while this one dials the lower ranks.
-  // A peer holding another key is refused, and the rest carry on, so that every rank, not only
-  // the first to meet it, learns which rank has the wrong key. Preflight probes (a higher rank
-  // checking that an address of ours works) are answered and closed; one that gives up halfway
-  // is not mistaken for a peer with another key.
-  std::atomic<bool> stop{false};  // dialing failed: stop accepting
-  std::mutex mu;
-  Status accept_status, auth_status;
-  std::string rejections;
-  std::vector<bool> refused(size, false);  // peers whose key did not match (guarded by mu)
-  const int links = streams + 1;           // data streams + the control connection
-  auto complete = [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    for (int p = rank + 1; p < size; ++p) {
-      if (refused[p]) continue;
-      for (int s = 0; s < links; ++s) {
-        if (!mesh->conns_[p][s].valid()) return false;
-      }
-    }
-    return true;
-  };
-  std::thread acceptor([&] {
-    while (!complete() && !stop.load()) {
-      const Deadline slice = Deadline::After(
-          std::chrono::milliseconds(std::min(100, std::max(0, deadline.RemainingMs()))));
-      auto accepted = AcceptTcp(listen_fd, slice);
-      if (!accepted.ok()) {
-        if (deadline.Expired()) break;
-        continue;
-      }
-      Fd fd = std::move(accepted).value();
-      const Deadline hs = HandshakeDeadline(deadline);
-      auto read = ReadHello(fd.get(), hs);
-      if (!read.ok()) {
-        if (read.status().code() == StatusCode::kInvalidArgument) {
-          std::lock_guard<std::mutex> lock(mu);
-          rejections += "; rejected " + read.status().message();
-        }
-        continue;  // a connection that closed or stalled before its hello: not a peer yet
-      }
-      const Hello& hello = read.value();
-      const bool probe = hello.stream == kProbeStream;
-      std::string reject;
-      if (hello.to != rank || hello.world != size || hello.from <= rank || hello.from >= size ||
-          (!probe && (hello.stream < 0 || hello.stream >= links))) {
-        reject = "rank " + std::to_string(hello.from) + " with an unexpected world (to rank " +
-                 std::to_string(hello.to) + ", size " + std::to_string(hello.world) + ")";
-      } else if (!probe && mesh->conns_[hello.from][hello.stream].valid()) {
-        reject = "a duplicate connection claiming to be rank " + std::to_string(hello.from);
-      }
-      if (!reject.empty()) {
-        std::lock_guard<std::mutex> lock(mu);
-        rejections += "; rejected " + reject;
-        continue;
-      }
-      const std::string who = mesh->Describe(hello.from);
-      const AcceptOutcome outcome = AnswerHello(fd.get(), options.job_key, hello, hs, who);
-      if (outcome == AcceptOutcome::kFailed) continue;
-      if (probe) {
-        // Whatever became of a probe, the real connections are still to come: a prober with
-        // another key reports that itself, and we keep it only for a later timeout message.
-        if (outcome != AcceptOutcome::kAuthenticated) {
-          std::lock_guard<std::mutex> lock(mu);
-          rejections +=
-              "; " + who + "'s preflight probe " +
-              (outcome == AcceptOutcome::kWrongKey ? "presented a wrong job key"
-                                                   : "hung up on this rank's proof of the job key");
-        }
-        continue;  // answered; the prober closes it
-      }
-      if (outcome == AcceptOutcome::kHungUp || outcome == AcceptOutcome::kWrongKey) {
-        // A peer that passed the hello hangs up on our proof only when its key differs: fail
-        // now, naming it, rather than waiting out the connect deadline.
-        std::lock_guard<std::mutex> lock(mu);
-        if (auth_status.ok()) {
-          auth_status =
-              PermissionDenied(me + ": " + who +
-                               (outcome == AcceptOutcome::kHungUp
-                                    ? " rejected this rank's proof of the job key (the job keys "
-                                      "differ)"
-                                    : " presented a wrong job key"));
-        }
-        refused[hello.from] = true;
-        continue;
-      }
-      mesh->conns_[hello.from][hello.stream] = std::move(fd);
-    }
-    if (!complete()) {
-      std::string missing;
-      for (int p = rank + 1; p < size; ++p) {
-        for (int s = 0; s < links && !refused[p]; ++s) {
-          if (!mesh->conns_[p][s].valid()) {
-            missing += (missing.empty() ? "" : ", ") + mesh->Describe(p);
-            break;
-          }
-        }
-      }
-      std::lock_guard<std::mutex> lock(mu);
-      accept_status =
-          stop.load() ? Aborted("stopped accepting")
-                      : DeadlineExceeded(me + " timed out after " +
-                                         std::to_string(options.connect_timeout.count()) +
-                                         " ms waiting for " + missing + " to connect" + rejections);
-    }
-  });
+  const int links = streams + 1;  // data streams + the control connection
+  Acceptor acceptor(*mesh, options, links, listen_fd, deadline);
+  Dialed dialed = mesh->DialLowerRanks(options, links, plan, deadline);
+  if (!dialed.status.ok()) acceptor.Stop();
+  acceptor.Join();
+  KV_RETURN_IF_ERROR(dialed.auth_status);
+  KV_RETURN_IF_ERROR(acceptor.auth_status());
+  KV_RETURN_IF_ERROR(dialed.status);
+  KV_RETURN_IF_ERROR(acceptor.accept_status());
 
-  // The planner runs while the acceptor answers, so higher ranks can probe this one meanwhile.
-  std::vector<PeerAddress> dial = options.peers;
-  Status dial_status = plan ? plan(dial, deadline) : OkStatus();
-  Status dial_auth_status;
-  for (int p = 0; p < rank && dial_status.ok(); ++p) {
-    const std::string who = "rank " + std::to_string(p) + " (" + dial[p].ToString() + ")";
-    for (int s = 0; s < links && dial_status.ok(); ++s) {
-      auto conn = ConnectTcp(dial[p], deadline);
-      if (!conn.ok()) {
-        dial_status = Status(conn.status().code(),
-                             me + " could not reach " + who + ": " + conn.status().message());
-        break;
-      }
-      Fd fd = std::move(conn).value();
-      Status hs = DialHandshake(fd.get(), options.job_key, rank, p, s, size,
-                                HandshakeDeadline(deadline), who);
-      if (hs.code() == StatusCode::kPermissionDenied) {
-        if (dial_auth_status.ok()) dial_auth_status = PermissionDenied(me + ": " + hs.message());
-        break;  // on to the next peer, which learns of the mismatch from us too
-      }
-      if (!hs.ok()) {
-        dial_status = hs.WithContext(me + " handshake with " + who);
-        break;
-      }
-      mesh->conns_[p][s] = std::move(fd);
-    }
-  }
-  if (!dial_status.ok()) stop.store(true);
-  acceptor.join();
-  KV_RETURN_IF_ERROR(dial_auth_status);
-  KV_RETURN_IF_ERROR(auth_status);
-  KV_RETURN_IF_ERROR(dial_status);
-  KV_RETURN_IF_ERROR(accept_status);
-
-  for (int p = 0; p < rank; ++p) mesh->peers_[p] = dial[p];
+  for (int p = 0; p < rank; ++p) mesh->peers_[p] = dialed.addresses[p];
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
     for (int s = 0; s < links; ++s) KV_RETURN_IF_ERROR(SetNonBlocking(mesh->fd(p, s), true));

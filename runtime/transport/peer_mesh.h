@@ -11,7 +11,7 @@
 #include "common/deadline.h"
 #include "common/status.h"
 #include "runtime/transport/socket.h"
-#include "runtime/world/world.h"
+#include "runtime/transport/transport_options.h"
 
 namespace korovod {
 
@@ -26,7 +26,7 @@ class PeerMesh {
   // challenge on the job key before it is used (runtime/transport/handshake.h). Fails within
   // options.connect_timeout with an error naming the peer; a peer holding another key is a
   // PermissionDenied naming it. `plan`, if set, picks the dial addresses first (preflight).
-  static StatusOr<std::unique_ptr<PeerMesh>> Connect(const WorldOptions& options, int streams,
+  static StatusOr<std::unique_ptr<PeerMesh>> Connect(const TransportOptions& options, int streams,
                                                      const DialPlanner& plan = nullptr);
 
   // A preflight probe: connects to `addr` (retrying refusals until connect_deadline) and runs the
@@ -71,6 +71,17 @@ class PeerMesh {
   void Abort(const Status& why);
 
  private:
+  class Acceptor;  // the accepting half of Connect (peer_mesh.cc)
+  struct Dialed {
+    std::vector<PeerAddress> addresses;  // as planned: the lower ranks' chosen addresses
+    Status status;                       // the first failure to reach or handshake with a peer
+    Status auth_status;                  // the first peer with another job key
+  };
+  // The dialing half of Connect: plans the addresses, then opens `links` connections to every
+  // lower rank. Runs while the acceptor answers higher ranks.
+  Dialed DialLowerRanks(const TransportOptions& options, int links, const DialPlanner& plan,
+                        Deadline deadline);
+
   int rank_;
   std::vector<PeerAddress> peers_;
   int streams_;

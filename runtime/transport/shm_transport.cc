@@ -1,17 +1,15 @@
 #include "runtime/transport/shm_transport.h"
 
-#include <fcntl.h>
-#include <linux/futex.h>
 #include <openssl/rand.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+
+#include "common/futex.h"
+#include "common/shared_memory.h"
 
 namespace korovod {
 namespace {
@@ -49,19 +47,12 @@ constexpr size_t kSlotHeaderBytes = 16;  // payload starts 16 bytes in, on the s
 // Slot pitch: header + payload, rounded to cache lines.
 size_t Stride(size_t slot_bytes) { return (kSlotHeaderBytes + slot_bytes + 63) / 64 * 64; }
 
-long Futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const timespec* ts) {
-  return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, val, ts, nullptr, 0);
-}
-
 }  // namespace
 
 // A mapped segment: header, then one ring per possible sender (indexed by global rank).
-class SharedMapping {
+class RingSegment {
  public:
-  SharedMapping(void* base, size_t bytes) : base_(static_cast<std::byte*>(base)), bytes_(bytes) {}
-  ~SharedMapping() { ::munmap(base_, bytes_); }
-  SharedMapping(const SharedMapping&) = delete;
-  SharedMapping& operator=(const SharedMapping&) = delete;
+  explicit RingSegment(ShmMapping mapping) : mapping_(std::move(mapping)), base_(mapping_.data()) {}
 
   SegmentHeader* header() { return reinterpret_cast<SegmentHeader*>(base_); }
   RingHeader* ring(int sender) { return reinterpret_cast<RingHeader*>(RingBase(sender)); }
@@ -77,7 +68,7 @@ class SharedMapping {
   void Ring() {
     header()->doorbell.value.fetch_add(1, std::memory_order_seq_cst);
     if (header()->sleeping.value.load(std::memory_order_seq_cst) != 0) {
-      Futex(&header()->doorbell.value, FUTEX_WAKE, 1, nullptr);
+      FutexWake(header()->doorbell.value, 1);
     }
   }
 
@@ -89,29 +80,23 @@ class SharedMapping {
   std::byte* RingBase(int sender) {
     return base_ + sizeof(SegmentHeader) + static_cast<size_t>(sender) * header()->ring_bytes;
   }
+  ShmMapping mapping_;
   std::byte* base_;
-  size_t bytes_;
 };
 
 namespace {
 
-StatusOr<std::unique_ptr<SharedMapping>> MapSegment(const std::string& name, size_t bytes,
-                                                    bool create) {
-  const int flags = create ? (O_RDWR | O_CREAT | O_EXCL) : O_RDWR;
-  Fd fd(::shm_open(name.c_str(), flags | O_CLOEXEC, 0600));  // owner only: all ranks are one user
-  if (!fd.valid()) return ErrnoStatus(StatusCode::kUnavailable, "shm_open " + name, errno);
-  if (create && ::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
-    const int err = errno;
-    ::shm_unlink(name.c_str());
-    return ErrnoStatus(StatusCode::kUnavailable, "ftruncate " + name, err);
+// Maps a peer's segment, checking its size first: touching past the end of a shorter object
+// (a peer with other shm_slot_bytes/shm_slots) would be a SIGBUS, not an error.
+StatusOr<std::unique_ptr<RingSegment>> MapPeerSegment(const std::string& name, size_t bytes) {
+  KV_ASSIGN_OR_RETURN(ShmSegment segment, ShmSegment::Open(name));
+  KV_ASSIGN_OR_RETURN(const uint64_t size, segment.Size());
+  if (size < bytes) {
+    return FailedPrecondition(name + " is " + std::to_string(size) + " bytes, expected " +
+                              std::to_string(bytes) + " (mismatched shm_slot_bytes/shm_slots?)");
   }
-  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (base == MAP_FAILED) {
-    const int err = errno;
-    if (create) ::shm_unlink(name.c_str());
-    return ErrnoStatus(StatusCode::kUnavailable, "mmap " + name, err);
-  }
-  return std::make_unique<SharedMapping>(base, bytes);
+  KV_ASSIGN_OR_RETURN(ShmMapping mapping, segment.Map(bytes));
+  return std::make_unique<RingSegment>(std::move(mapping));
 }
 
 }  // namespace
@@ -149,7 +134,7 @@ StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(std::shared_ptr<Pee
   const int me = mesh->rank();
   const int n = mesh->size();
   const size_t ring_bytes = sizeof(RingHeader) + Stride(slot_bytes) * static_cast<size_t>(slots);
-  const size_t seg_bytes = SharedMapping::Bytes(n, ring_bytes);
+  const size_t seg_bytes = RingSegment::Bytes(n, ring_bytes);
 
   unsigned char nonce[8];
   if (RAND_bytes(nonce, sizeof nonce) != 1) return Internal("RAND_bytes failed");
@@ -157,7 +142,10 @@ StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(std::shared_ptr<Pee
   std::snprintf(name, sizeof name, "%s%d-r%d-%02x%02x%02x%02x%02x%02x%02x%02x", name_prefix.c_str(),
                 static_cast<int>(::getpid()), me, nonce[0], nonce[1], nonce[2], nonce[3], nonce[4],
                 nonce[5], nonce[6], nonce[7]);
-  KV_ASSIGN_OR_RETURN(t->segments_[me], MapSegment(name, seg_bytes, true));
+  // Owner only: all ranks are one user. `own` unlinks the name on any early return.
+  KV_ASSIGN_OR_RETURN(ShmSegment own, ShmSegment::Create(name, seg_bytes, 0600));
+  KV_ASSIGN_OR_RETURN(ShmMapping own_mapping, own.Map(seg_bytes));
+  t->segments_[me] = std::make_unique<RingSegment>(std::move(own_mapping));
   t->segments_[me]->header()->magic = kSegmentMagic;
   t->segments_[me]->header()->ring_bytes = ring_bytes;
 
@@ -172,7 +160,7 @@ StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(std::shared_ptr<Pee
     s = ReadFull(mesh->fd(p, 0), peer_name, kNameBytes, deadline, mesh->Describe(p));
     if (!s.ok()) break;
     peer_name[kNameBytes - 1] = '\0';
-    auto mapped = MapSegment(peer_name, seg_bytes, false);
+    auto mapped = MapPeerSegment(peer_name, seg_bytes);
     if (!mapped.ok()) {
       s = mapped.status().WithContext("mapping the shared memory of " + mesh->Describe(p) +
                                       " (are all ranks on one host?)");
@@ -195,7 +183,9 @@ StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(std::shared_ptr<Pee
     s = ReadFull(mesh->fd(p, 0), &their, 1, deadline, mesh->Describe(p));
     if (s.ok() && their != 1) s = Unavailable(mesh->Describe(p) + " failed to map shared memory");
   }
-  ::shm_unlink(name);
+  // Unlinked whatever happened: every peer has mapped it by now, or the transport failed. An
+  // error here (a launcher's cleanup removed the name first) changes neither.
+  (void)own.Unlink();
   KV_RETURN_IF_ERROR(s);
   return t;
 }
@@ -217,11 +207,11 @@ Status ShmTransport::Exchange(const SendSpec& send, const RecvSpec& recv, Deadli
       send.peer >= 0 ? static_cast<uint32_t>((send.len + slot - 1) / slot) : 0;
   const uint32_t recv_slots =
       recv.peer >= 0 ? static_cast<uint32_t>((recv.len + slot - 1) / slot) : 0;
-  SharedMapping* own = segments_[me].get();
-  SharedMapping* out_seg = send_slots ? segments_[send.peer].get() : nullptr;
+  RingSegment* own = segments_[me].get();
+  RingSegment* out_seg = send_slots ? segments_[send.peer].get() : nullptr;
   RingHeader* out = send_slots ? out_seg->ring(me) : nullptr;
   RingHeader* in = recv_slots ? own->ring(recv.peer) : nullptr;
-  SharedMapping* in_seg = recv_slots ? segments_[recv.peer].get() : nullptr;
+  RingSegment* in_seg = recv_slots ? segments_[recv.peer].get() : nullptr;
   PeerState* tx = send_slots ? &peers_[send.peer] : nullptr;
   PeerState* rx = recv_slots ? &peers_[recv.peer] : nullptr;
 
@@ -234,13 +224,13 @@ Status ShmTransport::Exchange(const SendSpec& send, const RecvSpec& recv, Deadli
     std::byte* s = out_seg->slot(me, tx->sent % slots_, stride);
     const size_t off = static_cast<size_t>(done) * slot;
     std::memcpy(s + kSlotHeaderBytes, send.data + off, std::min(slot, send.len - off));
-    SharedMapping::seq(s)->store(++tx->sent, std::memory_order_release);
+    RingSegment::seq(s)->store(++tx->sent, std::memory_order_release);
     out_seg->Ring();
     return true;
   };
   auto recv_ready = [&] {
     std::byte* s = own->slot(recv.peer, rx->received % slots_, stride);
-    return SharedMapping::seq(s)->load(std::memory_order_acquire) == rx->received + 1;
+    return RingSegment::seq(s)->load(std::memory_order_acquire) == rx->received + 1;
   };
   auto try_recv = [&](uint32_t done) {
     if (!recv_ready()) return false;
@@ -286,8 +276,7 @@ Status ShmTransport::Exchange(const SendSpec& send, const RecvSpec& recv, Deadli
     const bool can_recv = received < recv_slots && recv_ready();
     if (!can_send && !can_recv) {
       const int ms = std::min(kSleepSliceMs, deadline.RemainingMs());
-      const timespec ts{ms / 1000, (ms % 1000) * 1000000L};
-      Futex(&h->doorbell.value, FUTEX_WAIT, bell, &ts);
+      FutexWait(h->doorbell.value, bell, std::chrono::milliseconds(ms));
     }
     h->sleeping.value.store(0, std::memory_order_relaxed);
     idle.Reset();

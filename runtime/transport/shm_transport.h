@@ -14,7 +14,7 @@
 
 namespace korovod {
 
-class SharedMapping;  // one rank's segment, mapped here
+class RingSegment;  // one rank's segment, mapped here
 
 class ShmTransport : public Transport {
  public:
@@ -47,7 +47,7 @@ class ShmTransport : public Transport {
     uint32_t tail_seen = 0;  // the peer's consumed count, last read
     uint32_t received = 0;   // slots consumed from the peer's ring to us
   };
-  std::vector<std::unique_ptr<SharedMapping>> segments_;  // [rank]; own at mesh_->rank()
+  std::vector<std::unique_ptr<RingSegment>> segments_;  // [rank]; own at mesh_->rank()
   std::vector<PeerState> peers_;
   Status broken_;
 };

@@ -10,7 +10,7 @@
 #include "common/deadline.h"
 #include "common/fd.h"
 #include "common/status.h"
-#include "runtime/world/world.h"
+#include "runtime/transport/transport_options.h"
 
 namespace korovod {
 

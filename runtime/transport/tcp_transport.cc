@@ -38,6 +38,105 @@ Status TcpTransport::Fail(Status s) {
   return s;
 }
 
+Status TcpTransport::SendPass(const SendSpec& send, size_t& send_left, bool& progressed) {
+  for (Part& p : send_parts_) {
+    if (p.done == p.end - p.begin) continue;
+    const size_t n = std::min(kMaxIo, p.end - p.begin - p.done);
+    const ssize_t w = ::send(p.fd, send.data + p.begin + p.done, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+      p.done += static_cast<size_t>(w);
+      send_left -= static_cast<size_t>(w);
+      progressed = true;
+    } else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      const int err = errno;
+      return Fail(mesh_->ExplainFailure(
+          send.peer, ErrnoStatus(StatusCode::kUnavailable,
+                                 "sending " + std::to_string(send.len) + " bytes to " +
+                                     mesh_->Describe(send.peer) + " failed",
+                                 err)));
+    }
+  }
+  return OkStatus();
+}
+
+Status TcpTransport::ReceivePass(const RecvSpec& recv, size_t window_bytes, size_t& recv_left,
+                                 bool& progressed) {
+  for (size_t i = 0; i < recv_parts_.size(); ++i) {
+    Part& p = recv_parts_[i];
+    const size_t part_len = p.end - p.begin;
+    if (p.done == part_len) continue;
+    std::byte* window = staging_.data() + i * window_bytes;
+    std::byte* to;
+    size_t n;
+    if (recv.dest != nullptr) {
+      to = recv.dest + p.begin + p.done;
+      n = std::min(kMaxIo, part_len - p.done);
+    } else {
+      const size_t filled = p.done - p.consumed;
+      to = window + filled;
+      n = std::min(kConsumeGranule - filled, part_len - p.done);
+    }
+    const ssize_t r = ::recv(p.fd, to, n, MSG_DONTWAIT);
+    if (r > 0) {
+      p.done += static_cast<size_t>(r);
+      recv_left -= static_cast<size_t>(r);
+      progressed = true;
+    } else if (r == 0) {
+      return Fail(mesh_->ExplainFailure(
+          recv.peer, Unavailable(mesh_->Describe(recv.peer) + " closed the connection with " +
+                                 std::to_string(recv_left) + " bytes of a " +
+                                 std::to_string(recv.len) + "-byte message still to come")));
+    } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      const int err = errno;
+      return Fail(mesh_->ExplainFailure(
+          recv.peer, ErrnoStatus(StatusCode::kUnavailable,
+                                 "receiving from " + mesh_->Describe(recv.peer) + " failed", err)));
+    }
+    // Window boundaries are multiples of the granule and parts end on element boundaries, so
+    // every piece handed on is whole elements.
+    const size_t filled = p.done - p.consumed;
+    if (recv.dest == nullptr && filled > 0 && (filled == kConsumeGranule || p.done == part_len)) {
+      (*recv.consume)(p.begin + p.consumed, window, filled);
+      p.consumed = p.done;
+    }
+  }
+  return OkStatus();
+}
+
+Status TcpTransport::WaitForSockets(Deadline deadline) {
+  std::vector<pollfd>& pfds = pollfds_;
+  std::vector<int>& pfd_peer = pollfd_peer_;
+  pfds.clear();
+  pfd_peer.clear();
+  for (const Part& p : send_parts_) {
+    if (p.done < p.end - p.begin) {
+      pfds.push_back({p.fd, POLLOUT, 0});
+      pfd_peer.push_back(-1);
+    }
+  }
+  for (const Part& p : recv_parts_) {
+    if (p.done < p.end - p.begin) {
+      pfds.push_back({p.fd, POLLIN, 0});
+      pfd_peer.push_back(-1);
+    }
+  }
+  for (int peer = 0; peer < mesh_->size(); ++peer) {
+    if (mesh_->watch_fd(peer) < 0) continue;
+    pfds.push_back({mesh_->watch_fd(peer), POLLIN | POLLRDHUP, 0});
+    pfd_peer.push_back(peer);
+  }
+  const int rc = ::poll(pfds.data(), pfds.size(), std::min(kPollSliceMs, deadline.RemainingMs()));
+  if (rc > 0) {
+    for (size_t i = 0; i < pfds.size(); ++i) {
+      if (pfd_peer[i] >= 0 && pfds[i].revents != 0) {
+        Status s = mesh_->OnControlEvent(pfd_peer[i]);
+        if (!s.ok()) return Fail(s);
+      }
+    }
+  }
+  return OkStatus();
+}
+
 Status TcpTransport::Exchange(const SendSpec& send, const RecvSpec& recv, Deadline deadline) {
   if (!broken_.ok()) return broken_;
   if (send.peer == mesh_->rank() || recv.peer == mesh_->rank()) {
@@ -55,103 +154,17 @@ Status TcpTransport::Exchange(const SendSpec& send, const RecvSpec& recv, Deadli
   size_t recv_left = recv.peer >= 0 ? recv.len : 0;
 
   IdleWaiter idle(wait_);
-  std::vector<pollfd>& pfds = pollfds_;
-  std::vector<int>& pfd_peer = pollfd_peer_;
   while (send_left > 0 || recv_left > 0) {
     bool progressed = false;
-    for (Part& p : send_parts_) {
-      if (p.done == p.end - p.begin) continue;
-      const size_t n = std::min(kMaxIo, p.end - p.begin - p.done);
-      const ssize_t w = ::send(p.fd, send.data + p.begin + p.done, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (w > 0) {
-        p.done += static_cast<size_t>(w);
-        send_left -= static_cast<size_t>(w);
-        progressed = true;
-      } else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        const int err = errno;
-        return Fail(mesh_->ExplainFailure(
-            send.peer, ErrnoStatus(StatusCode::kUnavailable,
-                                   "sending " + std::to_string(send.len) + " bytes to " +
-                                       mesh_->Describe(send.peer) + " failed",
-                                   err)));
-      }
-    }
-    for (size_t i = 0; i < recv_parts_.size(); ++i) {
-      Part& p = recv_parts_[i];
-      const size_t part_len = p.end - p.begin;
-      if (p.done == part_len) continue;
-      std::byte* window = staging_.data() + i * window_bytes;
-      std::byte* to;
-      size_t n;
-      if (recv.dest != nullptr) {
-        to = recv.dest + p.begin + p.done;
-        n = std::min(kMaxIo, part_len - p.done);
-      } else {
-        const size_t filled = p.done - p.consumed;
-        to = window + filled;
-        n = std::min(kConsumeGranule - filled, part_len - p.done);
-      }
-      const ssize_t r = ::recv(p.fd, to, n, MSG_DONTWAIT);
-      if (r > 0) {
-        p.done += static_cast<size_t>(r);
-        recv_left -= static_cast<size_t>(r);
-        progressed = true;
-      } else if (r == 0) {
-        return Fail(mesh_->ExplainFailure(
-            recv.peer, Unavailable(mesh_->Describe(recv.peer) + " closed the connection with " +
-                                   std::to_string(recv_left) + " bytes of a " +
-                                   std::to_string(recv.len) + "-byte message still to come")));
-      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        const int err = errno;
-        return Fail(mesh_->ExplainFailure(
-            recv.peer,
-            ErrnoStatus(StatusCode::kUnavailable,
-                        "receiving from " + mesh_->Describe(recv.peer) + " failed", err)));
-      }
-      // Window boundaries are multiples of the granule and parts end on element boundaries, so
-      // every piece handed on is whole elements.
-      const size_t filled = p.done - p.consumed;
-      if (recv.dest == nullptr && filled > 0 && (filled == kConsumeGranule || p.done == part_len)) {
-        (*recv.consume)(p.begin + p.consumed, window, filled);
-        p.consumed = p.done;
-      }
-    }
+    KV_RETURN_IF_ERROR(SendPass(send, send_left, progressed));
+    KV_RETURN_IF_ERROR(ReceivePass(recv, window_bytes, recv_left, progressed));
     if (send_left == 0 && recv_left == 0) break;
     if (progressed) {
       idle.Reset();
       continue;
     }
     if (!idle.Pause()) continue;
-
-    // Block until a socket is ready, a watched peer hangs up, or the slice ends.
-    pfds.clear();
-    pfd_peer.clear();
-    for (const Part& p : send_parts_) {
-      if (p.done < p.end - p.begin) {
-        pfds.push_back({p.fd, POLLOUT, 0});
-        pfd_peer.push_back(-1);
-      }
-    }
-    for (const Part& p : recv_parts_) {
-      if (p.done < p.end - p.begin) {
-        pfds.push_back({p.fd, POLLIN, 0});
-        pfd_peer.push_back(-1);
-      }
-    }
-    for (int peer = 0; peer < mesh_->size(); ++peer) {
-      if (mesh_->watch_fd(peer) < 0) continue;
-      pfds.push_back({mesh_->watch_fd(peer), POLLIN | POLLRDHUP, 0});
-      pfd_peer.push_back(peer);
-    }
-    const int rc = ::poll(pfds.data(), pfds.size(), std::min(kPollSliceMs, deadline.RemainingMs()));
-    if (rc > 0) {
-      for (size_t i = 0; i < pfds.size(); ++i) {
-        if (pfd_peer[i] >= 0 && pfds[i].revents != 0) {
-          Status s = mesh_->OnControlEvent(pfd_peer[i]);
-          if (!s.ok()) return Fail(s);
-        }
-      }
-    }
+    KV_RETURN_IF_ERROR(WaitForSockets(deadline));
     idle.Reset();
     if (deadline.Expired()) {
       std::string what;

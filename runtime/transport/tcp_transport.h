@@ -32,6 +32,14 @@ class TcpTransport : public Transport {
   };
   void PlanParts(int peer, size_t len, std::vector<Part>* parts) const;
   Status Fail(Status s);
+  // One non-blocking pass over the parts of a message: sends (receives, handing whole granules
+  // to the consumer) what the sockets take; `progressed` when any byte moved.
+  Status SendPass(const SendSpec& send, size_t& send_left, bool& progressed);
+  Status ReceivePass(const RecvSpec& recv, size_t window_bytes, size_t& recv_left,
+                     bool& progressed);
+  // Blocks until a socket with work is ready, a watched peer speaks or hangs up, or a poll slice
+  // (bounded by `deadline`) ends. A peer's abort or death is the error.
+  Status WaitForSockets(Deadline deadline);
 
   std::shared_ptr<PeerMesh> mesh_;
   size_t stripe_min_;

@@ -6,13 +6,9 @@
 #include <string>
 #include <vector>
 
-namespace korovod {
+#include "runtime/transport/transport_options.h"
 
-struct PeerAddress {
-  std::string host;  // IP address or name resolvable on every rank
-  uint16_t port = 0;
-  std::string ToString() const { return host + ":" + std::to_string(port); }
-};
+namespace korovod {
 
 // One address a rank can be reached at, and the network interface it belongs to on that rank.
 struct CandidateAddress {
@@ -28,18 +24,11 @@ struct RankEntry {
   std::vector<CandidateAddress> addresses;  // in order of preference
 };
 
-enum class TransportKind {
-  kAuto,  // shared memory when every rank is on this host, TCP otherwise
-  kTcp,
-  kShm,
-};
-
-struct WorldOptions {
-  int rank = 0;
-  std::vector<PeerAddress> peers;  // one per rank, indexed by rank; size() is the world size
-
-  // A socket already bound and listening on peers[rank] (tests pre-bind port 0); -1: bind here.
-  int listen_fd = -1;
+// The transport's settings (transport_options.h) plus what only the world needs: the candidate
+// addresses a rendezvous or world file gives, checked by preflight before the transport connects.
+// Derived rather than nested so that every setting keeps one name (options.tcp_streams) wherever
+// it is read.
+struct WorldOptions : TransportOptions {
   // Optional, indexed by rank (from a rendezvous or a world file): every rank's candidate
   // addresses. When set, preflight (runtime/world/preflight.h) dials each lower rank over the
   // first of its addresses that connects and authenticates, and peers[] of those ranks becomes
@@ -47,30 +36,6 @@ struct WorldOptions {
   std::vector<RankEntry> ranks;
   // Preflight: how long one connection attempt to one candidate address may take.
   std::chrono::milliseconds probe_attempt_timeout{2000};
-  // Shared secret: every peer connection proves knowledge of it (HMAC-SHA256 challenge) before
-  // any tensor byte is accepted. Empty means the job runs unauthenticated.
-  std::string job_key;
-
-  TransportKind transport = TransportKind::kAuto;
-  std::chrono::milliseconds connect_timeout{30000};
-  std::chrono::milliseconds op_timeout{60000};  // one collective, start to finish
-
-  // TCP: connections per peer pair; messages of at least tcp_stripe_min bytes are striped.
-  int tcp_streams = 4;
-  size_t tcp_stripe_min = 256 * 1024;
-  // Shared memory: a ring of slots per directed pair.
-  size_t shm_slot_bytes = 256 * 1024;
-  int shm_slots = 8;
-  // The start of the segments' names: "/" and at most 200 more characters, no other "/". A
-  // launcher that unlinks every name with its job's prefix then also removes the segment of a
-  // rank it killed before the segment was unlinked (ShmTransport unlinks it once all peers map it).
-  std::string shm_prefix = "/korovod-";
-  // Allreduce switches from recursive doubling to the ring at this many bytes (bench/ measures
-  // the crossover; see docs/benchmarks.md).
-  size_t small_allreduce_max_bytes = 0;  // 0: the transport's measured default
-  // Microseconds a waiting rank busy-polls before it yields its core; -1: chosen from ranks per
-  // host and usable cores (5 us while ranks fit on cores, 0 when oversubscribed).
-  int spin_us = -1;
 };
 
 }  // namespace korovod

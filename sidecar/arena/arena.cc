@@ -1,8 +1,5 @@
 #include "sidecar/arena/arena.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,22 +16,6 @@ namespace korovod::sidecar {
 namespace {
 
 constexpr mode_t kArenaMode = 0660;
-
-// Unlinks a just-created name unless the creation succeeded.
-class UnlinkOnFailure {
- public:
-  explicit UnlinkOnFailure(const std::string& name) : name_(name) {}
-  ~UnlinkOnFailure() {
-    if (armed_) ::shm_unlink(name_.c_str());
-  }
-  UnlinkOnFailure(const UnlinkOnFailure&) = delete;
-  UnlinkOnFailure& operator=(const UnlinkOnFailure&) = delete;
-  void Dismiss() { armed_ = false; }
-
- private:
-  const std::string& name_;
-  bool armed_ = true;
-};
 
 Status CheckName(const std::string& name) {
   if (name.size() < 2 || name.size() > 255 || name[0] != '/' ||
@@ -56,8 +37,12 @@ std::string MiB(uint64_t bytes) { return std::to_string((bytes + (1 << 20) - 1) 
 
 }  // namespace
 
-Arena::Arena(Key, std::string name, ArenaSide side, Fd fd, std::byte* base, size_t bytes)
-    : name_(std::move(name)), side_(side), base_(base), mapped_bytes_(bytes), fd_(std::move(fd)) {}
+Arena::Arena(Key, std::string name, ArenaSide side, ShmSegment segment, ShmMapping mapping)
+    : name_(std::move(name)),
+      side_(side),
+      segment_(std::move(segment)),
+      mapping_(std::move(mapping)),
+      base_(mapping_.data()) {}
 
 Arena::~Arena() {
   if (attached_) {
@@ -66,12 +51,11 @@ Arena::~Arena() {
     CloseQueue(h.completion);
     if (side_ == ArenaSide::kSidecar) {
       h.sidecar_alive.value.store(0, std::memory_order_release);
-      if (unlink_on_destroy_) ::shm_unlink(name_.c_str());
     } else {
       h.client_alive.value.store(0, std::memory_order_release);
     }
   }
-  ::munmap(base_, mapped_bytes_);
+  // segment_ unlinks the name (sidecar side, unless Unlink() ran); mapping_ unmaps.
 }
 
 StatusOr<std::unique_ptr<Arena>> Arena::Create(const std::string& name, const ArenaSizes& sizes) {
@@ -80,52 +64,41 @@ StatusOr<std::unique_ptr<Arena>> Arena::Create(const std::string& name, const Ar
   if (!computed.ok()) return computed.status().WithContext("arena " + name);
   const ArenaLayout layout = *computed;
 
-  Fd fd(::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, kArenaMode));
-  if (!fd.valid()) {
-    const int err = errno;
+  // Group-shared by design, like the socket. The segment removes the name if anything below
+  // fails.
+  int err = 0;
+  StatusOr<ShmSegment> created = ShmSegment::Create(name, layout.total_bytes, kArenaMode, &err);
+  if (!created.ok()) {
     if (err == EEXIST) {
       return FailedPrecondition("arena " + name +
                                 " already exists (another sidecar uses it, or a stale one was "
                                 "left behind: remove /dev/shm" +
                                 name + ")");
     }
-    return ErrnoStatus(StatusCode::kUnavailable, "arena " + name + ": shm_open (create)", err);
+    return created.status().WithContext("arena " + name + " of " + MiB(layout.total_bytes));
   }
-  UnlinkOnFailure unlink_guard(name);
-  // shm_open's mode is filtered by the umask; the socket and arena are group-shared by design.
-  if (::fchmod(fd.get(), kArenaMode) != 0) {
-    return ErrnoStatus(StatusCode::kUnavailable, "arena " + name + ": fchmod 0660", errno);
-  }
-  if (::ftruncate(fd.get(), static_cast<off_t>(layout.total_bytes)) != 0) {
-    return ErrnoStatus(StatusCode::kUnavailable,
-                       "arena " + name + ": ftruncate to " + MiB(layout.total_bytes), errno);
-  }
+  ShmSegment segment = std::move(created).value();
   // Header, queues and the first heap_reserve_bytes of each heap now; the rest as the heaps grow.
   const uint64_t client_end =
       layout.client_heap.offset + std::min(sizes.heap_reserve_bytes, layout.client_heap.bytes);
   const uint64_t result_bytes = std::min(sizes.heap_reserve_bytes, layout.result_heap.bytes);
   if (sizes.reserve_memory) {
-    int err = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(client_end));
-    if (err == 0 && result_bytes > 0) {
-      err = ::posix_fallocate(fd.get(), static_cast<off_t>(layout.result_heap.offset),
-                              static_cast<off_t>(result_bytes));
+    Status reserved = segment.Allocate(0, client_end);
+    if (reserved.ok() && result_bytes > 0) {
+      reserved = segment.Allocate(layout.result_heap.offset, result_bytes);
     }
-    if (err != 0) {
-      return ErrnoStatus(StatusCode::kUnavailable,
-                         "arena " + name + ": cannot reserve " + MiB(client_end + result_bytes) +
-                             " in /dev/shm (is it large enough? in a pod, mount an emptyDir "
-                             "with medium: Memory there)",
-                         err);
+    if (!reserved.ok()) {
+      return reserved.WithContext("arena " + name + ": cannot reserve " +
+                                  MiB(client_end + result_bytes) +
+                                  " in /dev/shm (is it large enough? in a pod, mount an emptyDir "
+                                  "with medium: Memory there)");
     }
   }
-  void* base = ::mmap(nullptr, layout.total_bytes, PROT_READ | PROT_WRITE,
-                      MAP_SHARED | MAP_NORESERVE, fd.get(), 0);
-  if (base == MAP_FAILED) {
-    return ErrnoStatus(StatusCode::kUnavailable,
-                       "arena " + name + ": mmap of " + MiB(layout.total_bytes), errno);
-  }
-  auto arena = std::make_unique<Arena>(Key{}, name, ArenaSide::kSidecar, std::move(fd),
-                                       static_cast<std::byte*>(base), layout.total_bytes);
+  StatusOr<ShmMapping> mapping = segment.Map(layout.total_bytes, /*reserve_swap=*/false);
+  if (!mapping.ok()) return mapping.status().WithContext("arena " + name);
+  std::byte* const base = mapping->data();
+  auto arena = std::make_unique<Arena>(Key{}, name, ArenaSide::kSidecar, std::move(segment),
+                                       std::move(mapping).value());
   arena->layout_ = layout;
   if (sizes.reserve_memory) {
     arena->reserved_[static_cast<int>(ArenaHeap::kClient)] = client_end - layout.client_heap.offset;
@@ -144,16 +117,14 @@ StatusOr<std::unique_ptr<Arena>> Arena::Create(const std::string& name, const Ar
   h->magic.store(kArenaMagic, std::memory_order_release);
 
   arena->attached_ = true;
-  arena->unlink_on_destroy_ = true;
-  unlink_guard.Dismiss();
   return arena;
 }
 
 StatusOr<std::unique_ptr<Arena>> Arena::Open(const std::string& name) {
   KV_RETURN_IF_ERROR(CheckName(name));
-  Fd fd(::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
-  if (!fd.valid()) {
-    const int err = errno;
+  int err = 0;
+  StatusOr<ShmSegment> opened = ShmSegment::Open(name, &err);
+  if (!opened.ok()) {
     if (err == ENOENT) {
       return Unavailable("arena " + name +
                          " does not exist (has the sidecar created it? is /dev/shm shared "
@@ -164,27 +135,21 @@ StatusOr<std::unique_ptr<Arena>> Arena::Open(const std::string& name) {
                               " is not accessible (mode 0660): run the trainer as the sidecar's "
                               "user or group");
     }
-    return ErrnoStatus(StatusCode::kUnavailable, "arena " + name + ": shm_open", err);
+    return opened.status().WithContext("arena " + name);
   }
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) {
-    return ErrnoStatus(StatusCode::kUnavailable, "arena " + name + ": fstat", errno);
-  }
-  const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
+  ShmSegment segment = std::move(opened).value();
+  StatusOr<uint64_t> size = segment.Size();
+  if (!size.ok()) return size.status().WithContext("arena " + name);
+  const uint64_t file_bytes = *size;
   if (file_bytes < kArenaPageBytes) {
     return FailedPrecondition("arena " + name + " is " + std::to_string(file_bytes) +
                               " bytes, smaller than its " + std::to_string(kArenaPageBytes) +
                               "-byte header: not a korovod arena, or not initialised yet");
   }
-  void* base =
-      ::mmap(nullptr, file_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd.get(), 0);
-  if (base == MAP_FAILED) {
-    return ErrnoStatus(StatusCode::kUnavailable,
-                       "arena " + name + ": mmap of " + std::to_string(file_bytes) + " bytes",
-                       errno);
-  }
-  auto arena = std::make_unique<Arena>(Key{}, name, ArenaSide::kClient, std::move(fd),
-                                       static_cast<std::byte*>(base), file_bytes);
+  StatusOr<ShmMapping> mapping = segment.Map(file_bytes, /*reserve_swap=*/false);
+  if (!mapping.ok()) return mapping.status().WithContext("arena " + name);
+  auto arena = std::make_unique<Arena>(Key{}, name, ArenaSide::kClient, std::move(segment),
+                                       std::move(mapping).value());
   ArenaHeader& h = arena->header();
 
   const uint64_t magic = h.magic.load(std::memory_order_acquire);
@@ -250,11 +215,9 @@ StatusOr<std::unique_ptr<Arena>> Arena::Open(const std::string& name) {
 }
 
 Status Arena::Unlink() {
-  unlink_on_destroy_ = false;
-  if (::shm_unlink(name_.c_str()) != 0) {
-    return ErrnoStatus(StatusCode::kFailedPrecondition, "arena " + name_ + ": shm_unlink", errno);
-  }
-  return OkStatus();
+  const Status s = segment_.Unlink();
+  if (s.ok()) return s;
+  return Status(StatusCode::kFailedPrecondition, "arena " + name_ + ": " + s.message());
 }
 
 bool Arena::peer_alive() {
@@ -276,16 +239,13 @@ Status Arena::Reserve(ArenaHeap heap, uint64_t end) {
   const uint64_t target =
       std::min(r.bytes, (end + kReserveStepBytes - 1) / kReserveStepBytes * kReserveStepBytes);
   // posix_fallocate keeps pages already there, so two sides reserving the same range is fine.
-  const int err = ::posix_fallocate(fd_.get(), static_cast<off_t>(r.offset + reserved),
-                                    static_cast<off_t>(target - reserved));
-  if (err != 0) {
-    return ErrnoStatus(StatusCode::kUnavailable,
-                       "arena " + name_ + ": cannot grow the " +
-                           (heap == ArenaHeap::kClient ? "client" : "result") + " heap from " +
-                           MiB(reserved) + " to " + MiB(target) +
-                           " in /dev/shm (is it large enough? in a pod, mount an emptyDir with "
-                           "medium: Memory there)",
-                       err);
+  const Status s = segment_.Allocate(r.offset + reserved, target - reserved);
+  if (!s.ok()) {
+    return s.WithContext("arena " + name_ + ": cannot grow the " +
+                         (heap == ArenaHeap::kClient ? "client" : "result") + " heap from " +
+                         MiB(reserved) + " to " + MiB(target) +
+                         " in /dev/shm (is it large enough? in a pod, mount an emptyDir with "
+                         "medium: Memory there)");
   }
   reserved = target;
   return OkStatus();

@@ -19,8 +19,8 @@
 #include <span>
 #include <string>
 
+#include "common/shared_memory.h"
 #include "common/status.h"
-#include "runtime/transport/socket.h"
 #include "sidecar/arena/arena_layout.h"
 
 namespace korovod::sidecar {
@@ -81,19 +81,20 @@ class Arena {
   struct Key {};  // only Create/Open construct
 
  public:
-  Arena(Key, std::string name, ArenaSide side, Fd fd, std::byte* base, size_t bytes);
+  Arena(Key, std::string name, ArenaSide side, ShmSegment segment, ShmMapping mapping);
 
  private:
   std::string name_;
   ArenaSide side_;
-  std::byte* base_;
-  size_t mapped_bytes_;
+  // Kept for Reserve (the name is unlinked once both sides have mapped it). The sidecar's owns
+  // the name until Unlink(): destroying it removes the name.
+  ShmSegment segment_;
+  ShmMapping mapping_;
+  std::byte* base_;  // mapping_.data()
   ArenaLayout layout_;
-  Fd fd_;  // kept for Reserve: the name is unlinked once both sides have mapped it
   std::mutex reserve_mu_;
   uint64_t reserved_[2] = {0, 0};  // per ArenaHeap, guarded by reserve_mu_
   bool attached_ = false;          // fully created/opened: the destructor updates the header
-  bool unlink_on_destroy_ = false;
 };
 
 }  // namespace korovod::sidecar

@@ -31,21 +31,21 @@ Status CheckHeap(const char* what, uint64_t bytes) {
 
 }  // namespace
 
-const char* WireOpTypeName(WireOpType t) {
+const char* RecordOpTypeName(RecordOpType t) {
   switch (t) {
-    case WireOpType::kAllreduce:
+    case RecordOpType::kAllreduce:
       return "allreduce";
-    case WireOpType::kAllgather:
+    case RecordOpType::kAllgather:
       return "allgather";
-    case WireOpType::kBroadcast:
+    case RecordOpType::kBroadcast:
       return "broadcast";
-    case WireOpType::kAlltoall:
+    case RecordOpType::kAlltoall:
       return "alltoall";
-    case WireOpType::kReduceScatter:
+    case RecordOpType::kReduceScatter:
       return "reducescatter";
-    case WireOpType::kBarrier:
+    case RecordOpType::kBarrier:
       return "barrier";
-    case WireOpType::kJoin:
+    case RecordOpType::kJoin:
       return "join";
   }
   return "unknown";
@@ -87,10 +87,10 @@ void SetStatus(CompletionRecord& r, const Status& s) {
 Status StatusOf(const CompletionRecord& r) {
   if (r.status == 0) return OkStatus();
   const StatusCode code =
-      r.status < kWireStatusCodeCount ? static_cast<StatusCode>(r.status) : StatusCode::kInternal;
+      r.status < kRecordStatusCodeCount ? static_cast<StatusCode>(r.status) : StatusCode::kInternal;
   std::string message(r.message, std::min<size_t>(r.message_len, kMaxMessageBytes));
   if ((r.flags & kCompleteMessageTruncated) != 0) message += " [truncated]";
-  if (r.status >= kWireStatusCodeCount) {
+  if (r.status >= kRecordStatusCodeCount) {
     message = "unknown status code " + std::to_string(r.status) + ": " + message;
   }
   return Status(code, std::move(message));

@@ -6,7 +6,7 @@
 // kProtocolVersion.
 //
 // Offsets inside records are relative to the start of the heap they name (client heap unless a
-// flag says result heap), so a heap allocator's offsets go on the wire unchanged.
+// flag says result heap), so a heap allocator's offsets go into records unchanged.
 #pragma once
 
 #include <atomic>
@@ -37,7 +37,7 @@ inline constexpr uint32_t kMinQueueSlots = 2;
 inline constexpr uint32_t kMaxQueueSlots = 1u << 16;
 inline constexpr uint64_t kMaxHeapBytes = uint64_t{1} << 40;
 
-// ---- Wire enums. Values are part of the protocol: never renumber, only append. ----
+// ---- Record enums. Values are part of the protocol: never renumber, only append. ----
 
 enum class RecordKind : uint8_t {
   kInvalid = 0,        // a zeroed record is refused
@@ -47,7 +47,7 @@ enum class RecordKind : uint8_t {
 
 // Mirrors korovod::OpType (runtime/core/op_request.h) for the ops a trainer may submit; the
 // sidecar maps one to the other (add-process-set goes through the gRPC control plane).
-enum class WireOpType : uint8_t {
+enum class RecordOpType : uint8_t {
   kAllreduce = 0,
   kAllgather = 1,
   kBroadcast = 2,
@@ -56,15 +56,15 @@ enum class WireOpType : uint8_t {
   kBarrier = 5,
   kJoin = 6,
 };
-inline constexpr uint8_t kWireOpTypeCount = 7;
-const char* WireOpTypeName(WireOpType t);  // "allreduce", ... or "unknown"
+inline constexpr uint8_t kRecordOpTypeCount = 7;
+const char* RecordOpTypeName(RecordOpType t);  // "allreduce", ... or "unknown"
 
 // Mirrors korovod::ReduceOp (common/reduce_op.h).
-enum class WireReduceOp : uint8_t { kSum = 0, kAverage = 1, kMin = 2, kMax = 3, kProduct = 4 };
-inline constexpr uint8_t kWireReduceOpCount = 5;
+enum class RecordReduceOp : uint8_t { kSum = 0, kAverage = 1, kMin = 2, kMax = 3, kProduct = 4 };
+inline constexpr uint8_t kRecordReduceOpCount = 5;
 
-// DataType (common/data_type.h) goes on the wire as its underlying value; pin it.
-inline constexpr uint8_t kWireDataTypeCount = 11;
+// DataType (common/data_type.h) goes into records as its underlying value; pin it.
+inline constexpr uint8_t kRecordDataTypeCount = 11;
 static_assert(static_cast<uint8_t>(DataType::kUint8) == 0 &&
                   static_cast<uint8_t>(DataType::kInt8) == 1 &&
                   static_cast<uint8_t>(DataType::kInt32) == 2 &&
@@ -76,8 +76,8 @@ static_assert(static_cast<uint8_t>(DataType::kUint8) == 0 &&
                   static_cast<uint8_t>(DataType::kInt16) == 8 &&
                   static_cast<uint8_t>(DataType::kUint16) == 9 &&
                   static_cast<uint8_t>(DataType::kBool) == 10 &&
-                  static_cast<uint8_t>(kLastDataType) == kWireDataTypeCount - 1,
-              "DataType values are on the sidecar wire");
+                  static_cast<uint8_t>(kLastDataType) == kRecordDataTypeCount - 1,
+              "DataType values are part of the arena protocol");
 // StatusCode (common/status.h) goes in CompletionRecord::status as a byte; pin it.
 static_assert(static_cast<int>(StatusCode::kOk) == 0 &&
                   static_cast<int>(StatusCode::kInvalidArgument) == 1 &&
@@ -88,8 +88,8 @@ static_assert(static_cast<int>(StatusCode::kOk) == 0 &&
                   static_cast<int>(StatusCode::kFailedPrecondition) == 6 &&
                   static_cast<int>(StatusCode::kAborted) == 7 &&
                   static_cast<int>(StatusCode::kUnimplemented) == 8,
-              "StatusCode values are on the sidecar wire");
-inline constexpr uint8_t kWireStatusCodeCount = 9;
+              "StatusCode values are part of the arena protocol");
+inline constexpr uint8_t kRecordStatusCodeCount = 9;
 
 // ---- Records ----
 
@@ -101,9 +101,9 @@ inline constexpr uint8_t kSubmitKnownFlags = kSubmitOutputInResultHeap;
 struct SubmissionRecord {
   uint64_t op_id;  // chosen by the client, echoed in the completion
   RecordKind kind;
-  WireOpType op_type;
+  RecordOpType op_type;
   DataType dtype;
-  WireReduceOp reduce_op;
+  RecordReduceOp reduce_op;
   uint8_t ndims;  // <= kMaxDims; 0 is a scalar (one element)
   uint8_t flags;  // kSubmit*
   uint16_t name_len;
@@ -130,7 +130,7 @@ struct SubmissionRecord {
 };
 static_assert(std::is_trivially_copyable_v<SubmissionRecord>);
 static_assert(std::is_standard_layout_v<SubmissionRecord>);
-static_assert(sizeof(SubmissionRecord) == 896, "SubmissionRecord is on the wire");
+static_assert(sizeof(SubmissionRecord) == 896, "SubmissionRecord is part of the arena protocol");
 static_assert(sizeof(SubmissionRecord) % kCacheLineBytes == 0);
 static_assert(offsetof(SubmissionRecord, dims) % 8 == 0 &&
               offsetof(SubmissionRecord, splits) ==
@@ -164,7 +164,7 @@ struct CompletionRecord {
 };
 static_assert(std::is_trivially_copyable_v<CompletionRecord>);
 static_assert(std::is_standard_layout_v<CompletionRecord>);
-static_assert(sizeof(CompletionRecord) == 1088, "CompletionRecord is on the wire");
+static_assert(sizeof(CompletionRecord) == 1088, "CompletionRecord is part of the arena protocol");
 static_assert(sizeof(CompletionRecord) % kCacheLineBytes == 0);
 
 // Sets name/name_len; InvalidArgument if it does not fit or contains a NUL.

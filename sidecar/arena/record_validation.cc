@@ -176,10 +176,10 @@ Status Validator::CheckRange(const char* field, uint64_t offset, uint64_t bytes,
 }
 
 Status Validator::CheckTensorRanges() {
-  const char* type = WireOpTypeName(op_.type);
+  const char* type = RecordOpTypeName(op_.type);
   if (op_.shape.empty() &&
-      (op_.type == WireOpType::kAllgather || op_.type == WireOpType::kAlltoall ||
-       op_.type == WireOpType::kReduceScatter)) {
+      (op_.type == RecordOpType::kAllgather || op_.type == RecordOpType::kAlltoall ||
+       op_.type == RecordOpType::kReduceScatter)) {
     return Bad(std::string(type) + " needs a tensor with at least one dimension (ndims is 0)");
   }
   KV_RETURN_IF_ERROR(CheckRange("input", r_.input_offset, r_.input_bytes, &op_.input));
@@ -193,7 +193,8 @@ Status Validator::CheckTensorRanges() {
     return OkStatus();
   }
   KV_RETURN_IF_ERROR(CheckRange("output", r_.output_offset, r_.output_bytes, &op_.output));
-  const bool same_shape = op_.type == WireOpType::kAllreduce || op_.type == WireOpType::kBroadcast;
+  const bool same_shape =
+      op_.type == RecordOpType::kAllreduce || op_.type == RecordOpType::kBroadcast;
   if (same_shape && op_.output.bytes != op_.input.bytes) {
     return Bad("output_bytes " + std::to_string(op_.output.bytes) + " differs from input_bytes " +
                std::to_string(op_.input.bytes) + " (" + type + " output has the input's shape)");
@@ -208,7 +209,7 @@ Status Validator::CheckTensorRanges() {
 }
 
 Status Validator::CheckNoTensor() {
-  const std::string type = WireOpTypeName(op_.type);
+  const std::string type = RecordOpTypeName(op_.type);
   if (r_.ndims != 0)
     return Bad(type + " takes no tensor, but ndims is " + std::to_string(r_.ndims));
   if (r_.input_offset != 0 || r_.input_bytes != 0 || r_.output_offset != 0 ||
@@ -225,9 +226,9 @@ Status Validator::CheckNoTensor() {
 
 Status Validator::CheckSplits() {
   const uint32_t n = r_.num_splits;
-  if (op_.type != WireOpType::kAlltoall) {
+  if (op_.type != RecordOpType::kAlltoall) {
     if (n != 0) {
-      return Bad("num_splits " + std::to_string(n) + " given for " + WireOpTypeName(op_.type) +
+      return Bad("num_splits " + std::to_string(n) + " given for " + RecordOpTypeName(op_.type) +
                  " (only alltoall takes splits)");
     }
     return OkStatus();
@@ -278,9 +279,9 @@ Status Validator::CheckGroup() {
     return Bad("group_size " + std::to_string(r_.group_size) + " exceeds " +
                std::to_string(kMaxGroupSize));
   }
-  if (op_.type != WireOpType::kAllreduce) {
+  if (op_.type != RecordOpType::kAllreduce) {
     return Bad("group_size " + std::to_string(r_.group_size) + " given for " +
-               WireOpTypeName(op_.type) + " (groups are allreduce only)");
+               RecordOpTypeName(op_.type) + " (groups are allreduce only)");
   }
   op_.group_id = r_.group_id;
   op_.group_size = r_.group_size;
@@ -296,20 +297,20 @@ StatusOr<ValidatedOp> Validator::Run() {
     return std::move(op_);
   }
   KV_RETURN_IF_ERROR(CheckName());
-  if (static_cast<uint8_t>(r_.op_type) >= kWireOpTypeCount) {
+  if (static_cast<uint8_t>(r_.op_type) >= kRecordOpTypeCount) {
     return Bad("op_type " + std::to_string(static_cast<unsigned>(r_.op_type)) +
-               " is not an op type (0-" + std::to_string(kWireOpTypeCount - 1) + ")");
+               " is not an op type (0-" + std::to_string(kRecordOpTypeCount - 1) + ")");
   }
   op_.type = r_.op_type;
-  if (static_cast<uint8_t>(r_.dtype) >= kWireDataTypeCount) {
+  if (static_cast<uint8_t>(r_.dtype) >= kRecordDataTypeCount) {
     return Bad("dtype " + std::to_string(static_cast<unsigned>(r_.dtype)) +
-               " is not a data type (0-" + std::to_string(kWireDataTypeCount - 1) + ")");
+               " is not a data type (0-" + std::to_string(kRecordDataTypeCount - 1) + ")");
   }
   op_.dtype = r_.dtype;
   elem_bytes_ = DataTypeSize(op_.dtype);
-  if (static_cast<uint8_t>(r_.reduce_op) >= kWireReduceOpCount) {
+  if (static_cast<uint8_t>(r_.reduce_op) >= kRecordReduceOpCount) {
     return Bad("reduce_op " + std::to_string(static_cast<unsigned>(r_.reduce_op)) +
-               " is not a reduce op (0-" + std::to_string(kWireReduceOpCount - 1) + ")");
+               " is not a reduce op (0-" + std::to_string(kRecordReduceOpCount - 1) + ")");
   }
   op_.reduce_op = r_.reduce_op;
   if (!std::isfinite(r_.prescale)) return Bad("prescale " + Num(r_.prescale) + " is not finite");
@@ -322,12 +323,12 @@ StatusOr<ValidatedOp> Validator::Run() {
     return Bad("process_set " + std::to_string(r_.process_set) + " is negative");
   }
   op_.process_set = r_.process_set;
-  if (op_.type == WireOpType::kBroadcast && r_.root < 0) {
+  if (op_.type == RecordOpType::kBroadcast && r_.root < 0) {
     return Bad("root " + std::to_string(r_.root) + " is negative");
   }
-  op_.root = op_.type == WireOpType::kBroadcast ? r_.root : 0;
+  op_.root = op_.type == RecordOpType::kBroadcast ? r_.root : 0;
 
-  if (op_.type == WireOpType::kBarrier || op_.type == WireOpType::kJoin) {
+  if (op_.type == RecordOpType::kBarrier || op_.type == RecordOpType::kJoin) {
     KV_RETURN_IF_ERROR(CheckNoTensor());
   } else {
     KV_RETURN_IF_ERROR(CheckShape());
@@ -345,7 +346,7 @@ Status ValidateCompletion(const CompletionRecord& record, const ArenaLayout& lay
   std::memcpy(&r, &record, sizeof(r));
   const std::string prefix = "completion (op id " + std::to_string(r.op_id) + "): ";
   auto bad = [&prefix](const std::string& what) { return Internal(prefix + what); };
-  if (r.status >= kWireStatusCodeCount) {
+  if (r.status >= kRecordStatusCodeCount) {
     return bad("status " + std::to_string(r.status) + " is not a status code");
   }
   if (r.message_len > kMaxMessageBytes) {

@@ -20,9 +20,9 @@ struct ValidatedOp {
   uint64_t op_id = 0;
 
   // kOp
-  WireOpType type = WireOpType::kAllreduce;
+  RecordOpType type = RecordOpType::kAllreduce;
   DataType dtype = DataType::kFloat32;
-  WireReduceOp reduce_op = WireReduceOp::kSum;
+  RecordReduceOp reduce_op = RecordReduceOp::kSum;
   double prescale = 1.0;
   double postscale = 1.0;
   int32_t root = 0;

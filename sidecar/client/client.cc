@@ -8,24 +8,25 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "korovod/sidecar/v1/sidecar.grpc.pb.h"
-#include "sidecar/arena/wire_mapping.h"
-#include "sidecar/control/grpc_status.h"
-#include "sidecar/control/protocol_version.h"
 #include "sidecar/arena/arena.h"
 #include "sidecar/arena/heap_allocator.h"
 #include "sidecar/arena/op_queue.h"
+#include "sidecar/arena/record_mapping.h"
 #include "sidecar/arena/record_validation.h"
+#include "sidecar/control/grpc_status.h"
+#include "sidecar/control/protocol_version.h"
 
 namespace korovod::sidecar {
 
 // What the client's objects share: the arena, the client heap allocator, the submission queue.
-class ClientCore {
+class ClientCore : public std::enable_shared_from_this<ClientCore> {
  public:
   explicit ClientCore(std::unique_ptr<Arena> arena)
       : arena_(std::move(arena)),
@@ -36,6 +37,28 @@ class ClientCore {
 
   Arena& arena() { return *arena_; }
   HeapAllocator& heap() { return heap_; }
+  // The owner of the client-heap block at `offset`.
+  ArenaBuffer Buffer(uint64_t offset, uint64_t bytes);
+  // The client-heap offset of [data, data + bytes) when it lies in the heap (bytes > 0).
+  std::optional<uint64_t> HeapOffsetOf(const void* data, uint64_t bytes);
+
+  // Copy accounting (ClientCopyStats): what zero copy saves is otherwise invisible.
+  void CountArenaTensor() { arena_tensors_.fetch_add(1, std::memory_order_relaxed); }
+  void CountStagedIn(uint64_t bytes) {
+    staged_tensors_.fetch_add(1, std::memory_order_relaxed);
+    staged_in_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  void CountStagedOut(uint64_t bytes) {
+    staged_out_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  ClientCopyStats copy_stats() const {
+    ClientCopyStats c;
+    c.staged_in_bytes = staged_in_bytes_.load(std::memory_order_relaxed);
+    c.staged_out_bytes = staged_out_bytes_.load(std::memory_order_relaxed);
+    c.staged_tensors = staged_tensors_.load(std::memory_order_relaxed);
+    c.arena_tensors = arena_tensors_.load(std::memory_order_relaxed);
+    return c;
+  }
   CompletionQueue& completions() { return completions_; }  // the completion thread only
 
   // Registers `state` under a fresh op id and pushes the record.
@@ -66,6 +89,10 @@ class ClientCore {
   CompletionQueue completions_;
   std::mutex pending_mu_;
   std::unordered_map<uint64_t, std::shared_ptr<HandleState>> pending_;
+  std::atomic<uint64_t> staged_in_bytes_{0};
+  std::atomic<uint64_t> staged_out_bytes_{0};
+  std::atomic<uint64_t> staged_tensors_{0};
+  std::atomic<uint64_t> arena_tensors_{0};
 };
 
 struct HandleState {
@@ -78,9 +105,11 @@ struct HandleState {
   int last_joined_rank = -1;
   std::span<const std::byte> output;
   std::string name;
-  // Staging (plain-pointer ops): the output is copied out and the block freed on completion, so
-  // a burst of ops never holds more of the heap than the ops still in flight.
+  // Staging (plain memory outside the arena): the output is copied out and the blocks freed on
+  // completion, so a burst of ops never holds more of the heap than the ops still in flight.
+  // staging_out only when the input was not staged (it is in the arena) but the output is not.
   ArenaBuffer staging_in;
+  ArenaBuffer staging_out;
   void* copy_out = nullptr;
   uint64_t copy_bytes = 0;
   // A result-heap output, released when the handle goes.
@@ -103,7 +132,7 @@ Status ClientCore::Register(SubmissionRecord& r, const std::shared_ptr<HandleSta
   r.op_id = next_op_id_++;
   if (r.name_len == 0) {
     KV_RETURN_IF_ERROR(
-        SetName(r, std::string(WireOpTypeName(r.op_type)) + ".client" + std::to_string(r.op_id)));
+        SetName(r, std::string(RecordOpTypeName(r.op_type)) + ".client" + std::to_string(r.op_id)));
   }
   state->name = std::string(NameOf(r));
   std::lock_guard<std::mutex> plock(pending_mu_);
@@ -163,6 +192,20 @@ std::shared_ptr<HandleState> ClientCore::Take(uint64_t op_id) {
   auto s = std::move(it->second);
   pending_.erase(it);
   return s;
+}
+
+ArenaBuffer ClientCore::Buffer(uint64_t offset, uint64_t bytes) {
+  return ArenaBuffer(shared_from_this(), offset, bytes, arena_->client_heap().data() + offset);
+}
+
+std::optional<uint64_t> ClientCore::HeapOffsetOf(const void* data, uint64_t bytes) {
+  const std::span<std::byte> heap = arena_->client_heap();
+  const auto p = reinterpret_cast<uintptr_t>(data);
+  const auto base = reinterpret_cast<uintptr_t>(heap.data());
+  if (bytes == 0 || p < base || p - base > heap.size() || bytes > heap.size() - (p - base)) {
+    return std::nullopt;
+  }
+  return p - base;
 }
 
 std::vector<std::shared_ptr<HandleState>> ClientCore::TakeAll() {
@@ -235,6 +278,22 @@ struct Client::Impl {
 
   void RunCompletions();
   void Complete(const CompletionRecord& c);
+  // Waits for heap space up to the allocation timeout (Client::Allocate).
+  StatusOr<ArenaBuffer> Allocate(uint64_t bytes);
+
+  // Op submission, once for both kinds of tensors (arena block or plain memory).
+  struct Tensor;
+  struct OpSpec;
+  // The record and handle state of one op: its input placed (in the arena where it lies, or
+  // staged), its output placed (the caller's arena range, the staging block, or a copy-out block).
+  StatusOr<std::pair<SubmissionRecord, std::shared_ptr<HandleState>>> Prepare(const OpSpec& spec,
+                                                                              const Tensor& in,
+                                                                              const Tensor& out);
+  StatusOr<ClientHandle> Run(const OpSpec& spec, const Tensor& in, const Tensor& out);
+  StatusOr<uint64_t> PlaceInput(const OpSpec& spec, const Tensor& in, uint64_t bytes,
+                                HandleState& state);
+  StatusOr<uint64_t> PlaceOutput(const OpSpec& spec, const Tensor& in, uint64_t in_offset,
+                                 const Tensor& out, uint64_t bytes, HandleState& state);
   StatusOr<ClientHandle> Submit(SubmissionRecord& r, std::shared_ptr<HandleState> state) {
     state->core = core;
     Status s = core->Submit(r, state);
@@ -278,7 +337,9 @@ void Client::Impl::Complete(const CompletionRecord& c) {
   Status s = ValidateCompletion(c, core->arena().layout());
   if (s.ok()) s = StatusOf(c);
   if (!s.ok()) {
-    state->staging_in = ArenaBuffer();  // answered: the sidecar no longer reads or writes it
+    // Answered: the sidecar no longer reads or writes them.
+    state->staging_in = ArenaBuffer();
+    state->staging_out = ArenaBuffer();
     state->Finish(std::move(s));
     return;
   }
@@ -303,11 +364,13 @@ void Client::Impl::Complete(const CompletionRecord& c) {
   if (state->copy_out != nullptr) {
     const uint64_t n = std::min<uint64_t>(state->copy_bytes, state->output.size());
     std::memcpy(state->copy_out, state->output.data(), n);
+    core->CountStagedOut(n);
     state->output = {static_cast<const std::byte*>(state->copy_out), n};
   }
-  // The sidecar is done with the staged input (and in-place output): give the space back now
-  // rather than when the caller gets round to the handle.
+  // The sidecar is done with the staging blocks: give the space back now rather than when the
+  // caller gets round to the handle.
   state->staging_in = ArenaBuffer();
+  state->staging_out = ArenaBuffer();
   state->Finish(OkStatus());
 }
 
@@ -356,28 +419,50 @@ void Client::set_allocation_timeout(std::chrono::milliseconds timeout) {
   impl_->allocation_timeout_ms.store(timeout.count());
 }
 
-StatusOr<ArenaBuffer> Client::Allocate(uint64_t bytes) {
-  auto allocated = impl_->core->heap().AllocateWaiting(
-      bytes, Deadline::After(std::chrono::milliseconds(impl_->allocation_timeout_ms.load())));
+StatusOr<ArenaBuffer> Client::Impl::Allocate(uint64_t bytes) {
+  auto allocated = core->heap().AllocateWaiting(
+      bytes, Deadline::After(std::chrono::milliseconds(allocation_timeout_ms.load())));
   if (!allocated.ok()) {
     return Status(allocated.status().code(),
                   allocated.status().message() +
                       " (the sidecar's KOROVOD_ARENA_HEAP_MAX_MIB bounds the heap, /dev/shm "
                       "bounds its growth)");
   }
-  const uint64_t off = *allocated;
-  return ArenaBuffer(impl_->core, off, bytes, impl_->core->arena().client_heap().data() + off);
+  return core->Buffer(*allocated, bytes);
 }
+
+StatusOr<ArenaBuffer> Client::Allocate(uint64_t bytes) { return impl_->Allocate(bytes); }
+
+StatusOr<ArenaBuffer> Client::TryAllocate(uint64_t bytes, uint64_t keep_free_bytes) {
+  HeapAllocator& heap = impl_->core->heap();
+  const uint64_t capacity = heap.capacity();
+  if (keep_free_bytes > capacity || bytes > capacity - keep_free_bytes ||
+      heap.stats().used_bytes > capacity - keep_free_bytes - bytes) {
+    return Unavailable("client heap of arena " + impl_->core->arena().name() + ": a block of " +
+                       std::to_string(bytes) + " bytes would leave less than " +
+                       std::to_string(keep_free_bytes) + " bytes free");
+  }
+  KV_ASSIGN_OR_RETURN(uint64_t off, heap.Allocate(bytes));
+  return impl_->core->Buffer(off, bytes);
+}
+
+uint64_t Client::client_heap_capacity() const { return impl_->core->heap().capacity(); }
+
+bool Client::InArena(const void* data, uint64_t bytes) const {
+  return impl_->core->HeapOffsetOf(data, bytes).has_value();
+}
+
+ClientCopyStats Client::copy_stats() const { return impl_->core->copy_stats(); }
 
 namespace {
 
-StatusOr<SubmissionRecord> BaseRecord(WireOpType type, DataType dtype, const TensorShape& shape,
+StatusOr<SubmissionRecord> BaseRecord(RecordOpType type, DataType dtype, const TensorShape& shape,
                                       const OpOptions& o) {
   SubmissionRecord r{};
   r.kind = RecordKind::kOp;
   r.op_type = type;
   r.dtype = dtype;
-  r.reduce_op = ToWireReduceOp(o.reduce_op);
+  r.reduce_op = ToRecordReduceOp(o.reduce_op);
   if (shape.size() > static_cast<size_t>(kMaxDims)) {
     return InvalidArgument("tensor " + o.name + " has more than " + std::to_string(kMaxDims) +
                            " dimensions");
@@ -396,175 +481,195 @@ uint64_t BytesOf(DataType dtype, const TensorShape& shape) {
   return static_cast<uint64_t>(NumElements(shape)) * DataTypeSize(dtype);
 }
 
-Status CheckBuffer(const ArenaBuffer& b, uint64_t bytes, const char* what) {
-  if (!b.valid()) return InvalidArgument(std::string(what) + " is not an arena buffer");
+Status CheckBuffer(const ArenaBuffer& b, uint64_t bytes, const std::string& what) {
+  if (!b.valid()) return InvalidArgument(what + " is not an arena buffer");
   if (b.size() < bytes) {
-    return InvalidArgument(std::string(what) + " holds " + std::to_string(b.size()) +
+    return InvalidArgument(what + " holds " + std::to_string(b.size()) +
                            " bytes, the tensor needs " + std::to_string(bytes));
   }
   return OkStatus();
 }
 
+// Where an op's output goes: the shape of ops that reduce or broadcast is the input's, so the
+// output is a client-heap range of the input's size; the others learn theirs in the engine and
+// write it to the sidecar's result heap.
+enum class OutputPlace { kNone, kInputShaped, kResultHeap };
+
+OutputPlace PlaceOf(RecordOpType type) {
+  switch (type) {
+    case RecordOpType::kAllreduce:
+    case RecordOpType::kBroadcast:
+      return OutputPlace::kInputShaped;
+    case RecordOpType::kAllgather:
+    case RecordOpType::kAlltoall:
+    case RecordOpType::kReduceScatter:
+      return OutputPlace::kResultHeap;
+    default:
+      return OutputPlace::kNone;
+  }
+}
+
+}  // namespace
+
+// One tensor as the caller named it: an arena block it holds, or plain memory (which may itself
+// lie in the client heap). The two variants of every op differ only in this, so everything past
+// it is written once.
+struct Client::Impl::Tensor {
+  const ArenaBuffer* buffer = nullptr;
+  const void* data = nullptr;
+};
+
+// The description of one op, as the public entry points give it.
+struct Client::Impl::OpSpec {
+  RecordOpType type;
+  DataType dtype;
+  const TensorShape& shape;
+  const std::vector<int64_t>& splits;
+  const OpOptions& options;
+};
+
+StatusOr<uint64_t> Client::Impl::PlaceInput(const OpSpec& spec, const Tensor& in, uint64_t bytes,
+                                            HandleState& state) {
+  const std::string what = std::string(RecordOpTypeName(spec.type)) + " " +
+                           (spec.options.name.empty() ? "(unnamed)" : spec.options.name);
+  if (in.buffer != nullptr) {
+    KV_RETURN_IF_ERROR(CheckBuffer(*in.buffer, bytes, what + " input"));
+    core->CountArenaTensor();
+    return in.buffer->offset();
+  }
+  if (auto off = core->HeapOffsetOf(in.data, bytes)) {
+    core->CountArenaTensor();
+    return *off;
+  }
+  auto staging = Allocate(bytes);
+  if (!staging.ok()) {
+    return Status(staging.status().code(),
+                  what + " of " + std::to_string(bytes) + " bytes: " + staging.status().message());
+  }
+  state.staging_in = std::move(*staging);
+  if (bytes > 0) std::memcpy(state.staging_in.data(), in.data, bytes);
+  core->CountStagedIn(bytes);
+  return state.staging_in.offset();
+}
+
+StatusOr<uint64_t> Client::Impl::PlaceOutput(const OpSpec& spec, const Tensor& in,
+                                             uint64_t in_offset, const Tensor& out, uint64_t bytes,
+                                             HandleState& state) {
+  if (out.buffer != nullptr) {
+    KV_RETURN_IF_ERROR(
+        CheckBuffer(*out.buffer, bytes, std::string(RecordOpTypeName(spec.type)) + " output"));
+    return out.buffer->offset();
+  }
+  const bool staged_in = state.staging_in.valid();
+  if (!staged_in && out.data == in.data) return in_offset;  // in place, in the arena
+  if (auto off = core->HeapOffsetOf(out.data, bytes)) return *off;
+  // Plain memory: the op writes an arena range, copied out on completion. A staged input's
+  // block is private to this op, so the op runs in place there rather than in a second block.
+  state.copy_out = const_cast<void*>(out.data);
+  state.copy_bytes = bytes;
+  if (staged_in) return in_offset;
+  KV_ASSIGN_OR_RETURN(state.staging_out, Allocate(bytes));
+  return state.staging_out.offset();
+}
+
+StatusOr<std::pair<SubmissionRecord, std::shared_ptr<HandleState>>> Client::Impl::Prepare(
+    const OpSpec& spec, const Tensor& in, const Tensor& out) {
+  KV_ASSIGN_OR_RETURN(SubmissionRecord r,
+                      BaseRecord(spec.type, spec.dtype, spec.shape, spec.options));
+  auto state = std::make_shared<HandleState>();
+  const OutputPlace place = PlaceOf(spec.type);
+  if (place == OutputPlace::kNone) return std::make_pair(r, std::move(state));
+  const uint64_t bytes = BytesOf(spec.dtype, spec.shape);
+  KV_ASSIGN_OR_RETURN(r.input_offset, PlaceInput(spec, in, bytes, *state));
+  r.input_bytes = bytes;
+  if (place == OutputPlace::kInputShaped) {
+    KV_ASSIGN_OR_RETURN(r.output_offset, PlaceOutput(spec, in, r.input_offset, out, bytes, *state));
+    r.output_bytes = bytes;
+  } else {
+    r.flags = kSubmitOutputInResultHeap;
+    if (spec.splits.size() > static_cast<size_t>(kMaxInlineSplits)) {
+      return Status(StatusCode::kUnimplemented, "more than 64 alltoall splits");
+    }
+    r.num_splits = static_cast<uint32_t>(spec.splits.size());
+    for (size_t i = 0; i < spec.splits.size(); ++i) r.splits[i] = spec.splits[i];
+  }
+  return std::make_pair(r, std::move(state));
+}
+
+StatusOr<ClientHandle> Client::Impl::Run(const OpSpec& spec, const Tensor& in, const Tensor& out) {
+  KV_ASSIGN_OR_RETURN(auto prepared, Prepare(spec, in, out));
+  return Submit(prepared.first, std::move(prepared.second));
+}
+
+namespace {
+const std::vector<int64_t> kNoSplits;
+const TensorShape kScalarShape;
 }  // namespace
 
 StatusOr<ClientHandle> Client::Allreduce(const ArenaBuffer& input, const ArenaBuffer& output,
                                          DataType dtype, const TensorShape& shape,
                                          const OpOptions& options) {
-  const uint64_t bytes = BytesOf(dtype, shape);
-  KV_RETURN_IF_ERROR(CheckBuffer(input, bytes, "allreduce input"));
-  KV_RETURN_IF_ERROR(CheckBuffer(output, bytes, "allreduce output"));
-  KV_ASSIGN_OR_RETURN(SubmissionRecord r,
-                      BaseRecord(WireOpType::kAllreduce, dtype, shape, options));
-  r.input_offset = input.offset();
-  r.input_bytes = bytes;
-  r.output_offset = output.offset();
-  r.output_bytes = bytes;
-  return impl_->Submit(r, std::make_shared<HandleState>());
-}
-
-// Ops whose output goes to the result heap, from an arena input.
-static StatusOr<ClientHandle> ResultHeapOp(Client::Impl& impl, WireOpType type,
-                                           const ArenaBuffer& input, DataType dtype,
-                                           const TensorShape& shape,
-                                           const std::vector<int64_t>& splits,
-                                           const OpOptions& options,
-                                           std::shared_ptr<HandleState> state) {
-  const uint64_t bytes = BytesOf(dtype, shape);
-  KV_RETURN_IF_ERROR(CheckBuffer(input, bytes, WireOpTypeName(type)));
-  KV_ASSIGN_OR_RETURN(SubmissionRecord r, BaseRecord(type, dtype, shape, options));
-  r.input_offset = input.offset();
-  r.input_bytes = bytes;
-  r.flags = kSubmitOutputInResultHeap;
-  if (splits.size() > static_cast<size_t>(kMaxInlineSplits)) {
-    return Status(StatusCode::kUnimplemented, "more than 64 alltoall splits");
-  }
-  r.num_splits = static_cast<uint32_t>(splits.size());
-  for (size_t i = 0; i < splits.size(); ++i) r.splits[i] = splits[i];
-  return impl.Submit(r, std::move(state));
+  return impl_->Run({RecordOpType::kAllreduce, dtype, shape, kNoSplits, options}, {&input},
+                    {&output});
 }
 
 StatusOr<ClientHandle> Client::Allgather(const ArenaBuffer& input, DataType dtype,
                                          const TensorShape& shape, const OpOptions& options) {
-  return ResultHeapOp(*impl_, WireOpType::kAllgather, input, dtype, shape, {}, options,
-                      std::make_shared<HandleState>());
+  return impl_->Run({RecordOpType::kAllgather, dtype, shape, kNoSplits, options}, {&input}, {});
 }
 
 StatusOr<ClientHandle> Client::Broadcast(const ArenaBuffer& tensor, DataType dtype,
                                          const TensorShape& shape, const OpOptions& options) {
-  const uint64_t bytes = BytesOf(dtype, shape);
-  KV_RETURN_IF_ERROR(CheckBuffer(tensor, bytes, "broadcast tensor"));
-  KV_ASSIGN_OR_RETURN(SubmissionRecord r,
-                      BaseRecord(WireOpType::kBroadcast, dtype, shape, options));
-  r.input_offset = tensor.offset();
-  r.input_bytes = bytes;
-  r.output_offset = tensor.offset();
-  r.output_bytes = bytes;
-  return impl_->Submit(r, std::make_shared<HandleState>());
+  return impl_->Run({RecordOpType::kBroadcast, dtype, shape, kNoSplits, options}, {&tensor},
+                    {&tensor});
 }
 
 StatusOr<ClientHandle> Client::Alltoall(const ArenaBuffer& input, DataType dtype,
                                         const TensorShape& shape,
                                         const std::vector<int64_t>& splits,
                                         const OpOptions& options) {
-  return ResultHeapOp(*impl_, WireOpType::kAlltoall, input, dtype, shape, splits, options,
-                      std::make_shared<HandleState>());
+  return impl_->Run({RecordOpType::kAlltoall, dtype, shape, splits, options}, {&input}, {});
 }
 
 StatusOr<ClientHandle> Client::ReduceScatter(const ArenaBuffer& input, DataType dtype,
                                              const TensorShape& shape, const OpOptions& options) {
-  return ResultHeapOp(*impl_, WireOpType::kReduceScatter, input, dtype, shape, {}, options,
-                      std::make_shared<HandleState>());
-}
-
-// A client-heap block holding a copy of `bytes` at `input`; an error names the tensor.
-static StatusOr<ArenaBuffer> StageCopy(Client& client, WireOpType type, const std::string& name,
-                                       const void* input, uint64_t bytes) {
-  auto staging = client.Allocate(bytes);
-  if (!staging.ok()) {
-    return Status(staging.status().code(), std::string(WireOpTypeName(type)) + " " +
-                                               (name.empty() ? std::string("(unnamed)") : name) +
-                                               " of " + std::to_string(bytes) +
-                                               " bytes: " + staging.status().message());
-  }
-  std::memcpy(staging->data(), input, bytes);
-  return staging;
-}
-
-// Plain-pointer ops whose output has the input's shape: one copy into an arena block, the op in
-// place there, and one copy out to `output` on completion. Returns the record to push and the
-// handle state that owns the staging block.
-static StatusOr<std::pair<SubmissionRecord, std::shared_ptr<HandleState>>> StageInPlace(
-    Client& client, WireOpType type, const void* input, void* output, DataType dtype,
-    const TensorShape& shape, const OpOptions& options) {
-  const uint64_t bytes = BytesOf(dtype, shape);
-  KV_ASSIGN_OR_RETURN(ArenaBuffer staging, StageCopy(client, type, options.name, input, bytes));
-  KV_ASSIGN_OR_RETURN(SubmissionRecord r, BaseRecord(type, dtype, shape, options));
-  r.input_offset = staging.offset();
-  r.input_bytes = bytes;
-  r.output_offset = staging.offset();
-  r.output_bytes = bytes;
-  auto state = std::make_shared<HandleState>();
-  state->staging_in = std::move(staging);
-  state->copy_out = output;
-  state->copy_bytes = bytes;
-  return std::make_pair(r, std::move(state));
-}
-
-static StatusOr<ClientHandle> StagedInPlaceOp(Client& client, Client::Impl& impl, WireOpType type,
-                                              const void* input, void* output, DataType dtype,
-                                              const TensorShape& shape, const OpOptions& options) {
-  KV_ASSIGN_OR_RETURN(auto staged,
-                      StageInPlace(client, type, input, output, dtype, shape, options));
-  return impl.Submit(staged.first, std::move(staged.second));
+  return impl_->Run({RecordOpType::kReduceScatter, dtype, shape, kNoSplits, options}, {&input}, {});
 }
 
 StatusOr<ClientHandle> Client::Allreduce(const void* input, void* output, DataType dtype,
                                          const TensorShape& shape, const OpOptions& options) {
-  return StagedInPlaceOp(*this, *impl_, WireOpType::kAllreduce, input, output, dtype, shape,
-                         options);
+  return impl_->Run({RecordOpType::kAllreduce, dtype, shape, kNoSplits, options}, {nullptr, input},
+                    {nullptr, output});
 }
 
 StatusOr<ClientHandle> Client::Broadcast(void* tensor, DataType dtype, const TensorShape& shape,
                                          const OpOptions& options) {
-  return StagedInPlaceOp(*this, *impl_, WireOpType::kBroadcast, tensor, tensor, dtype, shape,
-                         options);
-}
-
-static StatusOr<ClientHandle> StagedResultHeapOp(Client& client, Client::Impl& impl,
-                                                 WireOpType type, const void* input, DataType dtype,
-                                                 const TensorShape& shape,
-                                                 const std::vector<int64_t>& splits,
-                                                 const OpOptions& options) {
-  const uint64_t bytes = BytesOf(dtype, shape);
-  KV_ASSIGN_OR_RETURN(ArenaBuffer staging, StageCopy(client, type, options.name, input, bytes));
-  auto state = std::make_shared<HandleState>();
-  const ArenaBuffer& in = state->staging_in = std::move(staging);
-  return ResultHeapOp(impl, type, in, dtype, shape, splits, options, std::move(state));
+  return impl_->Run({RecordOpType::kBroadcast, dtype, shape, kNoSplits, options}, {nullptr, tensor},
+                    {nullptr, tensor});
 }
 
 StatusOr<ClientHandle> Client::Allgather(const void* input, DataType dtype,
                                          const TensorShape& shape, const OpOptions& options) {
-  return StagedResultHeapOp(*this, *impl_, WireOpType::kAllgather, input, dtype, shape, {},
-                            options);
+  return impl_->Run({RecordOpType::kAllgather, dtype, shape, kNoSplits, options}, {nullptr, input},
+                    {});
 }
 
 StatusOr<ClientHandle> Client::Alltoall(const void* input, DataType dtype, const TensorShape& shape,
                                         const std::vector<int64_t>& splits,
                                         const OpOptions& options) {
-  return StagedResultHeapOp(*this, *impl_, WireOpType::kAlltoall, input, dtype, shape, splits,
-                            options);
+  return impl_->Run({RecordOpType::kAlltoall, dtype, shape, splits, options}, {nullptr, input}, {});
 }
 
 StatusOr<ClientHandle> Client::ReduceScatter(const void* input, DataType dtype,
                                              const TensorShape& shape, const OpOptions& options) {
-  return StagedResultHeapOp(*this, *impl_, WireOpType::kReduceScatter, input, dtype, shape, {},
-                            options);
+  return impl_->Run({RecordOpType::kReduceScatter, dtype, shape, kNoSplits, options},
+                    {nullptr, input}, {});
 }
 
 StatusOr<std::vector<ClientHandle>> Client::GroupedAllreduce(
     const std::vector<GroupTensor>& tensors, DataType dtype, const OpOptions& options) {
-  // One group on the wire: the sidecar hands the members to the engine together, so they are
-  // negotiated and fused as one (and fail as one).
+  // One group in the submission queue: the sidecar hands the members to the engine together, so
+  // they are negotiated and fused as one (and fail as one).
   if (tensors.empty()) return InvalidArgument("grouped allreduce of no tensors");
   if (tensors.size() > kMaxGroupSize) {
     return InvalidArgument("grouped allreduce of " + std::to_string(tensors.size()) +
@@ -577,11 +682,13 @@ StatusOr<std::vector<ClientHandle>> Client::GroupedAllreduce(
     o.name = tensors[i].name.empty()
                  ? (options.name.empty() ? std::string() : options.name + "." + std::to_string(i))
                  : tensors[i].name;
-    KV_ASSIGN_OR_RETURN(auto staged, StageInPlace(*this, WireOpType::kAllreduce, tensors[i].input,
-                                                  tensors[i].output, dtype, tensors[i].shape, o));
-    records.push_back(staged.first);
-    staged.second->core = impl_->core;
-    states.push_back(std::move(staged.second));
+    KV_ASSIGN_OR_RETURN(
+        auto prepared,
+        impl_->Prepare({RecordOpType::kAllreduce, dtype, tensors[i].shape, kNoSplits, o},
+                       {nullptr, tensors[i].input}, {nullptr, tensors[i].output}));
+    records.push_back(prepared.first);
+    prepared.second->core = impl_->core;
+    states.push_back(std::move(prepared.second));
   }
   KV_RETURN_IF_ERROR(impl_->core->SubmitGroup(records, states));
   std::vector<ClientHandle> handles;
@@ -590,15 +697,13 @@ StatusOr<std::vector<ClientHandle>> Client::GroupedAllreduce(
 }
 
 StatusOr<ClientHandle> Client::Barrier(const OpOptions& options) {
-  KV_ASSIGN_OR_RETURN(SubmissionRecord r,
-                      BaseRecord(WireOpType::kBarrier, DataType::kUint8, {}, options));
-  return impl_->Submit(r, std::make_shared<HandleState>());
+  return impl_->Run({RecordOpType::kBarrier, DataType::kUint8, kScalarShape, kNoSplits, options},
+                    {}, {});
 }
 
 StatusOr<ClientHandle> Client::Join(const OpOptions& options) {
-  KV_ASSIGN_OR_RETURN(SubmissionRecord r,
-                      BaseRecord(WireOpType::kJoin, DataType::kUint8, {}, options));
-  return impl_->Submit(r, std::make_shared<HandleState>());
+  return impl_->Run({RecordOpType::kJoin, DataType::kUint8, kScalarShape, kNoSplits, options}, {},
+                    {});
 }
 
 StatusOr<int> Client::AddProcessSet(const std::vector<int>& ranks) {

@@ -1,8 +1,9 @@
 // Client: the C++ trainer-side library of the korovod sidecar. Connect opens a gRPC session over
 // the sidecar's unix socket (Hello, protocol version check) and maps the shared-memory arena it
 // names. Ops are submitted through the arena's submission queue and completed by a completion
-// thread; tensors either live in the arena already (ArenaBuffer: zero copy) or are copied in
-// from plain pointers (one memcpy in, one out). Thread-safe.
+// thread; tensors either live in the arena already (an ArenaBuffer, or a plain pointer into the
+// client heap: zero copy) or are staged from other memory (one memcpy in, one out; counted in
+// copy_stats()). Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -75,6 +76,15 @@ class ClientHandle {
   std::shared_ptr<HandleState> state_;
 };
 
+// What the client copied between the caller's memory and the arena since Connect. Zero-copy
+// tensors add nothing; a staged allreduce adds its bytes in and out.
+struct ClientCopyStats {
+  uint64_t staged_in_bytes = 0;   // memcpy caller -> arena at submission
+  uint64_t staged_out_bytes = 0;  // memcpy arena -> caller at completion
+  uint64_t staged_tensors = 0;    // inputs copied into a staging block
+  uint64_t arena_tensors = 0;     // inputs read where they lie in the arena
+};
+
 struct OpOptions {
   std::string name;  // the same on every rank; empty: named by op order
   ReduceOp reduce_op = ReduceOp::kSum;
@@ -113,8 +123,17 @@ class Client {
   // A block of the client heap. When the heap is full, waits for ops in flight to complete and
   // free space (the heap also grows, up to the sidecar's KOROVOD_ARENA_HEAP_MAX_MIB, while
   // /dev/shm has room); DeadlineExceeded after the allocation timeout, InvalidArgument at once
-  // for a block larger than the whole heap. Plain-pointer ops stage through this.
+  // for a block larger than the whole heap. Ops on memory outside the arena stage through this.
   StatusOr<ArenaBuffer> Allocate(uint64_t bytes);
+  // Allocate without waiting: Unavailable at once when nothing fits, or when the block would
+  // leave less than `keep_free_bytes` of the heap's capacity free (so that long-lived tensors do
+  // not starve the staging of other ops).
+  StatusOr<ArenaBuffer> TryAllocate(uint64_t bytes, uint64_t keep_free_bytes = 0);
+  // The client heap's capacity in bytes (KOROVOD_ARENA_HEAP_MAX_MIB: address space, backed as
+  // used) and whether [data, data + bytes) lies inside it.
+  uint64_t client_heap_capacity() const;
+  bool InArena(const void* data, uint64_t bytes) const;
+  ClientCopyStats copy_stats() const;
   static constexpr std::chrono::milliseconds kDefaultAllocationTimeout{std::chrono::minutes(5)};
   void set_allocation_timeout(std::chrono::milliseconds timeout);
 
@@ -132,8 +151,10 @@ class Client {
   StatusOr<ClientHandle> ReduceScatter(const ArenaBuffer& input, DataType dtype,
                                        const TensorShape& shape, const OpOptions& options = {});
 
-  // Plain pointers: copied into a staging block; outputs of known size are copied to `output`
-  // on completion, the others are read from the handle.
+  // Plain pointers. A tensor inside the client heap (InArena, e.g. the data of an ArenaBuffer
+  // handed out as a torch tensor) is used where it lies, as with the overloads above; any other
+  // is copied into a staging block, and an output of known size outside the arena is copied to
+  // `output` on completion. Outputs of unknown size are read from the handle.
   StatusOr<ClientHandle> Allreduce(const void* input, void* output, DataType dtype,
                                    const TensorShape& shape, const OpOptions& options = {});
   StatusOr<ClientHandle> Allgather(const void* input, DataType dtype, const TensorShape& shape,

@@ -4,7 +4,7 @@
 
 namespace korovod::sidecar {
 
-std::vector<double> OpLatencyBuckets() { return ExponentialBuckets(1e-5, 2.5, 18); }
+std::vector<double> OpLatencyBuckets() { return http::ExponentialBuckets(1e-5, 2.5, 18); }
 
 std::string CollectiveLabel(OpType type) {
   std::string s = OpTypeName(type);
@@ -12,14 +12,14 @@ std::string CollectiveLabel(OpType type) {
   return s;
 }
 
-StatusOr<std::unique_ptr<EngineMetrics>> EngineMetrics::Create(MetricsRegistry& registry) {
+StatusOr<std::unique_ptr<EngineMetrics>> EngineMetrics::Create(http::MetricsRegistry& registry) {
   auto m = std::make_unique<EngineMetrics>(Token(), registry);
   KV_RETURN_IF_ERROR(m->Init());
   return m;
 }
 
 Status EngineMetrics::Init() {
-  MetricsRegistry& r = registry_;
+  http::MetricsRegistry& r = registry_;
   KV_ASSIGN_OR_RETURN(
       cycles_, r.GetCounter("korovod_engine_cycles_total", "Background cycles run by the engine."));
   KV_ASSIGN_OR_RETURN(busy_cycles_,
@@ -57,7 +57,7 @@ Status EngineMetrics::Init() {
     if (type == OpType::kAddProcessSet || type == OpType::kRemoveProcessSet) {
       continue;  // engine-internal
     }
-    Labels labels = {{"collective", CollectiveLabel(type)}};
+    http::Labels labels = {{"collective", CollectiveLabel(type)}};
     PerCollective& p = per_collective_[i];
     KV_ASSIGN_OR_RETURN(
         p.ops, r.GetCounter("korovod_ops_total", "Ops completed, per collective type.", labels));

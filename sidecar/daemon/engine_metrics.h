@@ -54,8 +54,8 @@ class EngineMetrics {
  public:
   // Registers the metrics in `registry`, which must outlive this object. Fails only if the
   // registry already holds one of the names with another type or labels.
-  static StatusOr<std::unique_ptr<EngineMetrics>> Create(MetricsRegistry& registry);
-  EngineMetrics(Token, MetricsRegistry& registry) : registry_(registry) {}
+  static StatusOr<std::unique_ptr<EngineMetrics>> Create(http::MetricsRegistry& registry);
+  EngineMetrics(Token, http::MetricsRegistry& registry) : registry_(registry) {}
   EngineMetrics(const EngineMetrics&) = delete;
   EngineMetrics& operator=(const EngineMetrics&) = delete;
 
@@ -72,27 +72,27 @@ class EngineMetrics {
  private:
   static constexpr size_t kOpTypes = static_cast<size_t>(OpType::kRemoveProcessSet) + 1;
   struct PerCollective {
-    Counter* ops = nullptr;
-    Counter* bytes = nullptr;
-    Histogram* latency = nullptr;
+    http::Counter* ops = nullptr;
+    http::Counter* bytes = nullptr;
+    http::Histogram* latency = nullptr;
   };
 
   Status Init();
 
-  MetricsRegistry& registry_;
-  Counter* cycles_ = nullptr;
-  Counter* busy_cycles_ = nullptr;
-  Counter* negotiation_seconds_ = nullptr;
-  Counter* execution_seconds_ = nullptr;
-  Counter* tensors_ = nullptr;
-  Counter* collectives_ = nullptr;
-  Counter* bytes_ = nullptr;
-  Counter* cache_hits_ = nullptr;
-  Counter* negotiated_ = nullptr;
-  Counter* full_negotiations_ = nullptr;
-  Gauge* fusion_ratio_ = nullptr;
-  Gauge* fusion_threshold_bytes_ = nullptr;
-  Gauge* cycle_time_seconds_ = nullptr;
+  http::MetricsRegistry& registry_;
+  http::Counter* cycles_ = nullptr;
+  http::Counter* busy_cycles_ = nullptr;
+  http::Counter* negotiation_seconds_ = nullptr;
+  http::Counter* execution_seconds_ = nullptr;
+  http::Counter* tensors_ = nullptr;
+  http::Counter* collectives_ = nullptr;
+  http::Counter* bytes_ = nullptr;
+  http::Counter* cache_hits_ = nullptr;
+  http::Counter* negotiated_ = nullptr;
+  http::Counter* full_negotiations_ = nullptr;
+  http::Gauge* fusion_ratio_ = nullptr;
+  http::Gauge* fusion_threshold_bytes_ = nullptr;
+  http::Gauge* cycle_time_seconds_ = nullptr;
   std::array<PerCollective, kOpTypes> per_collective_{};  // fixed after Create; internal types null
 };
 

@@ -14,6 +14,10 @@
 #include <memory>
 #include <string>
 
+#include "common/env_names.h"
+#include "common/http/health_server.h"
+#include "common/http/metrics_registry.h"
+#include "common/log.h"
 #include "runtime/core/engine.h"
 #include "runtime/core/engine_config.h"
 #include "runtime/world/communicator.h"
@@ -22,19 +26,17 @@
 #include "runtime/world/link_probe.h"
 #include "runtime/world/startup_summary.h"
 #include "runtime/world/world_discovery.h"
+#include "sidecar/arena/arena.h"
+#include "sidecar/daemon/engine_metrics.h"
 #include "sidecar/daemon/op_loop.h"
 #include "sidecar/daemon/sidecar_config.h"
 #include "sidecar/daemon/sidecar_service.h"
-#include "sidecar/daemon/engine_metrics.h"
-#include "common/http/health_server.h"
-#include "common/http/metrics_registry.h"
-#include "sidecar/arena/arena.h"
 
 namespace korovod::sidecar {
 namespace {
 
 int Fail(const Status& s) {
-  std::fprintf(stderr, "korovod-sidecar: %s\n", s.ToString().c_str());
+  KV_LOG(kError, kSidecar, "%s", s.ToString().c_str());
   return 1;
 }
 
@@ -51,9 +53,13 @@ int Main() {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
+  // Until the rank is known the lines say which program wrote them.
+  logging::SetRole("korovod-sidecar");
+  logging::ConfigureFromEnvironment(logging::Subsystem::kSidecar);
   auto config = SidecarConfig::FromProcessEnvironment();
   if (!config.ok()) return Fail(config.status());
   const SidecarConfig& cfg = *config;
+  logging::SetRole("rank " + std::to_string(cfg.rank));
 
   // Rendezvous, preflight, the mesh and the link probe all end by this one deadline.
   const Deadline start = Deadline::After(cfg.start_timeout);
@@ -69,7 +75,7 @@ int Main() {
     world.job_key = *key;
   } else if (!cfg.job_key.empty()) {
     world.job_key = cfg.job_key;
-    ::unsetenv("KOROVOD_JOB_KEY");  // out of /proc/<pid>/environ's reach for anything we start
+    ::unsetenv(env::kJobKey);  // out of /proc/<pid>/environ's reach for anything we start
   }
   auto engine_config = EngineConfig::FromProcessEnvironment();
   if (!engine_config.ok()) return Fail(engine_config.status());
@@ -92,10 +98,8 @@ int Main() {
     ApplyDiscoveredWorld(discovered, world);
     world.connect_timeout = std::chrono::milliseconds(std::max(1, start.RemainingMs()));
   } else if (!cfg.iface.empty()) {
-    std::fprintf(stderr,
-                 "korovod-sidecar: rank %d: warning: KOROVOD_IFACE=%s ignored: KOROVOD_PEERS "
-                 "names every peer's address\n",
-                 cfg.rank, cfg.iface.c_str());
+    KV_LOG(kWarning, kWorld, "%s=%s ignored: %s names every peer's address", env::kIface,
+           cfg.iface.c_str(), env::kPeers);
   }
 
   auto comm = Communicator::Create(world);
@@ -107,11 +111,11 @@ int Main() {
   auto rates = ProbeRingLinks(**comm, kLinkProbeBytes, probe_deadline);
   if (!rates.ok()) return Fail(rates.status().WithContext("rank " + std::to_string(cfg.rank)));
   auto interfaces = ListInterfaces();
-  std::fprintf(stderr, "%s\n",
-               FormatStartupSummary(**comm, *rates,
-                                    interfaces.ok() ? *interfaces : std::vector<NetInterface>{},
-                                    LocalHostName())
-                   .c_str());
+  KV_LOG(kInfo, kWorld, "%s",
+         FormatStartupSummary(**comm, *rates,
+                              interfaces.ok() ? *interfaces : std::vector<NetInterface>{},
+                              LocalHostName())
+             .c_str());
   auto engine = Engine::Start(std::move(*comm), *engine_config);
   if (!engine.ok()) return Fail(engine.status());
 
@@ -125,24 +129,24 @@ int Main() {
     return Fail(arena.status());
   }
 
-  MetricsRegistry registry;
+  http::MetricsRegistry registry;
   auto metrics = EngineMetrics::Create(registry);
   if (!metrics.ok()) return Fail(metrics.status());
   EngineMetrics* metrics_ptr = metrics->get();
   for (const LinkRate& r : *rates) metrics_ptr->SetPeerBandwidth(r.peer, r.bytes_per_second);
   Engine* engine_ptr = engine->get();
-  std::unique_ptr<HealthServer> health;
+  std::unique_ptr<http::HealthServer> health;
   if (cfg.metrics_port >= 0) {
-    HealthServerOptions opts;
+    http::HealthServerOptions opts;
     opts.port = cfg.metrics_port;
     opts.registry = &registry;
     opts.before_scrape = [metrics_ptr, engine_ptr] {
       metrics_ptr->UpdateFromStats(engine_ptr->stats());
     };
-    auto server = HealthServer::Start(std::move(opts));
+    auto server = http::HealthServer::Start(std::move(opts));
     if (!server.ok()) {
       (*engine)->Shutdown();
-      return Fail(server.status().WithContext("KOROVOD_METRICS_PORT"));
+      return Fail(server.status().WithContext(env::kMetricsPort));
     }
     health = std::move(*server);
     health->SetReady(true);
@@ -153,11 +157,9 @@ int Main() {
 
   std::atomic<bool> shutdown_requested{false};
   SidecarService service(cfg, **engine, loop, (*arena)->name(), (*arena)->layout().total_bytes,
-                         [&shutdown_requested, &cfg](const std::string& reason) {
-                           std::fprintf(stderr,
-                                        "korovod-sidecar: rank %d: shutdown requested by the "
-                                        "trainer%s%s\n",
-                                        cfg.rank, reason.empty() ? "" : ": ", reason.c_str());
+                         [&shutdown_requested](const std::string& reason) {
+                           KV_LOG(kInfo, kSidecar, "shutdown requested by the trainer%s%s",
+                                  reason.empty() ? "" : ": ", reason.c_str());
                            shutdown_requested.store(true);
                          });
   ::unlink(cfg.socket_path.c_str());  // a stale socket of an earlier run
@@ -176,14 +178,13 @@ int Main() {
   }
   ::chmod(cfg.socket_path.c_str(), 0660);
 
-  std::fprintf(stderr,
-               "korovod-sidecar: rank %d/%d on %s: transport %s, listening on %s, %d peers, "
-               "socket %s, arena %s (%llu bytes), metrics port %d\n",
-               cfg.rank, cfg.size, LocalHostName().c_str(), transport.c_str(),
-               listen_address.c_str(), cfg.size - 1, cfg.socket_path.c_str(),
-               (*arena)->name().c_str(),
-               static_cast<unsigned long long>((*arena)->layout().total_bytes),
-               health ? health->port() : -1);
+  KV_LOG(kInfo, kSidecar,
+         "rank %d/%d on %s: transport %s, listening on %s, %d peers, socket %s, arena %s (%llu "
+         "bytes), metrics port %d",
+         cfg.rank, cfg.size, LocalHostName().c_str(), transport.c_str(), listen_address.c_str(),
+         cfg.size - 1, cfg.socket_path.c_str(), (*arena)->name().c_str(),
+         static_cast<unsigned long long>((*arena)->layout().total_bytes),
+         health ? health->port() : -1);
 
   bool engine_failed = false;
   while (!shutdown_requested.load()) {
@@ -192,8 +193,7 @@ int Main() {
     if (sig == SIGTERM || sig == SIGINT) break;
     if (!engine_failed && !(*engine)->health().ok()) {
       engine_failed = true;
-      std::fprintf(stderr, "korovod-sidecar: rank %d: engine stopped: %s\n", cfg.rank,
-                   (*engine)->health().ToString().c_str());
+      KV_LOG(kError, kEngine, "engine stopped: %s", (*engine)->health().ToString().c_str());
       if (health) health->SetReady(false, (*engine)->health().ToString());
     }
   }

@@ -10,9 +10,10 @@
 #include <string>
 #include <utility>
 
-#include "sidecar/arena/wire_mapping.h"
+#include "common/log.h"
 #include "sidecar/arena/heap_allocator.h"
 #include "sidecar/arena/op_queue.h"
+#include "sidecar/arena/record_mapping.h"
 
 namespace korovod::sidecar {
 
@@ -39,8 +40,8 @@ struct OpLoop::Session {
     if (!alive) return;
     Status s = completions.Push(c, wait);
     if (!s.ok()) {
-      std::fprintf(stderr, "korovod-sidecar: dropping completion of op %llu: %s\n",
-                   static_cast<unsigned long long>(c.op_id), s.ToString().c_str());
+      KV_LOG(kWarning, kArena, "dropping completion of op %llu: %s",
+             static_cast<unsigned long long>(c.op_id), s.ToString().c_str());
     }
   }
 };
@@ -130,7 +131,7 @@ void OpLoop::Run() {
       CheckClient();
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     } else if (s.code() != StatusCode::kDeadlineExceeded) {
-      std::fprintf(stderr, "korovod-sidecar: %s\n", s.ToString().c_str());
+      KV_LOG(kError, kArena, "%s", s.ToString().c_str());
       EndSession("its submission queue is corrupt");
     }
   }
@@ -193,10 +194,10 @@ void OpLoop::EndSession(const char* why) {
   ArenaHeader& h = arena_.header();
   // Members of groups that never filled up never reached the engine: nothing else holds them.
   const size_t dropped = groups_.Clear();
-  std::fprintf(stderr, "korovod-sidecar: client pid %u of arena %s is gone (%s); arena reset%s%s\n",
-               h.client_pid.value.load(), arena_.name().c_str(), why,
-               dropped > 0 ? ", incomplete grouped allreduces dropped: " : "",
-               dropped > 0 ? std::to_string(dropped).c_str() : "");
+  KV_LOG(kInfo, kArena, "client pid %u of arena %s is gone (%s); arena reset%s%s",
+         h.client_pid.value.load(), arena_.name().c_str(), why,
+         dropped > 0 ? ", incomplete grouped allreduces dropped: " : "",
+         dropped > 0 ? std::to_string(dropped).c_str() : "");
   ResetQueue(h.submission);
   ResetQueue(h.completion);
   h.client_pid.value.store(0, std::memory_order_relaxed);
@@ -256,7 +257,7 @@ void OpLoop::Handle(const SubmissionRecord& record) {
   }
   if (op->kind == RecordKind::kReleaseResult) {
     Status s = session_->results.Free(op->release_offset);
-    if (!s.ok()) std::fprintf(stderr, "korovod-sidecar: release: %s\n", s.ToString().c_str());
+    if (!s.ok()) KV_LOG(kError, kArena, "release: %s", s.ToString().c_str());
     return;
   }
   if (op->group_size > 1) {
@@ -324,6 +325,148 @@ void OpLoop::SubmitGroup(std::vector<ValidatedOp> ops) {
   for (const ValidatedOp& op : ops) Fail(op.op_id, s);
 }
 
+namespace {
+
+// The engine request of one validated record; the output is placed by PlaceOutput.
+OpRequest RequestFor(const ValidatedOp& op, std::byte* client_heap) {
+  OpRequest req;
+  req.type = ToOpType(op.type);
+  req.name = op.name.empty()
+                 ? std::string(RecordOpTypeName(op.type)) + ".op" + std::to_string(op.op_id)
+                 : op.name;
+  req.dtype = op.dtype;
+  req.shape = op.shape;
+  req.input = op.input.bytes > 0 ? client_heap + op.input.offset : nullptr;
+  req.op = ToReduceOp(op.reduce_op);
+  req.prescale = op.prescale;
+  req.postscale = op.postscale;
+  req.root = op.root;
+  req.splits = op.splits;
+  req.process_set = op.process_set;
+  return req;
+}
+
+// Places an output of known size: the client's range, or a new result-heap block.
+Status PlaceKnownOutput(const ValidatedOp& op, uint64_t bytes, std::byte* client_heap,
+                        PendingOp& pending, OpRequest& req) {
+  OpLoop::Session& session = *pending.session;
+  pending.output_bytes = bytes;
+  if (op.output_in_result_heap) {
+    KV_ASSIGN_OR_RETURN(pending.output_offset, session.results.Allocate(bytes));
+    pending.result_allocated = true;
+    req.output = session.result_base + pending.output_offset;
+    return OkStatus();
+  }
+  if (op.output.bytes < bytes) {
+    return InvalidArgument("op " + std::to_string(op.op_id) + " (" + req.name +
+                           "): output range of " + std::to_string(op.output.bytes) +
+                           " bytes is smaller than the " + std::to_string(bytes) +
+                           " bytes of the output");
+  }
+  pending.output_offset = op.output.offset;
+  req.output = client_heap + op.output.offset;
+  return OkStatus();
+}
+
+// An output whose size the engine learns only after negotiation (allgather, alltoall): the
+// engine calls back with the shape, on its own thread.
+OutputAllocator LateOutputAllocator(const ValidatedOp& op, std::byte* client_heap,
+                                    std::shared_ptr<PendingOp> pending, const std::string& name) {
+  const bool in_results = op.output_in_result_heap;
+  const Region client_out = op.output;
+  const uint64_t elem = DataTypeSize(op.dtype);
+  return [pending = std::move(pending), client_heap, client_out, in_results, elem,
+          name](const TensorShape& shape) -> StatusOr<void*> {
+    OpLoop::Session& session = *pending->session;
+    const uint64_t bytes = static_cast<uint64_t>(NumElements(shape)) * elem;
+    pending->output_bytes = bytes;
+    if (in_results) {
+      KV_ASSIGN_OR_RETURN(pending->output_offset, session.results.Allocate(bytes));
+      pending->result_allocated = true;
+      return static_cast<void*>(session.result_base + pending->output_offset);
+    }
+    if (client_out.bytes < bytes) {
+      return InvalidArgument(name + ": output capacity of " + std::to_string(client_out.bytes) +
+                             " bytes is smaller than the " + std::to_string(bytes) +
+                             " bytes gathered (shape " + ShapeString(shape) + ")");
+    }
+    pending->output_offset = client_out.offset;
+    return static_cast<void*>(client_heap + client_out.offset);
+  };
+}
+
+// This rank's block of a reducescatter: the first dimension split over the set, the first set
+// ranks getting one more row. (A rank outside the set is refused by the engine at submission.)
+TensorShape ReduceScatterBlock(const TensorShape& shape, const Engine::SetInfo& set) {
+  const int n = set.size;
+  const int r = std::max(set.rank, 0);
+  const int64_t d0 = shape.empty() ? 1 : shape[0];
+  const int64_t rows = d0 / n + (r < d0 % n ? 1 : 0);
+  TensorShape out = shape.empty() ? TensorShape{rows} : shape;
+  if (!out.empty()) out[0] = rows;
+  return out;
+}
+
+// The engine's completion of one op, as a CompletionRecord in its session's queue (engine
+// thread). Result-heap blocks of a failed op are freed here.
+void CompleteOp(const std::shared_ptr<PendingOp>& pending, EngineMetrics* metrics,
+                const Status& status, const OpResult& result) {
+  OpLoop::Session& s = *pending->session;
+  CompletionRecord c{};
+  c.op_id = pending->op_id;
+  c.process_set_id = pending->process_set;
+  c.last_joined_rank = result.last_joined_rank;
+  Status st = status;
+  const bool learned = pending->type == OpType::kAllgather || pending->type == OpType::kAlltoall;
+  const TensorShape& shape = learned ? result.shape : pending->known_shape;
+  if (st.ok() && shape.size() > static_cast<size_t>(kMaxDims)) {
+    st = Internal("output has " + std::to_string(shape.size()) + " dimensions");
+  }
+  if (st.ok() && result.received_splits.size() > kMaxInlineSplits) {
+    auto block = s.results.Allocate(result.received_splits.size() * sizeof(int64_t));
+    if (!block.ok()) {
+      st = block.status();
+    } else {
+      std::memcpy(s.result_base + *block, result.received_splits.data(),
+                  result.received_splits.size() * sizeof(int64_t));
+      c.flags |= kCompleteSplitsInResultHeap;
+      c.received_splits_offset = *block;
+    }
+  } else {
+    for (size_t i = 0; i < result.received_splits.size(); ++i) {
+      c.received_splits[i] = result.received_splits[i];
+    }
+  }
+  c.num_received_splits = (st.ok() || !result.received_splits.empty())
+                              ? static_cast<uint32_t>(result.received_splits.size())
+                              : 0;
+  if (st.ok()) {
+    c.ndims = static_cast<uint8_t>(shape.size());
+    for (size_t i = 0; i < shape.size(); ++i) c.dims[i] = shape[i];
+    if (pending->type != OpType::kBarrier && pending->type != OpType::kJoin) {
+      c.output_offset = pending->output_offset;
+      c.output_bytes = pending->output_bytes;
+      if (pending->result_allocated) c.flags |= kCompleteOutputInResultHeap;
+    }
+  } else {
+    c.num_received_splits = 0;
+    if (c.flags & kCompleteSplitsInResultHeap) {
+      (void)s.results.Free(c.received_splits_offset);
+      c.flags = 0;
+    }
+    if (pending->result_allocated) (void)s.results.Free(pending->output_offset);
+  }
+  SetStatus(c, st);
+  if (metrics != nullptr && st.ok()) {
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - pending->start).count();
+    metrics->RecordOp(pending->type, pending->input_bytes, secs);
+  }
+  s.Complete(c);
+}
+
+}  // namespace
+
 StatusOr<OpLoop::Prepared> OpLoop::Prepare(const ValidatedOp& op) {
   auto pending = std::make_shared<PendingOp>();
   pending->op_id = op.op_id;
@@ -334,92 +477,28 @@ StatusOr<OpLoop::Prepared> OpLoop::Prepare(const ValidatedOp& op) {
   pending->output_in_result_heap = op.output_in_result_heap;
   pending->start = std::chrono::steady_clock::now();
   pending->session = session_;
-  Session& session = *session_;
   std::byte* heap = arena_.client_heap().data();
-  const uint64_t elem = DataTypeSize(op.dtype);
-
-  OpRequest req;
-  req.type = pending->type;
-  req.name = op.name.empty()
-                 ? std::string(WireOpTypeName(op.type)) + ".op" + std::to_string(op.op_id)
-                 : op.name;
-  req.dtype = op.dtype;
-  req.shape = op.shape;
-  req.input = op.input.bytes > 0 ? heap + op.input.offset : nullptr;
-  req.op = ToReduceOp(op.reduce_op);
-  req.prescale = op.prescale;
-  req.postscale = op.postscale;
-  req.root = op.root;
-  req.splits = op.splits;
-  req.process_set = op.process_set;
-
-  // Places an output of known size: the client's range, or a new result-heap block.
-  auto place_known = [&](uint64_t bytes) -> Status {
-    pending->output_bytes = bytes;
-    if (op.output_in_result_heap) {
-      KV_ASSIGN_OR_RETURN(pending->output_offset, session.results.Allocate(bytes));
-      pending->result_allocated = true;
-      req.output = session.result_base + pending->output_offset;
-    } else {
-      if (op.output.bytes < bytes) {
-        return InvalidArgument("op " + std::to_string(op.op_id) + " (" + req.name +
-                               "): output range of " + std::to_string(op.output.bytes) +
-                               " bytes is smaller than the " + std::to_string(bytes) +
-                               " bytes of the output");
-      }
-      pending->output_offset = op.output.offset;
-      req.output = heap + op.output.offset;
-    }
-    return OkStatus();
-  };
+  OpRequest req = RequestFor(op, heap);
 
   switch (pending->type) {
     case OpType::kAllreduce:
     case OpType::kBroadcast:
       pending->known_shape = op.shape;
-      KV_RETURN_IF_ERROR(place_known(op.input.bytes));
+      KV_RETURN_IF_ERROR(PlaceKnownOutput(op, op.input.bytes, heap, *pending, req));
       break;
     case OpType::kReduceScatter: {
-      // This rank's block: the first dimension split over the set, the first set ranks getting
-      // one more row. A rank outside the set is refused by the engine at submission.
       auto info = engine_.ProcessSetInfo(op.process_set);
       if (!info.ok()) return info.status().WithContext("tensor \"" + req.name + "\"");
-      const Engine::SetInfo set = *info;
-      const int n = set.size;
-      const int r = std::max(set.rank, 0);
-      const int64_t d0 = op.shape.empty() ? 1 : op.shape[0];
-      const int64_t rows = d0 / n + (r < d0 % n ? 1 : 0);
-      TensorShape out = op.shape.empty() ? TensorShape{rows} : op.shape;
-      if (!out.empty()) out[0] = rows;
-      pending->known_shape = out;
-      KV_RETURN_IF_ERROR(place_known(static_cast<uint64_t>(NumElements(out)) * elem));
+      pending->known_shape = ReduceScatterBlock(op.shape, *info);
+      const uint64_t bytes =
+          static_cast<uint64_t>(NumElements(pending->known_shape)) * DataTypeSize(op.dtype);
+      KV_RETURN_IF_ERROR(PlaceKnownOutput(op, bytes, heap, *pending, req));
       break;
     }
     case OpType::kAllgather:
-    case OpType::kAlltoall: {
-      const bool in_results = op.output_in_result_heap;
-      const Region client_out = op.output;
-      Session* sp = &session;
-      std::string name = req.name;
-      req.allocate = [pending, sp, heap, client_out, in_results, elem,
-                      name](const TensorShape& shape) -> StatusOr<void*> {
-        const uint64_t bytes = static_cast<uint64_t>(NumElements(shape)) * elem;
-        pending->output_bytes = bytes;
-        if (in_results) {
-          KV_ASSIGN_OR_RETURN(pending->output_offset, sp->results.Allocate(bytes));
-          pending->result_allocated = true;
-          return static_cast<void*>(sp->result_base + pending->output_offset);
-        }
-        if (client_out.bytes < bytes) {
-          return InvalidArgument(name + ": output capacity of " + std::to_string(client_out.bytes) +
-                                 " bytes is smaller than the " + std::to_string(bytes) +
-                                 " bytes gathered (shape " + ShapeString(shape) + ")");
-        }
-        pending->output_offset = client_out.offset;
-        return static_cast<void*>(heap + client_out.offset);
-      };
+    case OpType::kAlltoall:
+      req.allocate = LateOutputAllocator(op, heap, pending, req.name);
       break;
-    }
     case OpType::kBarrier:
     case OpType::kJoin:
     case OpType::kAddProcessSet:
@@ -427,62 +506,9 @@ StatusOr<OpLoop::Prepared> OpLoop::Prepare(const ValidatedOp& op) {
       break;
   }
 
-  EngineMetrics* metrics = metrics_;
-  auto done = [pending, metrics](const Status& status, const OpResult& result) {
-    Session& s = *pending->session;
-    CompletionRecord c{};
-    c.op_id = pending->op_id;
-    c.process_set_id = pending->process_set;
-    c.last_joined_rank = result.last_joined_rank;
-    Status st = status;
-    const bool learned = pending->type == OpType::kAllgather || pending->type == OpType::kAlltoall;
-    const TensorShape& shape = learned ? result.shape : pending->known_shape;
-    if (st.ok() && shape.size() > static_cast<size_t>(kMaxDims)) {
-      st = Internal("output has " + std::to_string(shape.size()) + " dimensions");
-    }
-    if (st.ok() && result.received_splits.size() > kMaxInlineSplits) {
-      auto block = s.results.Allocate(result.received_splits.size() * sizeof(int64_t));
-      if (!block.ok()) {
-        st = block.status();
-      } else {
-        std::memcpy(s.result_base + *block, result.received_splits.data(),
-                    result.received_splits.size() * sizeof(int64_t));
-        c.flags |= kCompleteSplitsInResultHeap;
-        c.received_splits_offset = *block;
-      }
-    } else {
-      for (size_t i = 0; i < result.received_splits.size(); ++i) {
-        c.received_splits[i] = result.received_splits[i];
-      }
-    }
-    c.num_received_splits = (st.ok() || !result.received_splits.empty())
-                                ? static_cast<uint32_t>(result.received_splits.size())
-                                : 0;
-    if (st.ok()) {
-      c.ndims = static_cast<uint8_t>(shape.size());
-      for (size_t i = 0; i < shape.size(); ++i) c.dims[i] = shape[i];
-      if (pending->type != OpType::kBarrier && pending->type != OpType::kJoin) {
-        c.output_offset = pending->output_offset;
-        c.output_bytes = pending->output_bytes;
-        if (pending->result_allocated) c.flags |= kCompleteOutputInResultHeap;
-      }
-    } else {
-      c.num_received_splits = 0;
-      if (c.flags & kCompleteSplitsInResultHeap) {
-        (void)s.results.Free(c.received_splits_offset);
-        c.flags = 0;
-      }
-      if (pending->result_allocated) (void)s.results.Free(pending->output_offset);
-    }
-    SetStatus(c, st);
-    if (metrics != nullptr && st.ok()) {
-      const double secs =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - pending->start).count();
-      metrics->RecordOp(pending->type, pending->input_bytes, secs);
-    }
-    s.Complete(c);
+  auto done = [pending, metrics = metrics_](const Status& status, const OpResult& result) {
+    CompleteOp(pending, metrics, status, result);
   };
-
   return Prepared{std::move(req), std::move(done), std::move(pending)};
 }
 

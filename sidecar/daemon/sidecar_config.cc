@@ -10,39 +10,23 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/env_names.h"
+#include "common/env_settings.h"
+
 namespace korovod::sidecar {
 namespace {
 
-using GetEnv = std::function<std::optional<std::string>(const std::string&)>;
+std::string Name(const char* variable) { return variable; }
 
-StatusOr<long long> ParseInt(const std::string& var, const std::string& text, long long lo,
-                             long long hi) {
-  long long v = 0;
+// The port of a host:port entry; `what` names the variable and the entry in the error.
+StatusOr<int> ParsePort(const std::string& what, const std::string& text) {
+  int v = 0;
   const char* end = text.data() + text.size();
   auto [p, ec] = std::from_chars(text.data(), end, v);
-  if (text.empty() || ec != std::errc() || p != end) {
-    return InvalidArgument(var + "=\"" + text + "\" is not an integer");
-  }
-  if (v < lo || v > hi) {
-    return InvalidArgument(var + "=" + text + " is out of range [" + std::to_string(lo) + ", " +
-                           std::to_string(hi) + "]");
+  if (text.empty() || ec != std::errc() || p != end || v < 1 || v > 65535) {
+    return InvalidArgument(what + "=" + text + ": expected a port in [1, 65535]");
   }
   return v;
-}
-
-StatusOr<int> Required(const GetEnv& getenv, const std::string& var, long long lo, long long hi) {
-  auto v = getenv(var);
-  if (!v) return InvalidArgument(var + " is not set");
-  KV_ASSIGN_OR_RETURN(long long n, ParseInt(var, *v, lo, hi));
-  return static_cast<int>(n);
-}
-
-StatusOr<int> Optional(const GetEnv& getenv, const std::string& var, long long lo, long long hi,
-                       int fallback) {
-  auto v = getenv(var);
-  if (!v || v->empty()) return fallback;
-  KV_ASSIGN_OR_RETURN(long long n, ParseInt(var, *v, lo, hi));
-  return static_cast<int>(n);
 }
 
 StatusOr<std::vector<PeerAddress>> ParsePeers(const std::string& text, const std::string& var) {
@@ -58,7 +42,7 @@ StatusOr<std::vector<PeerAddress>> ParsePeers(const std::string& text, const std
     if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
       host = host.substr(1, host.size() - 2);
     }
-    auto port = ParseInt(var + " port of \"" + item + "\"", item.substr(colon + 1), 1, 65535);
+    auto port = ParsePort(var + " port of \"" + item + "\"", item.substr(colon + 1));
     if (!port.ok()) return port.status();
     peers.push_back(PeerAddress{host, static_cast<uint16_t>(*port)});
   }
@@ -67,106 +51,113 @@ StatusOr<std::vector<PeerAddress>> ParsePeers(const std::string& text, const std
 
 }  // namespace
 
-StatusOr<SidecarConfig> SidecarConfig::FromEnvironment(const GetEnv& getenv) {
+StatusOr<SidecarConfig> SidecarConfig::FromEnvironment(const Getenv& getenv) {
+  EnvSettings settings(getenv, logging::Subsystem::kSidecar);
   SidecarConfig c;
-  KV_ASSIGN_OR_RETURN(c.size, Required(getenv, "KOROVOD_SIZE", 1, 1 << 20));
-  KV_ASSIGN_OR_RETURN(c.rank, Required(getenv, "KOROVOD_RANK", 0, c.size - 1));
-  KV_ASSIGN_OR_RETURN(c.local_size, Optional(getenv, "KOROVOD_LOCAL_SIZE", 1, c.size, 1));
-  KV_ASSIGN_OR_RETURN(c.local_rank, Optional(getenv, "KOROVOD_LOCAL_RANK", 0, c.local_size - 1, 0));
-  KV_ASSIGN_OR_RETURN(c.cross_size, Optional(getenv, "KOROVOD_CROSS_SIZE", 1, c.size, 1));
-  KV_ASSIGN_OR_RETURN(c.cross_rank, Optional(getenv, "KOROVOD_CROSS_RANK", 0, c.cross_size - 1, 0));
-  const std::string peers = getenv("KOROVOD_PEERS").value_or("");
-  const std::string coordinator = getenv("KOROVOD_COORDINATOR").value_or("");
-  c.world_file = getenv("KOROVOD_WORLD_FILE").value_or("");
+  KV_ASSIGN_OR_RETURN(c.size, settings.RequiredInt(env::kSize, 1, 1 << 20));
+  KV_ASSIGN_OR_RETURN(c.rank, settings.RequiredInt(env::kRank, 0, c.size - 1));
+  // Wiring, not tuning: korovodrun or the operator sets these on every rank, so they are not
+  // logged as overrides of a default (Find and the Required getters log nothing).
+  auto wiring = [&settings](const char* name, int64_t fallback, int64_t lo,
+                            int64_t hi) -> StatusOr<int64_t> {
+    if (!settings.Find(name)) return fallback;
+    return settings.RequiredInt(name, lo, hi);
+  };
+  KV_ASSIGN_OR_RETURN(c.local_size, wiring(env::kLocalSize, 1, 1, c.size));
+  KV_ASSIGN_OR_RETURN(c.local_rank, wiring(env::kLocalRank, 0, 0, c.local_size - 1));
+  KV_ASSIGN_OR_RETURN(c.cross_size, wiring(env::kCrossSize, 1, 1, c.size));
+  KV_ASSIGN_OR_RETURN(c.cross_rank, wiring(env::kCrossRank, 0, 0, c.cross_size - 1));
+  const std::string peers = settings.Find(env::kPeers).value_or(EnvSettings::Found{}).value;
+  const std::string coordinator =
+      settings.Find(env::kCoordinator).value_or(EnvSettings::Found{}).value;
+  c.world_file = settings.Find(env::kWorldFile).value_or(EnvSettings::Found{}).value;
   const int sources = !peers.empty() + !coordinator.empty() + !c.world_file.empty();
   if (sources != 1) {
-    return InvalidArgument(
-        std::string(sources == 0 ? "none" : "more than one") +
-        " of KOROVOD_PEERS, KOROVOD_COORDINATOR and KOROVOD_WORLD_FILE is set; exactly one says "
-        "where the peers are");
+    return InvalidArgument(std::string(sources == 0 ? "none" : "more than one") + " of " +
+                           env::kPeers + ", " + env::kCoordinator + " and " + env::kWorldFile +
+                           " is set; exactly one says where the peers are");
   }
   if (!peers.empty()) {
-    KV_ASSIGN_OR_RETURN(c.peers, ParsePeers(peers, "KOROVOD_PEERS"));
+    KV_ASSIGN_OR_RETURN(c.peers, ParsePeers(peers, env::kPeers));
     if (static_cast<int>(c.peers.size()) != c.size) {
-      return InvalidArgument("KOROVOD_PEERS has " + std::to_string(c.peers.size()) +
-                             " entries but KOROVOD_SIZE is " + std::to_string(c.size));
+      return InvalidArgument(Name(env::kPeers) + " has " + std::to_string(c.peers.size()) +
+                             " entries but " + env::kSize + " is " + std::to_string(c.size));
     }
   }
   if (!coordinator.empty()) {
-    KV_ASSIGN_OR_RETURN(auto parsed, ParsePeers(coordinator, "KOROVOD_COORDINATOR"));
+    KV_ASSIGN_OR_RETURN(auto parsed, ParsePeers(coordinator, env::kCoordinator));
     if (parsed.size() != 1) {
-      return InvalidArgument("KOROVOD_COORDINATOR=" + coordinator + " is not one host:port");
+      return InvalidArgument(Name(env::kCoordinator) + "=" + coordinator + " is not one host:port");
     }
     c.coordinator = parsed.front();
   }
-  c.iface = getenv("KOROVOD_IFACE").value_or("");
-  KV_ASSIGN_OR_RETURN(c.data_port, Optional(getenv, "KOROVOD_DATA_PORT", 0, 65535, 0));
-  KV_ASSIGN_OR_RETURN(c.listen_fd, Optional(getenv, "KOROVOD_LISTEN_FD", 0, 1 << 20, -1));
+  KV_ASSIGN_OR_RETURN(c.iface, settings.String(env::kIface));
+  KV_ASSIGN_OR_RETURN(c.data_port, settings.Int(env::kDataPort, 0, 0, 65535));
+  // Inherited from korovodrun. -1: none.
+  KV_ASSIGN_OR_RETURN(c.listen_fd, wiring(env::kListenFd, -1, 0, 1 << 20));
   if (c.listen_fd >= 0 && ::fcntl(c.listen_fd, F_GETFD) < 0) {
-    return InvalidArgument("KOROVOD_LISTEN_FD=" + std::to_string(c.listen_fd) +
+    return InvalidArgument(Name(env::kListenFd) + "=" + std::to_string(c.listen_fd) +
                            " is not an open file descriptor");
   }
-  c.job_key_file = getenv("KOROVOD_JOB_KEY_FILE").value_or("");
-  c.job_key = getenv("KOROVOD_JOB_KEY").value_or("");
+  c.job_key_file = settings.Find(env::kJobKeyFile).value_or(EnvSettings::Found{}).value;
+  // Never through a logging getter: the key must not reach a log line.
+  c.job_key = settings.Find(env::kJobKey).value_or(EnvSettings::Found{}).value;
   if (!c.job_key.empty() && !c.job_key_file.empty()) {
-    return InvalidArgument("both KOROVOD_JOB_KEY and KOROVOD_JOB_KEY_FILE are set; set one");
+    return InvalidArgument("both " + Name(env::kJobKey) + " and " + env::kJobKeyFile +
+                           " are set; set one");
   }
   // Same bar as korovodrun's and the operator's keys (32 random bytes as 64 hex digits): a short
   // key would make the ring's HMAC guessable.
   if (!c.job_key.empty() && c.job_key.size() < 32) {
-    return InvalidArgument("KOROVOD_JOB_KEY has " + std::to_string(c.job_key.size()) +
+    return InvalidArgument(Name(env::kJobKey) + " has " + std::to_string(c.job_key.size()) +
                            " characters; at least 32 are required");
   }
-  auto socket = getenv("KOROVOD_SOCKET");
-  if (!socket || socket->empty()) return InvalidArgument("KOROVOD_SOCKET is not set");
+  KV_ASSIGN_OR_RETURN(const std::string socket_path, settings.RequiredString(env::kSocket));
+  const std::string* socket = &socket_path;
   if (socket->size() >= 100) {
-    return InvalidArgument("KOROVOD_SOCKET=" + *socket +
+    return InvalidArgument(Name(env::kSocket) + "=" + *socket +
                            " is too long for a unix socket path (max 99 bytes)");
   }
   c.socket_path = *socket;
-  auto prefix = getenv("KOROVOD_SHM_PREFIX");
-  if (!prefix || prefix->empty()) return InvalidArgument("KOROVOD_SHM_PREFIX is not set");
+  KV_ASSIGN_OR_RETURN(const std::string shm_prefix, settings.RequiredString(env::kShmPrefix));
+  const std::string* prefix = &shm_prefix;
   if (prefix->front() != '/' || prefix->find('/', 1) != std::string::npos || prefix->size() > 200) {
-    return InvalidArgument("KOROVOD_SHM_PREFIX=" + *prefix +
+    return InvalidArgument(Name(env::kShmPrefix) + "=" + *prefix +
                            " must start with \"/\" and contain no other \"/\"");
   }
   c.shm_prefix = *prefix;
-  KV_ASSIGN_OR_RETURN(c.metrics_port, Optional(getenv, "KOROVOD_METRICS_PORT", 0, 65535, -1));
-  KV_ASSIGN_OR_RETURN(int timeout, Optional(getenv, "KOROVOD_START_TIMEOUT_SECONDS", 1, 86400, 60));
+  // -1: no HTTP server (the default); 0: any free port.
+  KV_ASSIGN_OR_RETURN(c.metrics_port, settings.Int(env::kMetricsPort, -1, -1, 65535));
+  KV_ASSIGN_OR_RETURN(int64_t timeout, settings.Int(env::kStartTimeoutSeconds, 60, 1, 86400));
   c.start_timeout = std::chrono::seconds(timeout);
-  KV_ASSIGN_OR_RETURN(c.arena_heap_mib, Optional(getenv, "KOROVOD_ARENA_HEAP_MIB", 1, 1 << 20, 64));
-  KV_ASSIGN_OR_RETURN(c.arena_heap_max_mib,
-                      Optional(getenv, "KOROVOD_ARENA_HEAP_MAX_MIB", 1, 1 << 20, 16384));
+  KV_ASSIGN_OR_RETURN(c.arena_heap_mib, settings.Int(env::kArenaHeapMib, 64, 1, 1 << 20));
+  KV_ASSIGN_OR_RETURN(c.arena_heap_max_mib, settings.Int(env::kArenaHeapMaxMib, 16384, 1, 1 << 20));
   if (c.arena_heap_mib > c.arena_heap_max_mib) {
-    return InvalidArgument(
-        "KOROVOD_ARENA_HEAP_MIB=" + std::to_string(c.arena_heap_mib) +
-        " is more than KOROVOD_ARENA_HEAP_MAX_MIB=" + std::to_string(c.arena_heap_max_mib) +
-        ": a heap cannot start larger than it may grow");
+    return InvalidArgument(Name(env::kArenaHeapMib) + "=" + std::to_string(c.arena_heap_mib) +
+                           " is more than " + env::kArenaHeapMaxMib + "=" +
+                           std::to_string(c.arena_heap_max_mib) +
+                           ": a heap cannot start larger than it may grow");
   }
   return c;
 }
 
 StatusOr<SidecarConfig> SidecarConfig::FromProcessEnvironment() {
-  return FromEnvironment([](const std::string& name) -> std::optional<std::string> {
-    const char* v = std::getenv(name.c_str());
-    if (v == nullptr) return std::nullopt;
-    return std::string(v);
-  });
+  return FromEnvironment(ProcessGetenv());
 }
 
 StatusOr<std::string> ReadJobKeyFile(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
-    return ErrnoStatus(StatusCode::kInvalidArgument, "KOROVOD_JOB_KEY_FILE " + path, errno);
+    return ErrnoStatus(StatusCode::kInvalidArgument, Name(env::kJobKeyFile) + " " + path, errno);
   }
   if ((st.st_mode & 077) != 0) {
-    return PermissionDenied("KOROVOD_JOB_KEY_FILE " + path +
+    return PermissionDenied(Name(env::kJobKeyFile) + " " + path +
                             " is readable by group or others; expected mode 0600");
   }
   std::ifstream in(path);
   std::string key;
   if (!in || !std::getline(in, key) || key.empty()) {
-    return InvalidArgument("KOROVOD_JOB_KEY_FILE " + path + " is empty or unreadable");
+    return InvalidArgument(Name(env::kJobKeyFile) + " " + path + " is empty or unreadable");
   }
   return key;
 }

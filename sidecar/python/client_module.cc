@@ -1,11 +1,14 @@
 // korovod._client: the C++ client (sidecar/client/client.h) for Python. Tensors are passed as raw
 // addresses (numpy/torch data_ptr) plus dtype and shape; the caller keeps them alive until the
-// handle completes. Waits release the GIL.
+// handle completes. An address inside the arena's client heap (an ArenaBlock's memory, exposed
+// through the buffer protocol so that torch.frombuffer can wrap it) is used where it lies, with
+// no copy. Waits release the GIL.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -52,11 +55,8 @@ auto Unlocked(F&& submit) {
   return Take(std::move(result));
 }
 
-}  // namespace
-
-PYBIND11_MODULE(_client, m) {
-  m.doc() = "korovod sidecar client (C++), wrapped for Python";
-
+// DataType and the reduce ops, by the names korovod.torch uses.
+void BindVocabulary(py::module_& m) {
   py::enum_<DataType>(m, "DataType")
       .value("uint8", DataType::kUint8)
       .value("int8", DataType::kInt8)
@@ -75,7 +75,26 @@ PYBIND11_MODULE(_client, m) {
   m.attr("MIN") = static_cast<int>(ReduceOp::kMin);
   m.attr("MAX") = static_cast<int>(ReduceOp::kMax);
   m.attr("PRODUCT") = static_cast<int>(ReduceOp::kProduct);
+}
 
+void BindArenaBlock(py::module_& m) {
+  // A client-heap block; Python's buffer protocol exposes its bytes (writable, one dimension)
+  // and the block is freed when the last reference goes: torch.frombuffer holds one for as long
+  // as the tensor's storage lives.
+  py::class_<ArenaBuffer>(m, "ArenaBlock", py::buffer_protocol())
+      .def_buffer([](ArenaBuffer& b) {
+        return py::buffer_info(b.data(), 1, py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(b.size())}, {py::ssize_t{1}},
+                               /*readonly=*/false);
+      })
+      .def_property_readonly("nbytes", &ArenaBuffer::size)
+      .def_property_readonly("offset", &ArenaBuffer::offset)
+      .def_property_readonly(
+          "address", [](const ArenaBuffer& b) { return reinterpret_cast<uintptr_t>(b.data()); })
+      .def("__len__", &ArenaBuffer::size);
+}
+
+void BindHandle(py::module_& m) {
   py::class_<ClientHandle>(m, "Handle")
       .def("poll", &ClientHandle::Poll)
       .def(
@@ -110,7 +129,9 @@ PYBIND11_MODULE(_client, m) {
       .def_property_readonly("received_splits",
                              [](const ClientHandle& h) { return h.received_splits(); })
       .def_property_readonly("last_joined_rank", &ClientHandle::last_joined_rank);
+}
 
+void BindClient(py::module_& m) {
   py::class_<Client>(m, "Client")
       .def_static(
           "connect",
@@ -132,6 +153,31 @@ PYBIND11_MODULE(_client, m) {
       .def_property_readonly("cross_rank", &Client::cross_rank)
       .def_property_readonly("cross_size", &Client::cross_size)
       .def_property_readonly("session_id", &Client::session_id)
+      .def(
+          "allocate",
+          [](Client& c, uint64_t nbytes) { return Unlocked([&] { return c.Allocate(nbytes); }); },
+          py::arg("nbytes"))
+      .def(
+          "try_allocate",
+          [](Client& c, uint64_t nbytes, uint64_t keep_free) -> std::optional<ArenaBuffer> {
+            auto b = c.TryAllocate(nbytes, keep_free);
+            if (!b.ok()) return std::nullopt;
+            return std::move(*b);
+          },
+          py::arg("nbytes"), py::arg("keep_free_bytes") = 0)
+      .def_property_readonly("client_heap_capacity", &Client::client_heap_capacity)
+      .def("in_arena", [](const Client& c, uintptr_t address,
+                          uint64_t nbytes) { return c.InArena(Ptr(address), nbytes); })
+      .def("copy_stats",
+           [](const Client& c) {
+             const ClientCopyStats s = c.copy_stats();
+             py::dict d;
+             d["staged_in_bytes"] = s.staged_in_bytes;
+             d["staged_out_bytes"] = s.staged_out_bytes;
+             d["staged_tensors"] = s.staged_tensors;
+             d["arena_tensors"] = s.arena_tensors;
+             return d;
+           })
       .def(
           "allreduce",
           [](Client& c, uintptr_t in, uintptr_t out, DataType dt, const TensorShape& shape,
@@ -246,4 +292,15 @@ PYBIND11_MODULE(_client, m) {
             Check(c.Shutdown(reason));
           },
           py::arg("reason") = "");
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_client, m) {
+  m.doc() = "korovod sidecar client (C++), wrapped for Python";
+
+  BindVocabulary(m);
+  BindArenaBlock(m);
+  BindHandle(m);
+  BindClient(m);
 }

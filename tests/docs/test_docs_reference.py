@@ -7,14 +7,21 @@ code without a row fails, and so does a row whose setting the code no longer has
 
 What counts as "defined" (deliberately narrow, so that error messages and comments that mention
 a variable do not count as reading it):
-- engine variables: `Lookup(getenv, "SUFFIX")` in runtime/ (KOROVOD_SUFFIX, HOROVOD_ fallback);
-- sidecar variables: `getenv("KOROVOD_X")`, `Required(getenv, "KOROVOD_X"`,
-  `Optional(getenv, "KOROVOD_X"` in sidecar/ and runtime/ C++ sources;
+- the names themselves live in common/env_names.h (`inline constexpr char kX[] = "KOROVOD_X";`,
+  in blocks between `// engine-variables` / `// sidecar-variables` and their `// end` lines); a
+  reference `env::kX` stands for its name;
+- engine variables: the engine block's constants referenced as `env::kX` in runtime/ (and the
+  older `Lookup(getenv, "SUFFIX")`, KOROVOD_SUFFIX);
+- sidecar variables: the sidecar block's constants referenced as `env::kX` in sidecar/ and
+  runtime/ (and the older `getenv("KOROVOD_X")`, `Required(getenv, "KOROVOD_X"`,
+  `Optional(getenv, "KOROVOD_X"`) in C++ sources;
+- logging variables: the `kLog...Variable` constants of common/log.h;
 - client variables: `os.environ.get("KOROVOD_X"`, `os.environ["KOROVOD_X"]`, `os.getenv(...)`
   in python/;
-- set by the operator: the `kEnvXxx = "KOROVOD_X"` constants of operator/ (what worker pods get);
-- set by korovodrun: `env.Set("KOROVOD_X"` and `env.Set(prefix + "X"` (SetRankVars) in
-  launcher/;
+- set by the operator: the `kEnvXxx = "KOROVOD_X"` (or `= env::kX`) constants of operator/ (what
+  worker pods get);
+- set by korovodrun: `env.Set("KOROVOD_X"`, `env.Set(env::kX` and `env.Set(prefix + "X"`
+  (SetRankVars) in launcher/;
 - CRD fields: every leaf property path under spec and status of the openAPIV3Schema
   (objects with x-kubernetes-preserve-unknown-fields, i.e. spec.template and
   spec.sidecar.resources, are leaves: their insides are Kubernetes' own types);
@@ -52,14 +59,41 @@ def matches(folders, suffixes, pattern, prefix=""):
 CPP = {".cc", ".h"}
 
 
+ENV_NAMES = ROOT / "common" / "env_names.h"
+
+
+def env_name_constants(block=None):
+    """{constant: variable} of common/env_names.h, all of them or one marked block's."""
+    text = ENV_NAMES.read_text(encoding="utf-8")
+    if block is not None:
+        begin = text.find(f"// {block}")
+        end = text.find(f"// end {block}")
+        assert begin >= 0 and end > begin, f"common/env_names.h lacks the {block} markers"
+        text = text[begin:end]
+    return dict(re.findall(r'\b(k\w+)\[\]\s*=\s*"(KOROVOD_[A-Z0-9_]+)"', text))
+
+
+def referenced(folders, block):
+    """Variables of `block` whose constant folders' C++ sources reference as env::kX."""
+    constants = env_name_constants(block)
+    return {constants[c] for c in matches(folders, CPP, r'\benv::(k\w+)\b') if c in constants}
+
+
 def engine_variables():
-    return matches(["runtime"], CPP, r'Lookup\(\s*getenv\s*,\s*"([A-Z0-9_]+)"', "KOROVOD_")
+    return matches(["runtime"], CPP, r'Lookup\(\s*getenv\s*,\s*"([A-Z0-9_]+)"',
+                   "KOROVOD_") | referenced(["runtime"], "engine-variables")
 
 
 def sidecar_variables():
     return matches(
         ["sidecar", "runtime"], CPP,
-        r'(?:\bgetenv|Required|Optional)\(\s*(?:getenv\s*,\s*)?"(KOROVOD_[A-Z0-9_]+)"')
+        r'(?:\bgetenv|Required|Optional)\(\s*(?:getenv\s*,\s*)?"(KOROVOD_[A-Z0-9_]+)"'
+    ) | referenced(["sidecar", "runtime"], "sidecar-variables")
+
+
+def log_variables():
+    text = (ROOT / "common" / "log.h").read_text(encoding="utf-8")
+    return set(re.findall(r'\bkLog\w*Variable\[\]\s*=\s*"(KOROVOD_[A-Z0-9_]+)"', text))
 
 
 def client_variables():
@@ -69,11 +103,17 @@ def client_variables():
 
 
 def operator_set_variables():
-    return matches(["operator"], CPP, r'\bkEnv\w+\s*=\s*"(KOROVOD_[A-Z0-9_]+)"')
+    constants = env_name_constants()
+    by_constant = {constants[c] for c in matches(["operator"], CPP, r'\bkEnv\w+\s*=\s*env::(k\w+)')
+                   if c in constants}
+    return matches(["operator"], CPP, r'\bkEnv\w+\s*=\s*"(KOROVOD_[A-Z0-9_]+)"') | by_constant
 
 
 def korovodrun_set_variables():
-    direct = matches(["launcher"], CPP, r'\.Set\(\s*"(KOROVOD_[A-Z0-9_]+)"')
+    constants = env_name_constants()
+    direct = matches(["launcher"], CPP, r'\.Set\(\s*"(KOROVOD_[A-Z0-9_]+)"') | {
+        constants[c] for c in matches(["launcher"], CPP, r'\.Set\(\s*env::(k\w+)')
+        if c in constants}
     # SetRankVars(env, "KOROVOD_", p) sets prefix + "RANK", ...
     by_prefix = matches(["launcher"], CPP, r'\.Set\(\s*prefix\s*\+\s*"([A-Z0-9_]+)"',
                         "KOROVOD_")
@@ -148,6 +188,7 @@ def documented(marker):
 TABLES = {
     "engine-variables": engine_variables,
     "sidecar-variables": sidecar_variables,
+    "log-variables": log_variables,
     "client-variables": client_variables,
     "operator-env": operator_set_variables,
     "korovodrun-env": korovodrun_set_variables,
@@ -175,7 +216,8 @@ def test_every_documented_setting_exists_in_the_code(marker):
 def test_every_korovod_variable_in_the_code_is_in_some_table():
     """A KOROVOD_* name in a string literal that no extractor above sees is a new way of reading
     the environment: make the extractors see it (or document why it is not a setting)."""
-    literal = matches(["runtime", "sidecar", "python", "operator"], CPP | {".py"},
+    literal = matches(["runtime", "sidecar", "python", "operator", "common", "launcher"],
+                      CPP | {".py"},
                       r'"(KOROVOD_[A-Z0-9_]+)[" =]')
     known = set().union(*(TABLES[m]() for m in TABLES if m.endswith(("variables", "env"))))
     # Error messages quote a variable with its value ("KOROVOD_IFACE=eth9: ...") or describe it.

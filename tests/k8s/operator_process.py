@@ -16,7 +16,7 @@ def operator_binary():
 
 
 class OperatorProcess:
-    def __init__(self, cluster, logdir, name="op", args=(), kubeconfig=None):
+    def __init__(self, cluster, logdir, name="operator", args=(), kubeconfig=None):
         self.cluster = cluster
         self.port = free_port()
         self.log_path = os.path.join(logdir, "%s.log" % name)

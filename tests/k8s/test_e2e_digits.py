@@ -35,10 +35,10 @@ def test_kubectl_apply_trains_digits_on_4_workers(crd, tmp_path):
     }
     agent = NodeAgent(crd, str(tmp_path), {"korovod/sidecar": [os.path.join(build, "bin",
                                                                             "korovod-sidecar")]})
-    op = OperatorProcess(crd, str(tmp_path), "op-e2e").start()
+    operator = OperatorProcess(crd, str(tmp_path), "operator-e2e").start()
     try:
         with agent:
-            crd.wait_for(lambda: op.http("/readyz")[0] == 200, "operator ready", 60)
+            crd.wait_for(lambda: operator.http("/readyz")[0] == 200, "operator ready", 60)
             apply(crd, ns, json.dumps(job))
             try:
                 done = crd.wait_for(lambda: (get_job(crd, ns, "digits-e2e") or {}).get(
@@ -57,7 +57,7 @@ def test_kubectl_apply_trains_digits_on_4_workers(crd, tmp_path):
             assert "rank 0/4" in sidecar0, sidecar0
             assert status["succeededWorkers"] == 4
     finally:
-        op.stop()
+        operator.stop()
         crd.kubectl("delete", "hvdjob", "digits-e2e", "--ignore-not-found", "--wait=false")
 
 

@@ -1,14 +1,15 @@
 """The Helm chart helm/korovod, with the pinned helm (scripts/build-testinfra.sh): `helm lint
 --strict` and `helm template` with default and non-default values, the exact objects and their
 key fields per case, the webhook's generated CA and serving certificate, values.schema.json
-rejecting bad values, the chart's CRD copy, and the rendered manifests accepted by a real
-kube-apiserver (`kubectl apply --dry-run=server`). The RBAC rules themselves are exercised by
-test_operator_auth.py, which runs the operator under exactly the chart's rules."""
+rejecting bad values, the CRD taken from crds/ (a symlink, rendered and packaged), and the
+rendered manifests accepted by a real kube-apiserver (`kubectl apply --dry-run=server`). The RBAC
+rules themselves are exercised by test_operator_auth.py, which runs the operator under exactly
+the chart's rules."""
 import base64
 import datetime
-import filecmp
 import os
 import subprocess
+import tarfile
 
 import pytest
 import yaml
@@ -17,7 +18,7 @@ from cryptography.hazmat.primitives import serialization
 
 from cluster import REPO
 from helm_chart import CHART, by_kind_name, helm, helm_binary, template
-from jobs import CRD  # noqa: F401  (the repository's CRD, compared with the chart's copy)
+from jobs import CRD  # the repository's CRD, the one source the chart's crds/ links to
 
 NS = "korovod-system"
 FULL = "rel-korovod"
@@ -306,11 +307,33 @@ def test_leader_election_timings_checked(values_files):
     assert r.returncode != 0 and "retryPeriod < renewDeadline < leaseDuration" in r.stderr, r.stderr
 
 
-def test_chart_crd_is_the_repository_crd():
-    chart_crd = os.path.join(CHART, "crds", "korovod.dev_horovodjobs.yaml")
-    assert filecmp.cmp(chart_crd, CRD, shallow=False), \
-        "helm/korovod/crds/ differs from crds/: cp %s %s" % (CRD, chart_crd)
-    assert os.listdir(os.path.join(CHART, "crds")) == ["korovod.dev_horovodjobs.yaml"]
+def test_chart_crd_comes_from_the_repository_crd(tmp_path):
+    """The CRD exists once, in crds/: the chart's crds/ holds only a symlink to it, helm renders
+    that file (`--include-crds`, what `helm install` applies), and `helm package` puts its bytes
+    into the chart archive as a regular file, so a published chart does not depend on the
+    repository around it."""
+    chart_crds = os.path.join(CHART, "crds")
+    assert os.listdir(chart_crds) == ["korovod.dev_horovodjobs.yaml"]
+    link = os.path.join(chart_crds, "korovod.dev_horovodjobs.yaml")
+    assert os.path.islink(link), "%s should be a symlink to %s" % (link, CRD)
+    assert os.readlink(link) == "../../../crds/korovod.dev_horovodjobs.yaml"
+    assert os.path.samefile(link, CRD)
+
+    with open(CRD) as f:
+        source = yaml.safe_load(f)
+    rendered = [d for d in template(extra=["--include-crds"])
+                if d["kind"] == "CustomResourceDefinition"]
+    assert rendered == [source]
+
+    helm("package", CHART, "--destination", str(tmp_path))
+    (archive,) = tmp_path.glob("korovod-*.tgz")
+    with tarfile.open(archive) as tar:
+        members = [m for m in tar.getmembers() if "/crds/" in m.name]
+        assert [(m.name, m.isfile()) for m in members] == [
+            ("korovod/crds/korovod.dev_horovodjobs.yaml", True)]
+        packaged = tar.extractfile(members[0]).read()
+    with open(CRD, "rb") as f:
+        assert packaged == f.read()
 
 
 @pytest.mark.parametrize("case", ["default", "namespaced"])
@@ -322,6 +345,8 @@ def test_rendered_manifests_accepted_by_the_api_server(cluster, values_files, ca
     crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
     rest = [d for d in docs if d["kind"] != "CustomResourceDefinition"]
     assert [c["metadata"]["name"] for c in crds] == ["horovodjobs.korovod.dev"]
+    with open(CRD) as f:
+        assert crds == [yaml.safe_load(f)]  # what the API server gets is crds/, the one source
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(crds))
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                     "crd/horovodjobs.korovod.dev")

@@ -15,10 +15,11 @@ from jobs import (apply, condition, crd, events, get_job, job_doc, ns, pods,  # 
 
 @pytest.fixture(scope="module")
 def operator(crd, tmp_path_factory):
-    op = OperatorProcess(crd, str(tmp_path_factory.mktemp("op")), "op-main").start()
-    crd.wait_for(lambda: op.http("/readyz")[0] == 200, "operator /readyz", 60)
-    yield op
-    assert op.stop() == 0, op.log()[-3000:]
+    logdir = str(tmp_path_factory.mktemp("operator"))
+    process = OperatorProcess(crd, logdir, "operator-main").start()
+    crd.wait_for(lambda: process.http("/readyz")[0] == 200, "operator /readyz", 60)
+    yield process
+    assert process.stop() == 0, process.log()[-3000:]
 
 
 def test_creates_exactly_the_expected_children(operator, crd, ns):

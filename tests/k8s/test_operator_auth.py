@@ -69,19 +69,19 @@ def docs_rbac_table():
 
 
 def test_client_certificate_and_least_privilege_rbac(crd, ns, tmp_path):
-    op = OperatorProcess(crd, str(tmp_path), "op-cert",
-                         ["--leader-elect", "--leader-election-namespace", ns],
-                         kubeconfig=crd.cert_kubeconfig).start()
+    operator = OperatorProcess(crd, str(tmp_path), "operator-cert",
+                               ["--leader-elect", "--leader-election-namespace", ns],
+                               kubeconfig=crd.cert_kubeconfig).start()
     try:
-        crd.wait_for(lambda: "HTTP 403" in op.log() and "horovodjobs" in op.log(),
+        crd.wait_for(lambda: "HTTP 403" in operator.log() and "horovodjobs" in operator.log(),
                      "a 403 on horovodjobs in the operator log", 30)
-        code, body = op.http("/readyz")
+        code, body = operator.http("/readyz")
         assert code == 503 and "not synced" in body, (code, body)
 
         rbac = chart_rbac(ns)
         for doc in rbac:
             crd.kubectl("apply", "-f", "-", input=json.dumps(doc))
-        crd.wait_for(lambda: op.http("/readyz")[0] == 200, "ready once RBAC allows it", 90)
+        crd.wait_for(lambda: operator.http("/readyz")[0] == 200, "ready once RBAC allows it", 90)
         ready_at = len(crd.audit_events(USER))
         outcome = {"v": "run"}
 
@@ -105,12 +105,12 @@ def test_client_certificate_and_least_privilege_rbac(crd, ns, tmp_path):
         events = crd.get("/api/v1/namespaces/%s/events" % ns)["items"]
         assert any(e["source"].get("component") == "korovod-operator" for e in events), events
         lease = crd.get("/apis/coordination.k8s.io/v1/namespaces/%s/leases/korovod-operator" % ns)
-        assert lease["spec"]["holderIdentity"] == "op-cert"
+        assert lease["spec"]["holderIdentity"] == "operator-cert"
         # "HTTP 403", not "403": a timestamp such as 15:24:22.403Z is no denial.
-        assert "HTTP 403" not in op.log().split("caches synced")[-1], op.log()[-3000:]
-        assert "leading (Lease %s/korovod-operator)" % ns in op.log(), op.log()[-3000:]
+        assert "HTTP 403" not in operator.log().split("caches synced")[-1], operator.log()[-3000:]
+        assert "leading (Lease %s/korovod-operator)" % ns in operator.log(), operator.log()[-3000:]
     finally:
-        assert op.stop() == 0, op.log()[-3000:]
+        assert operator.stop() == 0, operator.log()[-3000:]
         crd.kubectl("delete", "clusterrolebinding,clusterrole", "auth-korovod",
                     "--ignore-not-found")
 

@@ -31,13 +31,14 @@ def bare_cluster():
 
 def test_relists_after_410_and_sees_what_changed(bare_cluster, tmp_path):
     c = bare_cluster
-    op = OperatorProcess(c, str(tmp_path), "op-410", ["--watch-timeout-seconds", "2"]).start()
+    operator = OperatorProcess(c, str(tmp_path), "operator-410",
+                               ["--watch-timeout-seconds", "2"]).start()
     try:
-        c.wait_for(lambda: op.http("/readyz")[0] == 200, "operator ready", 60)
+        c.wait_for(lambda: operator.http("/readyz")[0] == 200, "operator ready", 60)
         with FakeKubelet(c, "default"):
             apply(c, "default", job_doc("before", replicas=1))
             wait_phase(c, "default", "before", "Running")
-            op.proc.send_signal(signal.SIGSTOP)
+            operator.proc.send_signal(signal.SIGSTOP)
             try:
                 # Every watch of the frozen operator drops with the API server; the new job and
                 # the compaction happen while it cannot reconnect, so no watch stream carries
@@ -46,10 +47,10 @@ def test_relists_after_410_and_sees_what_changed(bare_cluster, tmp_path):
                 apply(c, "default", job_doc("during", replicas=2))
                 c.compact_etcd()
             finally:
-                op.proc.send_signal(signal.SIGCONT)
+                operator.proc.send_signal(signal.SIGCONT)
             wait_phase(c, "default", "during", "Running", 60)
             assert len(pods(c, "default", "during")) == 2
-        log = op.log()
+        log = operator.log()
         assert "watch horovodjobs: " in log and "HTTP 410" in log, log[-3000:]
     finally:
-        assert op.stop() == 0, op.log()[-3000:]
+        assert operator.stop() == 0, operator.log()[-3000:]

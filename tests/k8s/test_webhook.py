@@ -106,20 +106,20 @@ def webhook(crd, tmp_path):
     os.makedirs(vol)
     _project(vol, d, "first")
     port = free_port()
-    op = OperatorProcess(crd, str(tmp_path), "op-webhook", [
+    operator = OperatorProcess(crd, str(tmp_path), "operator-webhook", [
         "--webhook-bind-address", "127.0.0.1:%d" % port, "--webhook-cert-dir", vol,
         "--sidecar-image", "korovod/sidecar:dev"]).start()
     name = "korovod-test-" + uuid.uuid4().hex[:6]
     try:
-        crd.wait_for(lambda: "webhook: serving POST /inject" in op.log(), "the webhook serving",
-                     30)
+        crd.wait_for(lambda: "webhook: serving POST /inject" in operator.log(),
+                     "the webhook serving", 30)
         with open(os.path.join(d, "ca.crt"), "rb") as f:
             crd.kubectl("apply", "-f", "-",
                         input=json.dumps(_webhook_configuration(name, port, f.read())))
-        yield {"op": op, "pki": d, "vol": vol}
+        yield {"operator": operator, "pki": d, "vol": vol}
     finally:
         crd.kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found")
-        assert op.stop() == 0, op.log()[-3000:]
+        assert operator.stop() == 0, operator.log()[-3000:]
 
 
 def _namespace(cluster, labels=None):
@@ -201,14 +201,14 @@ def test_statefulset_pods_are_injected_and_train(crd, webhook, tmp_path):
         accuracies = [float(a) for a in re.findall(r"test accuracy ([0-9.]+)%", trainer0)]
         assert len(accuracies) == 3 and accuracies[-1] > 80.0, trainer0
         assert "rank 0/2" in agent.log("bert-0", "korovod-sidecar")
-    log = webhook["op"].log()
+    log = webhook["operator"].log()
     assert "injected: StatefulSet %s/bert rank 1 of 2" % ns in log, log[-3000:]
-    assert webhook["op"].metric("korovod_operator_webhook_reviews_total",
-                                'outcome="injected"') == 2
+    assert webhook["operator"].metric("korovod_operator_webhook_reviews_total",
+                                      'outcome="injected"') == 2
 
 
 def test_refusals_opt_outs_and_rotation(crd, webhook):
-    op = webhook["op"]
+    operator = webhook["operator"]
     ns = _namespace(crd)
     trainer = {"name": "trainer", "image": "t"}
     # Opted in, but no workload gives it a rank: refused, and kubectl shows why.
@@ -254,7 +254,7 @@ def test_refusals_opt_outs_and_rotation(crd, webhook):
     stored = crd.get("/api/v1/namespaces/%s/pods/t5-copy" % opted_ns)["spec"]
     assert stored["initContainers"] == by_ns["initContainers"]
     assert stored["containers"][0]["env"] == by_ns["containers"][0]["env"]
-    assert "unchanged: already has korovod-sidecar" in op.log(), op.log()[-3000:]
+    assert "unchanged: already has korovod-sidecar" in operator.log(), operator.log()[-3000:]
 
     # Rotation: the kubelet swaps the Secret volume; the next TLS handshake presents the new
     # certificate (same CA, so the API server's caBundle still verifies it). The API server keeps
@@ -268,7 +268,8 @@ def test_refusals_opt_outs_and_rotation(crd, webhook):
         _create(crd, opted_ns, after)
         stored = crd.get("/api/v1/namespaces/%s/pods/t5-after-%d" % (opted_ns, n))["spec"]
         assert "initContainers" in stored, stored
-        if new in op.log():
+        if new in operator.log():
             break
-    assert "webhook certificate reloaded" in op.log() and new in op.log(), op.log()[-3000:]
-    assert op.metric("korovod_operator_webhook_reviews_total", 'outcome="denied"') == 2
+    log = operator.log()
+    assert "webhook certificate reloaded" in log and new in log, log[-3000:]
+    assert operator.metric("korovod_operator_webhook_reviews_total", 'outcome="denied"') == 2

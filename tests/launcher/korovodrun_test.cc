@@ -236,7 +236,8 @@ TEST_F(KorovodrunTest, FailingTrainerExitCodeIsPropagated) {
   auto r = l.Finish();
   EXPECT_EQ(r.status.code, 7) << r.status.Describe() << "\n" << r.err;
   EXPECT_TRUE(Contains(r.err, "[1] bye\n")) << r.err;
-  EXPECT_TRUE(Contains(r.err, "korovodrun: rank 1 trainer exited with code 7\n")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "[korovodrun] launcher: rank 1 trainer exited with code 7\n"))
+      << r.err;
   EXPECT_LT(r.seconds, 5.0);
   ExpectNoProcessesLeft();
   ExpectCleanedUp();
@@ -246,7 +247,8 @@ TEST_F(KorovodrunTest, TrainerKilledBySignal) {
   auto r = Run({"-np", "3", "/bin/sh", "-c",
                 "if [ $KOROVOD_RANK = 2 ]; then kill -9 $$; fi; " + SleepingTrainer()});
   EXPECT_EQ(r.status.code, 1) << r.status.Describe() << "\n" << r.err;
-  EXPECT_TRUE(Contains(r.err, "korovodrun: rank 2 trainer was killed by signal 9 (SIGKILL)\n"))
+  EXPECT_TRUE(
+      Contains(r.err, "[korovodrun] launcher: rank 2 trainer was killed by signal 9 (SIGKILL)\n"))
       << r.err;
   EXPECT_LT(r.seconds, 5.0);
   ExpectNoProcessesLeft();
@@ -267,14 +269,15 @@ TEST_F(KorovodrunTest, SidecarFailingAtStartIsNamedWithItsLastLines) {
   auto r = Run({"-np", "3", "/bin/sh", "-c", SleepingTrainer()},
                {{"FAKE_SIDECAR_FAIL_RANK", "1"}, {"FAKE_SIDECAR_MODE", "fail-start"}});
   EXPECT_EQ(r.status.code, 1) << r.status.Describe() << "\n" << r.err;
-  EXPECT_TRUE(Contains(r.err, "korovodrun: rank 1 sidecar exited with code 4\n")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "[korovodrun] launcher: rank 1 sidecar exited with code 4\n"))
+      << r.err;
   // The last 50 lines: 10..59 (the warning line was shown when it came).
   EXPECT_TRUE(Contains(r.err, "[sidecar 1] startup line 10\n")) << r.err;
   EXPECT_TRUE(Contains(r.err, "[sidecar 1] startup line 59\n")) << r.err;
   EXPECT_FALSE(Contains(r.err, "[sidecar 1] startup line 9\n")) << r.err;
   // The tail comes before the summary line, which is the last line.
   EXPECT_LT(r.err.find("[sidecar 1] startup line 59\n"),
-            r.err.find("korovodrun: rank 1 sidecar exited with code 4\n"));
+            r.err.find("[korovodrun] launcher: rank 1 sidecar exited with code 4\n"));
   EXPECT_LT(r.seconds, 5.0);
   ExpectNoProcessesLeft();
   ExpectCleanedUp();
@@ -284,7 +287,8 @@ TEST_F(KorovodrunTest, SidecarKilledBySignalLeavesNoSharedMemory) {
   auto r = Run({"-np", "2", "/bin/sh", "-c", SleepingTrainer()},
                {{"FAKE_SIDECAR_FAIL_RANK", "1"}, {"FAKE_SIDECAR_MODE", "kill-self"}});
   EXPECT_EQ(r.status.code, 1) << r.err;
-  EXPECT_TRUE(Contains(r.err, "korovodrun: rank 1 sidecar was killed by signal 9 (SIGKILL)\n"))
+  EXPECT_TRUE(
+      Contains(r.err, "[korovodrun] launcher: rank 1 sidecar was killed by signal 9 (SIGKILL)\n"))
       << r.err;
   ExpectNoProcessesLeft();
   ExpectCleanedUp();
@@ -348,7 +352,8 @@ TEST_F(KorovodrunTest, RealSidecarKilledMidRunLeavesNoSharedMemory) {
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
   auto r = l.Finish();
   EXPECT_EQ(r.status.code, 1) << r.err;
-  EXPECT_TRUE(Contains(r.err, "korovodrun: rank 1 sidecar was killed by signal 9 (SIGKILL)\n"))
+  EXPECT_TRUE(
+      Contains(r.err, "[korovodrun] launcher: rank 1 sidecar was killed by signal 9 (SIGKILL)\n"))
       << r.err;
   EXPECT_TRUE(ShmEntriesWithPrefix(prefix).empty())
       << "left in /dev/shm: " << ShmEntriesWithPrefix(prefix)[0];
@@ -360,8 +365,8 @@ TEST_F(KorovodrunTest, SidecarWithoutSocketTimesOut) {
   auto r = Run({"-np", "2", "--start-timeout", "0.5", "/bin/sh", "-c", SleepingTrainer()},
                {{"FAKE_SIDECAR_FAIL_RANK", "1"}, {"FAKE_SIDECAR_MODE", "no-socket"}});
   EXPECT_EQ(r.status.code, 1) << r.err;
-  std::regex want(R"(korovodrun: rank 1 sidecar did not create its socket )" + tmp_.path() +
-                  R"(/korovodrun-[0-9a-f]+-\w+/rank1\.sock within 0\.5 s)");
+  std::regex want(R"(\[korovodrun\] launcher: rank 1 sidecar did not create its socket )" +
+                  tmp_.path() + R"(/korovodrun-[0-9a-f]+-\w+/rank1\.sock within 0\.5 s)");
   EXPECT_TRUE(std::regex_search(r.err, want)) << r.err;
   EXPECT_LT(r.seconds, 5.0);
   ExpectNoProcessesLeft();
@@ -375,7 +380,8 @@ TEST_F(KorovodrunTest, GracePeriodEndsWithSigkill) {
                     SleepingTrainer()},
                {{"FAKE_SIDECAR_FAIL_RANK", "all"}, {"FAKE_SIDECAR_MODE", "ignore-term"}});
   EXPECT_EQ(r.status.code, 3) << r.err;
-  EXPECT_TRUE(Contains(r.err, "korovodrun: rank 1 trainer exited with code 3\n")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "[korovodrun] launcher: rank 1 trainer exited with code 3\n"))
+      << r.err;
   EXPECT_LT(r.seconds, 4.0);
   ExpectNoProcessesLeft();
   ExpectCleanedUp();
@@ -392,7 +398,7 @@ TEST_P(KorovodrunSignalTest, ForwardsAndStopsEverything) {
   ASSERT_EQ(::kill(l.pid(), sig), 0);
   auto r = l.Finish();
   EXPECT_EQ(r.status.code, 128 + sig) << r.status.Describe() << "\n" << r.err;
-  EXPECT_TRUE(Contains(r.err, "korovodrun: interrupted by ")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "WARNING [korovodrun] launcher: interrupted by ")) << r.err;
   EXPECT_LT(r.seconds, 5.0);
   ExpectNoProcessesLeft();
   ExpectCleanedUp();
@@ -452,8 +458,8 @@ TEST_F(KorovodrunTest, DefaultSidecarIsNextToTheBinary) {
     RunningLauncher l({"-np", "1", "/bin/true"}, Env(), copy);
     auto r = l.Finish();
     EXPECT_EQ(r.status.code, 2) << r.err;
-    EXPECT_TRUE(
-        Contains(r.err, "korovodrun: no executable sidecar at " + bin.path() + "/korovod-sidecar"))
+    EXPECT_TRUE(Contains(r.err, "ERROR [korovodrun] launcher: no executable sidecar at " +
+                                    bin.path() + "/korovod-sidecar"))
         << r.err;
     EXPECT_TRUE(ListDir(tmp_.path()).empty());
   }
@@ -473,7 +479,7 @@ TEST_P(KorovodrunUsageTest, ExitsTwoWithUsage) {
   RunningLauncher l(GetParam(), Env());
   auto r = l.Finish();
   EXPECT_EQ(r.status.code, 2) << r.status.Describe() << "\n" << r.err;
-  EXPECT_TRUE(Contains(r.err, "korovodrun: ")) << r.err;
+  EXPECT_TRUE(Contains(r.err, " ERROR [korovodrun] launcher: ")) << r.err;
   EXPECT_TRUE(Contains(r.err, "usage: korovodrun -np N")) << r.err;
   EXPECT_TRUE(r.out.empty());
   EXPECT_TRUE(ListDir(tmp_.path()).empty());
@@ -501,9 +507,13 @@ TEST_F(KorovodrunTest, NonLocalHostIsRejected) {
   RunningLauncher l(Args({"-np", "2", "-H", "localhost:1,192.0.2.7:1", "/bin/true"}), Env());
   auto r = l.Finish();
   EXPECT_EQ(r.status.code, 2);
-  EXPECT_EQ(r.err,
-            "korovodrun starts ranks on this machine only; 192.0.2.7 is not local (use the "
-            "operator for multi-host jobs)\n");
+  // One log line: time, level, role, subsystem, then the message.
+  EXPECT_TRUE(std::regex_match(
+      r.err,
+      std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ERROR \[korovodrun\] launcher: )"
+                 R"(korovodrun starts ranks on this machine only; 192\.0\.2\.7 is not local )"
+                 R"(\(use the operator for multi-host jobs\)\n)")))
+      << r.err;
   EXPECT_TRUE(ListDir(tmp_.path()).empty());
   EXPECT_TRUE(ListDir(reports_.path()).empty());
 }

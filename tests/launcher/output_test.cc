@@ -73,6 +73,13 @@ TEST(SidecarLog, NotableLines) {
   EXPECT_TRUE(IsNotableSidecarLine(
       "korovod: rank 1/2 host vm iface lo addr 127.0.0.1:46889 transport shm: next rank 0 "
       "(127.0.0.1) 127.0.0.1 (lo) 1.69 GB/s"));
+  // The same summary as the sidecar logs it (common/log.h prefix).
+  EXPECT_TRUE(IsNotableSidecarLine(
+      "2026-11-25T07:49:50.123Z INFO [rank 1] world: korovod: rank 1/2 host vm iface lo addr "
+      "127.0.0.1:46889 transport shm: next rank 0 (127.0.0.1) 127.0.0.1 (lo) 1.69 GB/s"));
+  EXPECT_TRUE(IsNotableSidecarLine("2026-11-25T07:49:50.123Z WARNING [rank 1] world: x"));
+  EXPECT_FALSE(IsNotableSidecarLine(
+      "2026-11-25T07:49:50.123Z INFO [rank 1] sidecar: KOROVOD_LOCAL_RANK=1 (default 0)"));
 }
 
 TEST(SidecarLog, QuietShowsNotableAndTailOnFailure) {

@@ -179,7 +179,7 @@ run_job() {
   PIDS=()
   for i in 0 1 2; do
     local line next prev
-    line=$(grep "^korovod: rank $i/3 " "$WORK/$run.sidecar$i.log")
+    line=$(grep "\] world: korovod: rank $i/3 " "$WORK/$run.sidecar$i.log")
     next=$(((i + 1) % 3))
     prev=$(((i + 2) % 3))
     echo "$run: $line"

@@ -2,7 +2,7 @@
 
 #include <regex>
 
-namespace korovod::op::testing {
+namespace korovod::k8s_operator::testing {
 namespace {
 
 nlohmann::json Scalar(const YAML::Node& node) {
@@ -48,4 +48,4 @@ nlohmann::json LoadYamlFileAsJson(const std::string& path) {
   return YamlToJson(YAML::LoadFile(path));
 }
 
-}  // namespace korovod::op::testing
+}  // namespace korovod::k8s_operator::testing

@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-namespace korovod::op::testing {
+namespace korovod::k8s_operator::testing {
 
 nlohmann::json YamlToJson(const YAML::Node& node);
 nlohmann::json LoadYamlFileAsJson(const std::string& path);
 
-}  // namespace korovod::op::testing
+}  // namespace korovod::k8s_operator::testing

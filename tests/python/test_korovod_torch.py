@@ -51,6 +51,17 @@ def test_grouped_allreduce(np_):
         assert "[%d] rank %d grouped OK" % (r, r) in out, out
 
 
+@pytest.mark.parametrize("np_", [2, 3])
+def test_zero_copy_through_the_arena(np_):
+    """Arena tensors and DistributedOptimizer's gradients stage nothing on the trainer side (the
+    client's copy counters), an ordinary tensor stages in and out, groups go through the grouped
+    allreduce; results as the staged path's."""
+    out = run(np_, os.path.join(HERE, "zero_copy_worker.py"))
+    for r in range(np_):
+        assert "[%d] rank %d zero copy OK" % (r, r) in out, out
+    assert "[0] defaults: staged in/out bytes per step [(0, 0), (0, 0), (0, 0), (0, 0)]" in out, out
+
+
 @pytest.mark.parametrize("passes,compression", [(1, "none"), (2, "none"), (1, "fp16")])
 def test_distributed_optimizer_keeps_replicas_identical(passes, compression):
     out = run(2, os.path.join(HERE, "optimizer_worker.py"), passes, compression)

@@ -4,6 +4,7 @@ import numbers
 import os
 import threading
 import warnings
+import weakref
 
 import torch
 
@@ -159,6 +160,9 @@ def shutdown():
     # anything else goes: the handles keep their tensors until synchronized, so the client never
     # copies a result into freed memory (which crashed the trainer when handles went first).
     del client
+    # Arena tensors hold the arena mapping (and so the sidecar's session) until they die: move
+    # them off it, as nothing will reduce them in place any more.
+    _move_off_arena()
 
 
 atexit.register(shutdown)
@@ -308,6 +312,100 @@ def _dtype(tensor):
         return _DTYPES[tensor.dtype]
     except KeyError:
         raise ValueError("korovod: unsupported dtype %s" % tensor.dtype) from None
+
+
+# ---- the arena ----
+# A tensor whose memory is a block of this rank's arena (the shared memory the sidecar reads)
+# reaches the engine where it lies: the client submits its arena offset instead of copying it into
+# a staging block and the result back out. Any op detects it by its address; these allocate one.
+
+_arena_tensors = weakref.WeakSet()  # handed out on arena blocks; moved off them at shutdown()
+
+
+def _arena_tensor(block, shape, dtype):
+    """A tensor of `shape` over `block` (an _client.ArenaBlock). Its storage holds the block, so
+    the block goes back to the heap when the last tensor on it does."""
+    numel = 1
+    for d in shape:
+        numel *= d
+    flat = torch.frombuffer(block, dtype=dtype, count=numel)
+    storage = flat.untyped_storage() if hasattr(flat, "untyped_storage") else flat.storage()
+    # Built on the storage rather than as a view of `flat`: shutdown() can then move it with set_().
+    t = torch.empty(0, dtype=dtype).set_(storage, 0, tuple(shape))
+    _arena_tensors.add(t)
+    return t
+
+
+def arena_empty(shape, dtype=torch.float32):
+    """An uninitialized CPU tensor whose memory is a block of this rank's arena: allreduce,
+    broadcast and the other ops read it (and write an in-place result) where it lies, with no
+    copy on the trainer side. Waits for heap space like an op does. The block is freed when the
+    tensor (and every view of it) is gone; hvd.shutdown() moves the tensors this returned into
+    ordinary memory."""
+    shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list, torch.Size))
+                                   else (shape,)))
+    if dtype not in _DTYPES:
+        raise ValueError("korovod: unsupported dtype %s" % dtype)
+    numel = 1
+    for d in shape:
+        numel *= d
+    if numel == 0:  # nothing to share: an ordinary empty tensor
+        return torch.empty(shape, dtype=dtype)
+    nbytes = numel * torch.empty(0, dtype=dtype).element_size()
+    return _arena_tensor(_c().allocate(nbytes), shape, dtype)
+
+
+def arena_empty_like(tensor):
+    return arena_empty(tensor.shape, tensor.dtype)
+
+
+def arena_zeros_like(tensor):
+    return arena_empty_like(tensor).zero_()
+
+
+def is_arena_tensor(tensor):
+    """Whether `tensor` is contiguous and its memory lies in this rank's arena (its ops then take
+    no trainer-side copy)."""
+    c = _client_obj
+    if c is None or tensor.device.type != "cpu" or tensor.is_sparse or tensor.numel() == 0:
+        return False
+    return tensor.is_contiguous() and c.in_arena(tensor.data_ptr(),
+                                                 tensor.numel() * tensor.element_size())
+
+
+def _arena_copy(tensor, keep_free_fraction=0.5):
+    """A copy of `tensor` in the arena, or None when it cannot be one (not a dense CPU tensor of
+    a supported dtype) or the heap has no room to spare: the allocation never waits and leaves
+    `keep_free_fraction` of the heap's capacity to the staging of other ops."""
+    c = _client_obj
+    if (c is None or tensor.device.type != "cpu" or tensor.is_sparse or tensor.numel() == 0 or
+            tensor.dtype not in _DTYPES):
+        return None
+    nbytes = tensor.numel() * tensor.element_size()
+    block = c.try_allocate(nbytes, int(c.client_heap_capacity * keep_free_fraction))
+    if block is None:
+        return None
+    t = _arena_tensor(block, tensor.shape, tensor.dtype)
+    with torch.no_grad():
+        t.copy_(tensor)
+    return t
+
+
+def _staged_bytes():
+    """What this rank's client copied between trainer memory and the arena since init(): a dict
+    of staged_in_bytes, staged_out_bytes, staged_tensors and arena_tensors (submitted where they
+    lie, no copy)."""
+    return dict(_c().copy_stats())
+
+
+def _move_off_arena():
+    """Moves every tensor arena_empty() or the optimizer handed out into ordinary memory, so that
+    none outlives the arena mapping (nor keeps the arena attached, which a later init() waits
+    for)."""
+    for t in list(_arena_tensors):
+        with torch.no_grad():
+            t.set_(t.clone())
+    _arena_tensors.clear()
 
 
 # ---- handles ----

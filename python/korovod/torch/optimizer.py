@@ -54,6 +54,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         # p -> (handle, ctx), or for a group of parameters allreduced together:
         # tuple of p -> (handle, ctxs)
         self._handles = {}
+        # p -> its gradient's arena tensor (see _adopt_grad), kept while p.grad is replaced or
+        # set to None so that the next adoption reuses the block.
+        self._arena_grads = {}
         self._grad_accs = []
         self._requires_update = set()
         self._synchronized = False
@@ -141,10 +144,38 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
         return 1.0, 1.0
 
+    def _adopt_grad(self, p):
+        """Makes p.grad an arena tensor, so that its allreduce reads and writes it where it lies
+        (no copy into the arena and back). Costs one copy when p.grad is not one yet: the first
+        step, or after the user replaced it; afterwards backward accumulates into it in place
+        and zero_grad() zeroes it in place. p.grad stays as it is when the heap has no room to
+        spare (its allreduce is then staged, as any tensor's)."""
+        g = p.grad
+        if g is None or g.is_sparse or mpi_ops.is_arena_tensor(g):
+            return
+        kept = self._arena_grads.get(p)
+        if (kept is not None and kept.shape == g.shape and kept.dtype == g.dtype and
+                mpi_ops.is_arena_tensor(kept)):
+            with torch.no_grad():
+                kept.copy_(g)
+        else:
+            kept = mpi_ops._arena_copy(g)
+            if kept is None:
+                self._arena_grads.pop(p, None)
+                return
+            self._arena_grads[p] = kept
+        p.grad = kept
+
     def _allreduce_grad_async(self, p):
         if p.grad is None:
             # An unused parameter still takes part: every rank must allreduce every gradient.
-            p.grad = p.data.new(p.size()).zero_()
+            kept = self._arena_grads.get(p)
+            if kept is not None and kept.shape == p.shape and kept.dtype == p.dtype:
+                p.grad = kept.zero_()
+            else:
+                p.grad = p.data.new(p.size()).zero_()
+        if self._compression is Compression.none:
+            self._adopt_grad(p)
         name = self._parameter_names.get(p)
         tensor = p.grad
         if tensor.is_sparse:
@@ -161,6 +192,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return handle, ctx
 
     def _grouped_allreduce_grad_async(self, ps):
+        if self._compression is Compression.none:
+            for p in ps:
+                self._adopt_grad(p)
         name = self._parameter_names.get(ps[0])
         tensors_compressed, ctxs = zip(*[self._compression.compress(p.grad) for p in ps])
         prescale, postscale = self._scale_factors()
@@ -263,7 +297,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._handles:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
                                  "before optimizer.step() or optimizer.synchronize().")
-        return super(self.__class__, self).zero_grad(*args, **kwargs)
+        # Arena gradients are zeroed in place even when set_to_none: dropped, the next backward
+        # pass would produce a fresh tensor to copy into the arena again. (Every gradient is
+        # allreduced, a missing one as zeros, so step() sees the same values either way.)
+        arena = [(p, p.grad) for p in self._arena_grads if p.grad is self._arena_grads[p]]
+        result = super(self.__class__, self).zero_grad(*args, **kwargs)
+        for p, g in arena:
+            if p.grad is None:
+                p.grad = g.zero_()
+        return result
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,

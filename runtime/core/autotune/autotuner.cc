@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/log.h"
 #include "runtime/core/autotune/bayesian_optimizer.h"
 #include "runtime/core/autotune/param_space.h"
 #include "runtime/core/autotune/trial_log.h"
@@ -73,10 +74,10 @@ struct Autotuner::State {
   int trials = 0;
   bool settled = false;
 
-  // Logs a row; the first failure is reported once on stderr and ends logging (tuning goes on).
+  // Logs a row; the first failure is reported once (a warning) and ends logging (tuning goes on).
   void Log(const Status& status) {
     if (status.ok()) return;
-    std::fprintf(stderr, "korovod autotune: %s; trial log disabled\n", status.ToString().c_str());
+    KV_LOG(kWarning, kAutotune, "%s; trial log disabled", status.ToString().c_str());
     log.reset();
   }
 };

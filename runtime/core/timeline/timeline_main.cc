@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/log.h"
 #include "nlohmann/json.hpp"
 #include "runtime/core/timeline/timeline_merge.h"
 
@@ -25,13 +26,13 @@ constexpr char kUsage[] =
     "  -o, --output FILE   the merged trace to write\n";
 
 int Usage(const std::string& error) {
-  if (!error.empty()) std::fprintf(stderr, "korovod-timeline: %s\n", error.c_str());
+  if (!error.empty()) KV_LOG(kError, kTimeline, "%s", error.c_str());
   std::fputs(kUsage, stderr);
   return 2;
 }
 
 int Fail(const std::string& error) {
-  std::fprintf(stderr, "korovod-timeline: %s\n", error.c_str());
+  KV_LOG(kError, kTimeline, "%s", error.c_str());
   return 1;
 }
 
@@ -100,6 +101,8 @@ int Merge(const std::vector<std::string_view>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  korovod::logging::SetRole("korovod-timeline");
+  korovod::logging::ConfigureFromEnvironment(korovod::logging::Subsystem::kTimeline);
   if (argc < 2) return Usage("missing command");
   const std::string_view command = argv[1];
   if (command == "-h" || command == "--help" || command == "help") {

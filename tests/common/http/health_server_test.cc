@@ -7,7 +7,7 @@
 #include <chrono>
 #include <string>
 
-namespace korovod::sidecar {
+namespace korovod::http {
 namespace {
 
 std::unique_ptr<HealthServer> StartOrDie(HealthServerOptions options) {
@@ -136,4 +136,4 @@ TEST(HealthServerTest, JoinHostPortBracketsIpv6) {
 }
 
 }  // namespace
-}  // namespace korovod::sidecar
+}  // namespace korovod::http

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-namespace korovod::sidecar {
+namespace korovod::http {
 namespace {
 
 template <typename T>
@@ -165,4 +165,4 @@ TEST(MetricsRegistryTest, ExponentialBuckets) {
 }
 
 }  // namespace
-}  // namespace korovod::sidecar
+}  // namespace korovod::http

@@ -1,26 +1,25 @@
-// operator/controller builders: the worker pod (trainer wiring, native sidecar, volumes,
+// operator/controller builders: the worker pod (trainer env and mounts, native sidecar, volumes,
 // GPU/RDMA, networking, scheduling, env precedence), the Service, ConfigMap, Secret and
-// PodGroups, the helpers (time, base64), and the samples in crds/samples turned into pods.
+// PodGroups, the job key helpers, and the samples in crds/samples turned into pods.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <set>
 #include <string>
 
+#include "common/base64.h"
 #include "operator/api/json.h"
 #include "operator/api/validate.h"
-#include "operator/controller/base64.h"
 #include "operator/controller/job_key_secret.h"
 #include "operator/controller/pod_group.h"
 #include "operator/controller/reconciler.h"
-#include "operator/controller/time_format.h"
 #include "operator/controller/worker_pod_builder.h"
 #include "operator/controller/world_config_map.h"
 #include "operator/controller/world_service.h"
 #include "tests/operator/controller/fake_cluster.h"
 #include "tests/operator/yaml_to_json.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 namespace {
 
 using nlohmann::json;
@@ -347,25 +346,7 @@ TEST(Children, SettingsAreHonoured) {
 
 // --- helpers -------------------------------------------------------------------------------
 
-TEST(Helpers, Base64) {
-  EXPECT_EQ(Base64Encode(""), "");
-  EXPECT_EQ(Base64Encode("f"), "Zg==");
-  EXPECT_EQ(Base64Encode("fo"), "Zm8=");
-  EXPECT_EQ(Base64Encode("foo"), "Zm9v");
-  EXPECT_EQ(Base64Encode("foobar"), "Zm9vYmFy");
-}
-
-TEST(Helpers, Rfc3339RoundTrip) {
-  EXPECT_EQ(FormatUnixRfc3339(1800000000), "2027-01-15T08:00:00Z");
-  EXPECT_EQ(ParseRfc3339("2027-01-15T08:00:00Z"), 1800000000);
-  EXPECT_EQ(ParseRfc3339("2027-01-15T08:00:00.123Z"), 1800000000);
-  EXPECT_EQ(ParseRfc3339("2027-01-15T09:00:00+01:00"), 1800000000);
-  EXPECT_EQ(ParseRfc3339("1970-01-01T00:00:00Z"), 0);
-  EXPECT_FALSE(ParseRfc3339(""));
-  EXPECT_FALSE(ParseRfc3339("2027-02-30T00:00:00Z"));
-  EXPECT_FALSE(ParseRfc3339("2027-01-15 08:00:00Z"));
-  EXPECT_FALSE(ParseRfc3339("2027-01-15T08:00:00"));
-}
+// Base64 and RFC 3339 have their own tests in tests/common.
 
 TEST(Helpers, JobKeyValidation) {
   EXPECT_TRUE(IsValidJobKeyHex(testing::kTestKeyHex));
@@ -452,4 +433,4 @@ TEST(Samples, GpuRdmaSampleDetails) {
 }
 
 }  // namespace
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

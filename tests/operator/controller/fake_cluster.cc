@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace korovod::op::testing {
+namespace korovod::k8s_operator::testing {
 
 using nlohmann::json;
 
@@ -152,4 +152,4 @@ void FakeCluster::RemovePod(const std::string& name) {
   std::erase_if(pods_, [&](const json& p) { return p["metadata"]["name"] == name; });
 }
 
-}  // namespace korovod::op::testing
+}  // namespace korovod::k8s_operator::testing

@@ -11,7 +11,7 @@
 
 #include "operator/controller/reconciler.h"
 
-namespace korovod::op::testing {
+namespace korovod::k8s_operator::testing {
 
 // A 64-hex-digit key, as the executor would pass.
 inline constexpr const char* kTestKeyHex =
@@ -68,4 +68,4 @@ class FakeCluster {
   int next_uid_ = 1;
 };
 
-}  // namespace korovod::op::testing
+}  // namespace korovod::k8s_operator::testing

@@ -11,7 +11,7 @@
 
 #include "tests/operator/controller/fake_cluster.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 namespace {
 
 using nlohmann::json;
@@ -569,4 +569,4 @@ TEST(Reconcile, GangPodGroupIsCreatedForBothProviders) {
 }
 
 }  // namespace
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

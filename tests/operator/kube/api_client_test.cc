@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "operator/kube/kube_time.h"
 #include "operator/kube/query.h"
 #include "operator/kube/resource.h"
 #include "tests/operator/kube/fake_api_server.h"
@@ -34,19 +33,6 @@ TEST(QueryTest, Escapes) {
             "/p?labelSelector=a%3Db%2Cc%21%3Dd");
   EXPECT_EQ(Query().AppendTo("/p"), "/p");
   EXPECT_EQ(Query().Add("x", "1").AppendTo("/p?y=2"), "/p?y=2&x=1");
-}
-
-TEST(KubeTimeTest, FormatAndParse) {
-  const auto t = Clock::from_time_t(1795348800) + std::chrono::microseconds(123456);
-  EXPECT_EQ(FormatMicroTime(t), "2026-11-22T12:00:00.123456Z");
-  EXPECT_EQ(FormatTime(t), "2026-11-22T12:00:00Z");
-  auto back = ParseTime("2026-11-22T12:00:00.123456Z");
-  ASSERT_TRUE(back.ok());
-  EXPECT_EQ(back.value(), t);
-  auto offset = ParseTime("2026-11-22T13:00:00+01:00");
-  ASSERT_TRUE(offset.ok());
-  EXPECT_EQ(offset.value(), Clock::from_time_t(1795348800));
-  EXPECT_FALSE(ParseTime("yesterday").ok());
 }
 
 class ApiClientTest : public ::testing::Test {

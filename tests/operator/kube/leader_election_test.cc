@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "operator/kube/kube_time.h"
+#include "common/rfc3339.h"
 #include "tests/operator/kube/fake_api_server.h"
 
 namespace korovod::kube {
@@ -14,7 +14,7 @@ using testing::Eventually;
 using testing::FakeApiServer;
 using testing::StatusBody;
 
-constexpr char kLeasePath[] = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/op";
+constexpr char kLeasePath[] = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/korovod-operator";
 
 class LeaseStore {
  public:
@@ -68,7 +68,8 @@ class LeaseStore {
  private:
   static void NotFound(httplib::Response& res) {
     res.status = 404;
-    res.set_content(StatusBody(404, "NotFound", "leases \"op\" not found"), "application/json");
+    res.set_content(StatusBody(404, "NotFound", "leases \"korovod-operator\" not found"),
+                    "application/json");
   }
   std::mutex mu_;
   nlohmann::json lease_;
@@ -80,7 +81,7 @@ LeaderElectionConfig Config(const std::string& identity, std::atomic<int>* start
                             std::atomic<int>* stopped) {
   LeaderElectionConfig c;
   c.namespace_name = "ns";
-  c.lease_name = "op";
+  c.lease_name = "korovod-operator";
   c.identity = identity;
   c.lease_duration = milliseconds(1000);
   c.renew_deadline = milliseconds(800);
@@ -115,7 +116,7 @@ TEST(LeaderElectionTest, ExactlyOneLeadsAndAStandbyTakesOverAfterStop) {
   EXPECT_EQ(store.lease()["spec"]["leaseDurationSeconds"], 1);
   const std::string renew = store.lease()["spec"]["renewTime"];
   EXPECT_EQ(renew.size(), std::string("2026-11-22T12:00:00.000000Z").size()) << renew;
-  EXPECT_TRUE(ParseTime(renew).ok());
+  EXPECT_TRUE(ParseRfc3339(renew).ok());
 
   const auto stop_at = std::chrono::steady_clock::now();
   leader.Stop();
@@ -141,17 +142,17 @@ TEST(LeaderElectionTest, TakesOverOnlyAnExpiredLease) {
   const auto now = std::chrono::system_clock::now();
   nlohmann::json lease = {{"apiVersion", "coordination.k8s.io/v1"},
                           {"kind", "Lease"},
-                          {"metadata", {{"name", "op"}, {"namespace", "ns"}}},
+                          {"metadata", {{"name", "korovod-operator"}, {"namespace", "ns"}}},
                           {"spec",
                            {{"holderIdentity", "ghost"},
                             {"leaseDurationSeconds", 15},
-                            {"renewTime", FormatMicroTime(now)},
+                            {"renewTime", FormatRfc3339(now, 6)},
                             {"leaseTransitions", 3}}}};
   store.Set(lease);
   auto held = elector.TryAcquireOrRenew();
   ASSERT_TRUE(held.ok()) << held.status().ToString();
   EXPECT_FALSE(held.value());  // fresh: ghost keeps it
-  lease["spec"]["renewTime"] = FormatMicroTime(now - std::chrono::seconds(20));
+  lease["spec"]["renewTime"] = FormatRfc3339(now - std::chrono::seconds(20), 6);
   store.Set(lease);
   held = elector.TryAcquireOrRenew();
   ASSERT_TRUE(held.ok()) << held.status().ToString();

@@ -3,7 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
 #include <thread>
+#include <vector>
 
 namespace korovod::kube {
 namespace {
@@ -109,12 +115,17 @@ TEST(WorkQueueTest, ShutDownWakesEveryGetter) {
   EXPECT_EQ(q.Len(), 0u);
 }
 
+// Four workers, five keys, and adds spread over the time the workers hold keys, so keys are
+// re-added while in flight: no key is ever held by two workers at once, and none loses its last
+// add (each key's final version, set before its last Add, is seen by a worker that took it).
 TEST(WorkQueueTest, ManyWorkersNeverShareAKey) {
+  constexpr int kKeys = 5;
   WorkQueue q;
   std::mutex mu;
   std::set<std::string> in_flight;
+  std::map<std::string, int> version;  // bumped by the adder before each Add
+  std::map<std::string, int> handled;  // the version a worker saw when it took the key
   std::atomic<bool> overlap{false};
-  std::atomic<int> processed{0};
   std::vector<std::thread> workers;
   for (int w = 0; w < 4; ++w) {
     workers.emplace_back([&] {
@@ -122,29 +133,39 @@ TEST(WorkQueueTest, ManyWorkersNeverShareAKey) {
         {
           std::lock_guard<std::mutex> lock(mu);
           if (!in_flight.insert(*key).second) overlap = true;
+          handled[*key] = version[*key];
         }
         std::this_thread::sleep_for(milliseconds(1));
         {
           std::lock_guard<std::mutex> lock(mu);
           in_flight.erase(*key);
         }
-        ++processed;
         q.Done(*key);
       }
     });
   }
-  for (int i = 0; i < 200; ++i) q.Add("k" + std::to_string(i % 5));
-  ASSERT_TRUE([&] {
-    for (int i = 0; i < 500 && (q.Len() > 0 || processed.load() == 0); ++i) {
-      std::this_thread::sleep_for(milliseconds(5));
+  for (int i = 0; i < 200; ++i) {
+    const std::string key = "k" + std::to_string(i % kKeys);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      version[key] = i;
     }
-    return true;
-  }());
-  std::this_thread::sleep_for(milliseconds(20));
+    q.Add(key);
+    if (i % 10 == 9) std::this_thread::sleep_for(milliseconds(1));
+  }
+  const auto caught_up = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return handled == version;
+  };
+  const auto deadline = In(milliseconds(5000));
+  while (!caught_up() && SteadyClock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
   q.ShutDown();
   for (auto& t : workers) t.join();
   EXPECT_FALSE(overlap.load());
-  EXPECT_GE(processed.load(), 5);
+  ASSERT_EQ(handled.size(), static_cast<size_t>(kKeys));
+  EXPECT_EQ(handled, version) << "a key re-added while in flight was not handed out again";
 }
 
 }  // namespace

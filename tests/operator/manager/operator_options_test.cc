@@ -5,7 +5,7 @@
 
 #include "operator/manager/child_resource.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 namespace {
 
 TEST(OperatorOptions, Defaults) {
@@ -97,4 +97,4 @@ TEST(ChildResource, PathsOfWhatTheOperatorWrites) {
 }
 
 }  // namespace
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

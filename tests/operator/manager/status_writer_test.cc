@@ -10,7 +10,7 @@
 
 #include "tests/operator/kube/fake_api_server.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 namespace {
 
 using kube::testing::FakeApiServer;
@@ -155,4 +155,4 @@ TEST_F(StatusWriterTest, OtherErrorsReturnAtOnce) {
 }
 
 }  // namespace
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "operator/controller/base64.h"
+#include "common/base64.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 namespace {
 
 using nlohmann::json;
@@ -37,13 +37,13 @@ json StatefulSetPod(int ordinal, int size = 4) {
   })");
 }
 
-json Review(const json& pod, const std::string& op = "CREATE") {
+json Review(const json& pod, const std::string& operation = "CREATE") {
   return {{"apiVersion", "admission.k8s.io/v1"},
           {"kind", "AdmissionReview"},
           {"request",
            {{"uid", "abc-123"},
             {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
-            {"operation", op},
+            {"operation", operation},
             {"namespace", "ml"},
             {"object", pod}}}};
 }
@@ -60,13 +60,13 @@ std::string EnvValue(const json& container, const std::string& name) {
   return e == nullptr ? "<unset>" : e->value("value", "<ref>");
 }
 
-// Applies the "add" ops of a JSON Patch on /spec/<field> (all the injector emits).
+// Applies the "add" operations of a JSON Patch on /spec/<field> (all the injector emits).
 json Apply(json pod, const json& patch) {
-  for (const json& op : patch) {
-    EXPECT_EQ(op["op"], "add");
-    const std::string path = op["path"];
+  for (const json& operation : patch) {
+    EXPECT_EQ(operation["op"], "add");
+    const std::string path = operation["path"];
     EXPECT_EQ(path.rfind("/spec/", 0), 0u) << path;
-    pod["spec"][path.substr(6)] = op["value"];
+    pod["spec"][path.substr(6)] = operation["value"];
   }
   return pod;
 }
@@ -119,8 +119,9 @@ TEST(SidecarInjector, FusionThresholdTakesTheEngineSuffixes) {
   pod["metadata"]["annotations"]["korovod.dev/fusion-threshold-bytes"] = "32M";
   const InjectionPlan plan = PlanInjection(pod, "ml", OperatorSettings{});
   ASSERT_TRUE(plan.denial.empty()) << plan.denial;
-  const json wired = Apply(pod, plan.patch);
-  EXPECT_EQ(EnvValue(wired["spec"]["initContainers"][0], "KOROVOD_FUSION_THRESHOLD"), "33554432");
+  const json injected = Apply(pod, plan.patch);
+  EXPECT_EQ(EnvValue(injected["spec"]["initContainers"][0], "KOROVOD_FUSION_THRESHOLD"),
+            "33554432");
   // The engine's own parser: its other spellings pass, and what the sidecar would refuse at
   // start (over 1 TiB) is denied at admission instead.
   pod["metadata"]["annotations"]["korovod.dev/fusion-threshold-bytes"] = "2GiB";
@@ -181,12 +182,12 @@ TEST(SidecarInjector, IndexedJobPodTakesItsCompletionIndex) {
   })");
   const InjectionPlan plan = PlanInjection(pod, "ml", OperatorSettings{});
   ASSERT_TRUE(plan.denial.empty()) << plan.denial;
-  const json wired = Apply(pod, plan.patch);
-  EXPECT_EQ(EnvValue(wired["spec"]["containers"][1], "KOROVOD_RANK"), "1");
-  EXPECT_EQ(EnvValue(wired["spec"]["containers"][1], "KOROVOD_COORDINATOR"),
+  const json injected = Apply(pod, plan.patch);
+  EXPECT_EQ(EnvValue(injected["spec"]["containers"][1], "KOROVOD_RANK"), "1");
+  EXPECT_EQ(EnvValue(injected["spec"]["containers"][1], "KOROVOD_COORDINATOR"),
             "train-0.train-svc.ml.svc.cluster.local:29500");
-  EXPECT_EQ(wired["spec"]["containers"][0].count("env"), 0u);  // only the trainer is wired
-  const json& sidecar = wired["spec"]["initContainers"][0];
+  EXPECT_EQ(injected["spec"]["containers"][0].count("env"), 0u);  // only the trainer is configured
+  const json& sidecar = injected["spec"]["initContainers"][0];
   EXPECT_EQ(sidecar["image"], "reg/sidecar:9");
   EXPECT_EQ(EnvValue(sidecar, "KOROVOD_CYCLE_TIME"), "2.5");
   EXPECT_EQ(EnvValue(sidecar, "KOROVOD_IFACE"), "eth1");
@@ -286,4 +287,4 @@ TEST(SidecarInjector, MalformedReviewsGetA400AndNeverThrow) {
 }
 
 }  // namespace
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

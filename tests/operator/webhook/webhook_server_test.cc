@@ -26,24 +26,19 @@
 #include <string>
 #include <vector>
 
+#include "common/base64.h"
 #include "operator/webhook/sidecar_injector.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// The patch as sent, or "" when it is not base64 (the assertion on its JSON then fails).
 std::string Unbase64(const std::string& text) {
-  std::string out(text.size(), '\0');
-  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                                reinterpret_cast<const unsigned char*>(text.data()),
-                                static_cast<int>(text.size()));
-  out.resize(static_cast<size_t>(std::max(n, 0)));
-  while (!text.empty() && text.back() == '=' && !out.empty() && out.back() == '\0') {
-    out.pop_back();  // EVP_DecodeBlock keeps the padding's zero bytes
-  }
-  return out;
+  StatusOr<std::string> decoded = Base64Decode(text);
+  return decoded.ok() ? decoded.value() : std::string();
 }
 
 // A CA and two server certificates for IP 127.0.0.1 (a, b) signed by it.
@@ -411,4 +406,4 @@ TEST_F(WebhookServerTest, FuzzedTrafficLeavesTheServerServing) {
 }
 
 }  // namespace
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

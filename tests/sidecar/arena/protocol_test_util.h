@@ -36,9 +36,9 @@ inline SubmissionRecord FloatSumAllreduce(uint64_t op_id, std::vector<int64_t> s
   SubmissionRecord r{};
   r.op_id = op_id;
   r.kind = RecordKind::kOp;
-  r.op_type = WireOpType::kAllreduce;
+  r.op_type = RecordOpType::kAllreduce;
   r.dtype = DataType::kFloat32;
-  r.reduce_op = WireReduceOp::kSum;
+  r.reduce_op = RecordReduceOp::kSum;
   r.ndims = static_cast<uint8_t>(shape.size());
   uint64_t bytes = 4;
   for (size_t i = 0; i < shape.size(); ++i) {

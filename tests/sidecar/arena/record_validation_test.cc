@@ -33,7 +33,7 @@ ArenaLayout Layout() {
 // allreduce of float32 [4, 8] named "grad", op id 42, input at 0, output at 4096.
 SubmissionRecord Allreduce() {
   SubmissionRecord r = FloatSumAllreduce(42, {4, 8}, 0, 4096);
-  r.reduce_op = WireReduceOp::kAverage;
+  r.reduce_op = RecordReduceOp::kAverage;
   r.postscale = 0.5;
   EXPECT_TRUE(SetName(r, "grad").ok());
   return r;
@@ -41,7 +41,7 @@ SubmissionRecord Allreduce() {
 
 SubmissionRecord Alltoall(uint32_t splits) {
   SubmissionRecord r = Allreduce();
-  r.op_type = WireOpType::kAlltoall;
+  r.op_type = RecordOpType::kAlltoall;
   r.dims[0] = splits * 2;
   r.dims[1] = 8;
   r.input_bytes = splits * 2 * 8 * 4;
@@ -57,7 +57,7 @@ SubmissionRecord Alltoall(uint32_t splits) {
   return r;
 }
 
-SubmissionRecord NoTensor(WireOpType t) {
+SubmissionRecord NoTensor(RecordOpType t) {
   SubmissionRecord r{};
   r.op_id = 42;
   r.kind = RecordKind::kOp;
@@ -93,7 +93,7 @@ TEST_F(ValidationTest, AcceptsValidRecordsOfEveryKind) {
   EXPECT_EQ(v->name, "grad");
   EXPECT_EQ(v->shape, (std::vector<int64_t>{4, 8}));
   EXPECT_EQ(v->num_elements, 32);
-  EXPECT_EQ(v->reduce_op, WireReduceOp::kAverage);
+  EXPECT_EQ(v->reduce_op, RecordReduceOp::kAverage);
   EXPECT_EQ(v->postscale, 0.5);
   EXPECT_EQ(v->input, (Region{0, 128}));
   EXPECT_EQ(v->output, (Region{4096, 128}));
@@ -128,13 +128,13 @@ TEST_F(ValidationTest, AcceptsValidRecordsOfEveryKind) {
   EXPECT_EQ(v->group_id, 9u);
 
   r = Allreduce();
-  r.op_type = WireOpType::kBroadcast;
+  r.op_type = RecordOpType::kBroadcast;
   r.root = 3;
   v = Validate(r);
   ASSERT_TRUE(v.ok());
   EXPECT_EQ(v->root, 3);
 
-  for (WireOpType t : {WireOpType::kAllgather, WireOpType::kReduceScatter}) {
+  for (RecordOpType t : {RecordOpType::kAllgather, RecordOpType::kReduceScatter}) {
     r = Allreduce();
     r.op_type = t;
     r.flags = kSubmitOutputInResultHeap;
@@ -158,7 +158,7 @@ TEST_F(ValidationTest, AcceptsValidRecordsOfEveryKind) {
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ(v->splits, std::vector<int64_t>(1000, 2));
 
-  for (WireOpType t : {WireOpType::kBarrier, WireOpType::kJoin}) {
+  for (RecordOpType t : {RecordOpType::kBarrier, RecordOpType::kJoin}) {
     v = Validate(NoTensor(t));
     ASSERT_TRUE(v.ok()) << v.status().ToString();
     EXPECT_EQ(v->num_elements, 0);
@@ -194,11 +194,11 @@ TEST_F(ValidationTest, RejectsEachBadFieldNamingIt) {
       {"kind", [](auto& r) { r.kind = static_cast<RecordKind>(9); }, "kind 9 is not"},
       {"flags", [](auto& r) { r.flags = 0x81; }, "flags 0x81 has unknown bits 0x80"},
       {"reserved", [](auto& r) { r.reserved[5] = 1; }, "reserved[5] is 1"},
-      {"op_type", [](auto& r) { r.op_type = static_cast<WireOpType>(7); },
+      {"op_type", [](auto& r) { r.op_type = static_cast<RecordOpType>(7); },
        "op_type 7 is not an op type (0-6)"},
       {"dtype", [](auto& r) { r.dtype = static_cast<DataType>(11); },
        "dtype 11 is not a data type (0-10)"},
-      {"reduce_op", [](auto& r) { r.reduce_op = static_cast<WireReduceOp>(200); },
+      {"reduce_op", [](auto& r) { r.reduce_op = static_cast<RecordReduceOp>(200); },
        "reduce_op 200 is not a reduce op"},
       {"ndims", [](auto& r) { r.ndims = 9; }, "ndims 9 exceeds 8"},
       {"dims", [](auto& r) { r.dims[1] = -8; }, "dims[1] is -8 (shape [4, -8]), must be >= 0"},
@@ -243,13 +243,13 @@ TEST_F(ValidationTest, RejectsEachBadFieldNamingIt) {
       {"postscale", [](auto& r) { r.postscale = -INFINITY; }, "postscale -inf is not finite"},
       {"root",
        [](auto& r) {
-         r.op_type = WireOpType::kBroadcast;
+         r.op_type = RecordOpType::kBroadcast;
          r.root = -2;
        },
        "root -2 is negative"},
       {"allgather scalar",
        [](auto& r) {
-         r.op_type = WireOpType::kAllgather;
+         r.op_type = RecordOpType::kAllgather;
          r.ndims = 0;
          r.input_bytes = r.output_bytes = 4;
        },
@@ -258,7 +258,7 @@ TEST_F(ValidationTest, RejectsEachBadFieldNamingIt) {
        "num_splits 2 given for allreduce (only alltoall takes splits)"},
       {"group on allgather",
        [](auto& r) {
-         r.op_type = WireOpType::kAllgather;
+         r.op_type = RecordOpType::kAllgather;
          r.output_bytes = 1024;
          r.group_size = 2;
        },
@@ -267,19 +267,19 @@ TEST_F(ValidationTest, RejectsEachBadFieldNamingIt) {
        "group_size 65537 exceeds 65536"},
       {"barrier with shape",
        [](auto& r) {
-         r = NoTensor(WireOpType::kBarrier);
+         r = NoTensor(RecordOpType::kBarrier);
          r.ndims = 1;
        },
        "barrier takes no tensor, but ndims is 1"},
       {"join with input",
        [](auto& r) {
-         r = NoTensor(WireOpType::kJoin);
+         r = NoTensor(RecordOpType::kJoin);
          r.input_bytes = 8;
        },
        "join takes no tensor, but input [0, 0 + 8)"},
       {"barrier result heap",
        [](auto& r) {
-         r = NoTensor(WireOpType::kBarrier);
+         r = NoTensor(RecordOpType::kBarrier);
          r.flags = kSubmitOutputInResultHeap;
        },
        "barrier takes no tensor, but flags ask for a result-heap output"},
@@ -407,9 +407,9 @@ void CheckInvariants(const ValidatedOp& op, const ArenaLayout& l) {
     return;
   }
   ASSERT_EQ(op.kind, RecordKind::kOp);
-  ASSERT_LT(static_cast<uint8_t>(op.type), kWireOpTypeCount);
-  ASSERT_LT(static_cast<uint8_t>(op.dtype), kWireDataTypeCount);
-  ASSERT_LT(static_cast<uint8_t>(op.reduce_op), kWireReduceOpCount);
+  ASSERT_LT(static_cast<uint8_t>(op.type), kRecordOpTypeCount);
+  ASSERT_LT(static_cast<uint8_t>(op.dtype), kRecordDataTypeCount);
+  ASSERT_LT(static_cast<uint8_t>(op.reduce_op), kRecordReduceOpCount);
   ASSERT_LE(op.name.size(), kMaxNameBytes);
   ASSERT_EQ(op.name.find('\0'), std::string::npos);
   ASSERT_LE(op.shape.size(), static_cast<size_t>(kMaxDims));
@@ -429,7 +429,7 @@ void CheckInvariants(const ValidatedOp& op, const ArenaLayout& l) {
     ASSERT_GE(d, 0);
     elems *= d;  // no overflow: the validator guarantees the product fits
   }
-  if (op.type == WireOpType::kBarrier || op.type == WireOpType::kJoin) {
+  if (op.type == RecordOpType::kBarrier || op.type == RecordOpType::kJoin) {
     ASSERT_TRUE(op.shape.empty());
     ASSERT_EQ(op.input.bytes, 0u);
   } else {
@@ -438,7 +438,7 @@ void CheckInvariants(const ValidatedOp& op, const ArenaLayout& l) {
     ASSERT_EQ(op.input.offset % DataTypeSize(op.dtype), 0u);
   }
   if (!op.splits.empty()) {
-    ASSERT_EQ(op.type, WireOpType::kAlltoall);
+    ASSERT_EQ(op.type, RecordOpType::kAlltoall);
     int64_t sum = 0;
     for (int64_t s : op.splits) {
       ASSERT_GE(s, 0);
@@ -447,7 +447,7 @@ void CheckInvariants(const ValidatedOp& op, const ArenaLayout& l) {
     ASSERT_EQ(sum, op.shape[0]);
   }
   if (op.group_size != 0) {
-    ASSERT_EQ(op.type, WireOpType::kAllreduce);
+    ASSERT_EQ(op.type, RecordOpType::kAllreduce);
   }
 }
 
@@ -458,13 +458,14 @@ TEST_F(ValidationTest, FuzzNeverCrashesNorAcceptsOutOfBounds) {
 
   const std::vector<SubmissionRecord> seeds = [] {
     std::vector<SubmissionRecord> v = {Allreduce(), Alltoall(4), Alltoall(1000),
-                                       NoTensor(WireOpType::kBarrier), NoTensor(WireOpType::kJoin)};
+                                       NoTensor(RecordOpType::kBarrier),
+                                       NoTensor(RecordOpType::kJoin)};
     SubmissionRecord rel{};
     rel.kind = RecordKind::kReleaseResult;
     rel.output_offset = 128;
     v.push_back(rel);
     SubmissionRecord g = Allreduce();
-    g.op_type = WireOpType::kAllgather;
+    g.op_type = RecordOpType::kAllgather;
     g.output_bytes = 4096;
     v.push_back(g);
     return v;

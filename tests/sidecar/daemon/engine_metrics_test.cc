@@ -12,7 +12,7 @@ bool Contains(const std::string& text, const std::string& line) {
 }
 
 TEST(EngineMetricsTest, MirrorsEngineStats) {
-  MetricsRegistry r;
+  http::MetricsRegistry r;
   auto m = EngineMetrics::Create(r);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EngineStats s;
@@ -50,7 +50,7 @@ TEST(EngineMetricsTest, MirrorsEngineStats) {
 }
 
 TEST(EngineMetricsTest, FusionRatioIsZeroBeforeAnyCollective) {
-  MetricsRegistry r;
+  http::MetricsRegistry r;
   auto m = EngineMetrics::Create(r);
   ASSERT_TRUE(m.ok());
   (*m)->UpdateFromStats(EngineStats{});
@@ -58,7 +58,7 @@ TEST(EngineMetricsTest, FusionRatioIsZeroBeforeAnyCollective) {
 }
 
 TEST(EngineMetricsTest, PerCollectiveCountersAndLatency) {
-  MetricsRegistry r;
+  http::MetricsRegistry r;
   auto m = EngineMetrics::Create(r);
   ASSERT_TRUE(m.ok());
   (*m)->RecordOp(OpType::kAllreduce, 4096, 0.002);
@@ -85,7 +85,7 @@ TEST(EngineMetricsTest, PerCollectiveCountersAndLatency) {
 }
 
 TEST(EngineMetricsTest, PeerBandwidthGaugePerPeer) {
-  MetricsRegistry r;
+  http::MetricsRegistry r;
   auto m = EngineMetrics::Create(r);
   ASSERT_TRUE(m.ok());
   (*m)->SetPeerBandwidth(1, 2.5e9);
@@ -101,7 +101,7 @@ TEST(EngineMetricsTest, PeerBandwidthGaugePerPeer) {
 }
 
 TEST(EngineMetricsTest, CreateFailsOnConflictingRegistration) {
-  MetricsRegistry r;
+  http::MetricsRegistry r;
   ASSERT_TRUE(r.GetGauge("korovod_tensors_total", "taken").ok());
   auto m = EngineMetrics::Create(r);
   ASSERT_FALSE(m.ok());

@@ -198,7 +198,7 @@ TEST(SidecarMalformedGroups, EveryMemberGetsAClearErrorAndTheSidecarStaysUp) {
     // A broadcast in a group is refused; the allreduce member fails with it.
     raw.Push(Member(4, "b1", 2, 2));
     SubmissionRecord bcast = Member(5, "b2", 2, 2);
-    bcast.op_type = WireOpType::kBroadcast;
+    bcast.op_type = RecordOpType::kBroadcast;
     raw.Push(bcast);
     // The same op id twice; the same name twice (and the member after them).
     raw.Push(Member(6, "c1", 3, 2));

@@ -1,4 +1,4 @@
-#include "runtime/core/wire_format.h"
+#include "runtime/core/negotiation_messages.h"
 
 #include <cstring>
 #include <type_traits>

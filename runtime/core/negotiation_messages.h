@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "common/data_type.h"
+#include "common/reduce_op.h"
 #include "common/status.h"
 #include "runtime/core/autotune/autotuner.h"
 #include "runtime/core/op_request.h"
-#include "common/reduce_op.h"
 
 namespace korovod {
 

@@ -12,7 +12,7 @@
 #include "operator/api/validate.h"
 #include "tests/operator/yaml_to_json.h"
 
-namespace korovod::op {
+namespace korovod::k8s_operator {
 namespace {
 
 using nlohmann::json;
@@ -554,4 +554,4 @@ TEST(Samples, GpuRdmaValues) {
 }
 
 }  // namespace
-}  // namespace korovod::op
+}  // namespace korovod::k8s_operator

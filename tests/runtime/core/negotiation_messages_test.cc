@@ -1,6 +1,6 @@
 // Negotiation messages: every field survives a round trip, and no corrupt or truncated message
 // crashes the decoder or makes it allocate what the message only claims to hold.
-#include "runtime/core/wire_format.h"
+#include "runtime/core/negotiation_messages.h"
 
 #include <gtest/gtest.h>
 
@@ -238,7 +238,7 @@ ResponseList FullResponses() {
   return list;
 }
 
-TEST(WireFormatTest, RequestsRoundTripEveryField) {
+TEST(NegotiationMessagesTest, RequestsRoundTripEveryField) {
   const std::vector<Request> want = FullRequests();
   auto got = DecodeRequestsOf(EncodeRequests(want));
   ASSERT_TRUE(got.ok()) << got.status().ToString();
@@ -246,20 +246,20 @@ TEST(WireFormatTest, RequestsRoundTripEveryField) {
   for (size_t i = 0; i < want.size(); ++i) ExpectSameRequest(want[i], (*got)[i]);
 }
 
-TEST(WireFormatTest, EmptyRequestListRoundTrips) {
+TEST(NegotiationMessagesTest, EmptyRequestListRoundTrips) {
   auto got = DecodeRequestsOf(EncodeRequests({}));
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_TRUE(got->empty());
 }
 
-TEST(WireFormatTest, ResponsesRoundTripEveryField) {
+TEST(NegotiationMessagesTest, ResponsesRoundTripEveryField) {
   const ResponseList want = FullResponses();
   auto got = DecodeResponsesOf(EncodeResponses(want));
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   ExpectSameList(want, *got);
 }
 
-TEST(WireFormatTest, EmptyResponseListRoundTrips) {
+TEST(NegotiationMessagesTest, EmptyResponseListRoundTrips) {
   const ResponseList want;  // no responses, no shutdown, no tuning
   auto got = DecodeResponsesOf(EncodeResponses(want));
   ASSERT_TRUE(got.ok()) << got.status().ToString();
@@ -268,7 +268,7 @@ TEST(WireFormatTest, EmptyResponseListRoundTrips) {
   EXPECT_FALSE(got->shutdown);
 }
 
-TEST(WireFormatTest, ShutdownWithoutTuningAndTuningWithoutShutdownRoundTrip) {
+TEST(NegotiationMessagesTest, ShutdownWithoutTuningAndTuningWithoutShutdownRoundTrip) {
   ResponseList a;
   a.shutdown = true;
   a.shutdown_reason = "bye";
@@ -285,7 +285,7 @@ TEST(WireFormatTest, ShutdownWithoutTuningAndTuningWithoutShutdownRoundTrip) {
   ExpectSameList(b, *got_b);
 }
 
-TEST(WireFormatTest, EveryTruncatedRequestEncodingIsAnError) {
+TEST(NegotiationMessagesTest, EveryTruncatedRequestEncodingIsAnError) {
   const std::string full = EncodeRequests(FullRequests());
   ASSERT_TRUE(DecodeRequestsOf(full).ok());
   for (size_t len = 0; len < full.size(); ++len) {
@@ -298,7 +298,7 @@ TEST(WireFormatTest, EveryTruncatedRequestEncodingIsAnError) {
   }
 }
 
-TEST(WireFormatTest, EveryTruncatedResponseEncodingIsAnError) {
+TEST(NegotiationMessagesTest, EveryTruncatedResponseEncodingIsAnError) {
   const std::string full = EncodeResponses(FullResponses());
   ASSERT_TRUE(DecodeResponsesOf(full).ok());
   for (size_t len = 0; len < full.size(); ++len) {
@@ -311,14 +311,14 @@ TEST(WireFormatTest, EveryTruncatedResponseEncodingIsAnError) {
   }
 }
 
-TEST(WireFormatTest, TrailingBytesAreAnError) {
+TEST(NegotiationMessagesTest, TrailingBytesAreAnError) {
   const std::string req = EncodeRequests(FullRequests()) + '\0';
   EXPECT_FALSE(DecodeRequestsOf(req).ok());
   const std::string resp = EncodeResponses(FullResponses()) + 'x';
   EXPECT_FALSE(DecodeResponsesOf(resp).ok());
 }
 
-TEST(WireFormatTest, RequestsAndResponsesAreNotMistakenForEachOther) {
+TEST(NegotiationMessagesTest, RequestsAndResponsesAreNotMistakenForEachOther) {
   const std::string req = EncodeRequests(FullRequests());
   const std::string resp = EncodeResponses(FullResponses());
   EXPECT_FALSE(DecodeResponsesOf(req).ok());
@@ -328,7 +328,7 @@ TEST(WireFormatTest, RequestsAndResponsesAreNotMistakenForEachOther) {
 }
 
 // The first request's op type is the byte after the magic and the count.
-TEST(WireFormatTest, OutOfRangeEnumIsAnError) {
+TEST(NegotiationMessagesTest, OutOfRangeEnumIsAnError) {
   Request r;
   r.name = "x";
   std::string s = EncodeRequests({r});
@@ -373,7 +373,7 @@ std::string Mutate(const std::string& valid, std::mt19937_64& rng) {
 
 constexpr int kMutations = 20000;
 
-TEST(WireFormatTest, RandomlyCorruptedRequestsDecodeOrFailCleanly) {
+TEST(NegotiationMessagesTest, RandomlyCorruptedRequestsDecodeOrFailCleanly) {
   const std::string valid = EncodeRequests(FullRequests());
   std::mt19937_64 rng(20240611);
   int decoded = 0;
@@ -399,7 +399,7 @@ TEST(WireFormatTest, RandomlyCorruptedRequestsDecodeOrFailCleanly) {
   EXPECT_LT(decoded, kMutations);
 }
 
-TEST(WireFormatTest, RandomlyCorruptedResponsesDecodeOrFailCleanly) {
+TEST(NegotiationMessagesTest, RandomlyCorruptedResponsesDecodeOrFailCleanly) {
   const std::string valid = EncodeResponses(FullResponses());
   std::mt19937_64 rng(77);
   int decoded = 0;
@@ -429,7 +429,7 @@ void PutU8(std::string& s, uint8_t v) { s.push_back(static_cast<char>(v)); }
 constexpr uint32_t kRequestMagic = 0x6b765251;
 constexpr uint32_t kResponseMagic = 0x6b765253;
 
-TEST(WireFormatTest, HugeDeclaredRequestLengthsAreRejectedWithoutAllocating) {
+TEST(NegotiationMessagesTest, HugeDeclaredRequestLengthsAreRejectedWithoutAllocating) {
   ASSERT_TRUE(std::endian::native == std::endian::little);
   std::vector<std::string> messages;
   {  // 4 billion requests in 8 bytes
@@ -478,7 +478,7 @@ TEST(WireFormatTest, HugeDeclaredRequestLengthsAreRejectedWithoutAllocating) {
   }
 }
 
-TEST(WireFormatTest, HugeDeclaredResponseLengthsAreRejectedWithoutAllocating) {
+TEST(NegotiationMessagesTest, HugeDeclaredResponseLengthsAreRejectedWithoutAllocating) {
   ASSERT_TRUE(std::endian::native == std::endian::little);
   std::vector<std::string> messages;
   {  // a shutdown reason of 4 GiB
@@ -530,7 +530,7 @@ TEST(WireFormatTest, HugeDeclaredResponseLengthsAreRejectedWithoutAllocating) {
 constexpr size_t kCorruptMessageBytes = 64 << 10;
 constexpr size_t kAllowedAmplification = 16;
 
-TEST(WireFormatTest, ImplausibleRequestCountDoesNotAllocateBeyondTheMessage) {
+TEST(NegotiationMessagesTest, ImplausibleRequestCountDoesNotAllocateBeyondTheMessage) {
   std::string s;
   PutU32(s, kRequestMagic);
   PutU32(s, static_cast<uint32_t>(kCorruptMessageBytes - 8));
@@ -544,7 +544,7 @@ TEST(WireFormatTest, ImplausibleRequestCountDoesNotAllocateBeyondTheMessage) {
       << " bytes at once";
 }
 
-TEST(WireFormatTest, ImplausibleResponseCountDoesNotAllocateBeyondTheMessage) {
+TEST(NegotiationMessagesTest, ImplausibleResponseCountDoesNotAllocateBeyondTheMessage) {
   std::string s;
   PutU32(s, kResponseMagic);
   PutU8(s, 0);
@@ -561,7 +561,7 @@ TEST(WireFormatTest, ImplausibleResponseCountDoesNotAllocateBeyondTheMessage) {
       << " bytes at once";
 }
 
-TEST(WireFormatTest, ByteSizeIsElementsTimesElementSize) {
+TEST(NegotiationMessagesTest, ByteSizeIsElementsTimesElementSize) {
   Response r;
   r.dtype = DataType::kFloat64;
   r.shape = {3, 5};
@@ -573,7 +573,7 @@ TEST(WireFormatTest, ByteSizeIsElementsTimesElementSize) {
   EXPECT_EQ(r.ByteSize(), 0u);
 }
 
-TEST(WireFormatTest, SameAsComparesEveryNegotiatedField) {
+TEST(NegotiationMessagesTest, SameAsComparesEveryNegotiatedField) {
   Request base;
   base.name = "t";
   base.shape = {2, 3};

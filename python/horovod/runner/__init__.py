@@ -1,0 +1,1 @@
+"""horovod.runner on korovod: only the launcher's command line (horovod.runner.launch)."""

@@ -1,0 +1,58 @@
+// TransportOptions: who this rank is, where its peers listen, and how bytes move between them
+// (TCP streams and striping, shared-memory rings, deadlines, authentication). Owned by the
+// transport; runtime/world's WorldOptions extends it.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace korovod {
+
+struct PeerAddress {
+  std::string host;  // IP address or name resolvable on every rank
+  uint16_t port = 0;
+  std::string ToString() const { return host + ":" + std::to_string(port); }
+};
+
+enum class TransportKind {
+  kAuto,  // shared memory when every rank is on this host, TCP otherwise
+  kTcp,
+  kShm,
+};
+
+struct TransportOptions {
+  int rank = 0;
+  std::vector<PeerAddress> peers;  // one per rank, indexed by rank; size() is the world size
+
+  // A socket already bound and listening on peers[rank] (tests pre-bind port 0); -1: bind here.
+  int listen_fd = -1;
+  // Shared secret: every peer connection proves knowledge of it (HMAC-SHA256 challenge) before
+  // any tensor byte is accepted. Empty means the job runs unauthenticated.
+  std::string job_key;
+
+  TransportKind transport = TransportKind::kAuto;
+  std::chrono::milliseconds connect_timeout{30000};
+  std::chrono::milliseconds op_timeout{60000};  // one collective, start to finish
+
+  // TCP: connections per peer pair; messages of at least tcp_stripe_min bytes are striped.
+  int tcp_streams = 4;
+  size_t tcp_stripe_min = 256 * 1024;
+  // Shared memory: a ring of slots per directed pair.
+  size_t shm_slot_bytes = 256 * 1024;
+  int shm_slots = 8;
+  // The start of the segments' names: "/" and at most 200 more characters, no other "/". A
+  // launcher that unlinks every name with its job's prefix then also removes the segment of a
+  // rank it killed before the segment was unlinked (ShmTransport unlinks it once all peers map it).
+  std::string shm_prefix = "/korovod-";
+  // Allreduce switches from recursive doubling to the ring at this many bytes (bench/ measures
+  // the crossover; see docs/benchmarks.md).
+  size_t small_allreduce_max_bytes = 0;  // 0: the transport's measured default
+  // Microseconds a waiting rank busy-polls before it yields its core; -1: chosen from ranks per
+  // host and usable cores (5 us while ranks fit on cores, 0 when oversubscribed).
+  int spin_us = -1;
+};
+
+}  // namespace korovod

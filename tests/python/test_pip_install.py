@@ -1,0 +1,94 @@
+"""`pip install .` into a fresh virtualenv, then jobs from the installed entry points only.
+
+A second full build (scikit-build-core runs the project's CMake in a temporary directory; nothing
+comes from build/), so it is its own ctest label (`package`). The venv sees Debian's torch through
+--system-site-packages, as docs/install.md says to make it. No PYTHONPATH anywhere: the trainers
+must import korovod and horovod from the venv, and korovodrun must find the installed sidecar.
+
+Environment: PYTHON (default /usr/bin/python3) creates the venv; JOBS (default 2) is the build's
+parallelism.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+PYTHON = os.environ.get("PYTHON") or ("/usr/bin/python3" if os.path.exists("/usr/bin/python3")
+                                      else sys.executable)
+
+CHECK = """
+import os, sys, torch
+import korovod, horovod, korovod.torch, horovod.torch as hvd
+venv = os.environ["VIRTUAL_ENV_UNDER_TEST"]
+for m in (korovod, horovod):
+    assert m.__file__.startswith(venv), (m.__name__, m.__file__)  # not the source tree
+hvd.init()
+total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum).item()
+assert total == hvd.size() * (hvd.size() + 1) / 2, total
+print("rank %d of %d sum %g" % (hvd.rank(), hvd.size(), total))
+"""
+
+
+@pytest.fixture(scope="module")
+def venv():
+    root = tempfile.mkdtemp(prefix="korovod-pip-")
+    try:
+        path = os.path.join(root, "venv")
+        subprocess.run([PYTHON, "-m", "venv", "--system-site-packages", path], check=True)
+        env = clean_env(path)
+        env["CMAKE_BUILD_PARALLEL_LEVEL"] = os.environ.get("JOBS", "2")
+        start = time.monotonic()
+        p = subprocess.run([os.path.join(path, "bin", "python"), "-m", "pip", "install",
+                            "--disable-pip-version-check", REPO], env=env, cwd=root,
+                           capture_output=True, text=True, timeout=3000)
+        print("pip install . took %.0f s" % (time.monotonic() - start))
+        assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-6000:]
+        yield path
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def clean_env(venv_path):
+    """The environment an installed package is used from: the venv's bin first on PATH, nothing
+    that points at the source or build tree."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "KOROVOD_BUILD_DIR") and not k.startswith("CMAKE_")}
+    env["PATH"] = os.path.join(venv_path, "bin") + os.pathsep + env.get("PATH", "")
+    env["VIRTUAL_ENV"] = venv_path
+    env["VIRTUAL_ENV_UNDER_TEST"] = venv_path
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def run_installed(venv_path, *argv, timeout=300):
+    # cwd outside the repository, so nothing is imported from it by accident
+    p = subprocess.run(list(argv), env=clean_env(venv_path), cwd=os.path.dirname(venv_path),
+                       capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, "%s: exit %d\n%s\n%s" % (argv, p.returncode, p.stdout, p.stderr)
+    return p.stdout
+
+
+def test_installed_files(venv):
+    bin_dir = os.path.join(venv, "bin")
+    for name in ("korovodrun", "korovod-sidecar", "horovodrun"):
+        assert os.access(os.path.join(bin_dir, name), os.X_OK), name
+    assert "usage: korovodrun" in run_installed(venv, "korovodrun", "--help")
+    assert "usage: horovodrun" in run_installed(venv, "horovodrun", "--help")
+
+
+def test_korovodrun_two_ranks(venv):
+    out = run_installed(venv, "korovodrun", "-np", "2", os.path.join(venv, "bin", "python"),
+                        "-c", CHECK)
+    assert "[0] rank 0 of 2 sum 3" in out and "[1] rank 1 of 2 sum 3" in out, out
+
+
+def test_horovodrun_two_ranks(venv):
+    out = run_installed(venv, "horovodrun", "-np", "2", "--fusion-threshold-mb", "16",
+                        os.path.join(venv, "bin", "python"), "-c", CHECK)
+    assert "[0] rank 0 of 2 sum 3" in out and "[1] rank 1 of 2 sum 3" in out, out
