@@ -18,37 +18,11 @@
 #include <utility>
 #include <vector>
 
+#include "common/fd.h"
 #include "common/log.h"
 
 namespace korovod::bench {
 namespace {
-
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { reset(); }
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 std::string ErrnoText(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
@@ -195,7 +169,7 @@ class Children {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(kExitRankFailed);
   for (int j = 0; j < static_cast<int>(fds.size()); ++j) {
-    if (j != rank) fds[j].reset();
+    if (j != rank) fds[j].Reset();
   }
   int code = kExitRankFailed;
   try {

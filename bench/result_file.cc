@@ -14,25 +14,11 @@ StatusOr<ResultFile> ResultFile::Create(const char* name) {
   return ResultFile(fd);
 }
 
-ResultFile::~ResultFile() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-ResultFile::ResultFile(ResultFile&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-
-ResultFile& ResultFile::operator=(ResultFile&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = std::exchange(other.fd_, -1);
-  }
-  return *this;
-}
-
 Status ResultFile::AppendLine(const std::string& line) const {
   const std::string text = line + "\n";
   size_t done = 0;
   while (done < text.size()) {
-    const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
+    const ssize_t n = ::write(fd_.get(), text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return ErrnoStatus(StatusCode::kInternal, "write to the result file", errno);
     done += static_cast<size_t>(n);
@@ -45,7 +31,7 @@ StatusOr<std::string> ResultFile::ReadAll() const {
   char buf[1 << 16];
   off_t at = 0;
   while (true) {
-    const ssize_t n = ::pread(fd_, buf, sizeof buf, at);
+    const ssize_t n = ::pread(fd_.get(), buf, sizeof buf, at);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return ErrnoStatus(StatusCode::kInternal, "read the result file", errno);
     if (n == 0) break;
@@ -56,7 +42,7 @@ StatusOr<std::string> ResultFile::ReadAll() const {
 }
 
 Status ResultFile::Clear() const {
-  if (::ftruncate(fd_, 0) != 0 || ::lseek(fd_, 0, SEEK_SET) < 0) {
+  if (::ftruncate(fd_.get(), 0) != 0 || ::lseek(fd_.get(), 0, SEEK_SET) < 0) {
     return ErrnoStatus(StatusCode::kInternal, "truncate the result file", errno);
   }
   return OkStatus();

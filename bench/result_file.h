@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "common/fd.h"
 #include "common/status.h"
 
 namespace korovod::bench {
@@ -13,14 +14,9 @@ namespace korovod::bench {
 class ResultFile {
  public:
   static StatusOr<ResultFile> Create(const char* name);
-  ~ResultFile();
-  ResultFile(ResultFile&& other) noexcept;
-  ResultFile& operator=(ResultFile&& other) noexcept;
-  ResultFile(const ResultFile&) = delete;
-  ResultFile& operator=(const ResultFile&) = delete;
 
   // Inherited by forked children (not close-on-exec, so a peer process can use it as stdout).
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
   // Appends `line` and a newline with one write(2) (the file offset is shared after fork).
   Status AppendLine(const std::string& line) const;
   // Everything written so far, from the start.
@@ -30,7 +26,7 @@ class ResultFile {
 
  private:
   explicit ResultFile(int fd) : fd_(fd) {}
-  int fd_ = -1;
+  Fd fd_;
 };
 
 }  // namespace korovod::bench

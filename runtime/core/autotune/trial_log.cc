@@ -44,22 +44,6 @@ StatusOr<TrialLog> TrialLog::Open(const std::string& path) {
 
 TrialLog::TrialLog(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
 
-TrialLog::TrialLog(TrialLog&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)), path_(std::move(other.path_)) {}
-
-TrialLog& TrialLog::operator=(TrialLog&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = std::exchange(other.fd_, -1);
-    path_ = std::move(other.path_);
-  }
-  return *this;
-}
-
-TrialLog::~TrialLog() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
 Status TrialLog::WriteTrial(int trial, const TunableParams& params, double score, bool best) {
   std::string label;
   Append(label, trial);
@@ -89,7 +73,7 @@ Status TrialLog::WriteRow(std::string_view trial, const TunableParams& params, d
 
 Status TrialLog::WriteAll(std::string_view text) {
   while (!text.empty()) {
-    const ssize_t n = ::write(fd_, text.data(), text.size());
+    const ssize_t n = ::write(fd_.get(), text.data(), text.size());
     if (n < 0) {
       if (errno == EINTR) continue;
       return ErrnoStatus(StatusCode::kInternal, "autotune log '" + path_ + "': write", errno);

@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/fd.h"
 #include "common/status.h"
 #include "runtime/core/autotune/autotuner.h"
 
@@ -20,11 +21,8 @@ class TrialLog {
   // path if its directory does not exist or the file cannot be opened or written.
   static StatusOr<TrialLog> Open(const std::string& path);
 
-  TrialLog(TrialLog&& other) noexcept;
-  TrialLog& operator=(TrialLog&& other) noexcept;
-  TrialLog(const TrialLog&) = delete;
-  TrialLog& operator=(const TrialLog&) = delete;
-  ~TrialLog();
+  TrialLog(TrialLog&& other) noexcept = default;
+  TrialLog& operator=(TrialLog&& other) noexcept = default;
 
   // `best`: this trial is the best so far. Trials are numbered from 1.
   Status WriteTrial(int trial, const TunableParams& params, double score, bool best);
@@ -37,7 +35,7 @@ class TrialLog {
   Status WriteRow(std::string_view trial, const TunableParams& params, double score, bool best);
   Status WriteAll(std::string_view text);
 
-  int fd_ = -1;
+  Fd fd_;
   std::string path_;
 };
 

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/fd.h"
 #include "nlohmann/json.hpp"
 
 namespace korovod {
@@ -20,19 +21,18 @@ namespace {
 using nlohmann::json;
 
 StatusOr<std::string> ReadFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(StatusCode::kInvalidArgument, path, errno);
+  const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus(StatusCode::kInvalidArgument, path, errno);
   std::string text;
   char buf[1 << 16];
   int err = 0;
   while (true) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    const ssize_t n = ::read(fd.get(), buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) err = errno;
     if (n <= 0) break;
     text.append(buf, static_cast<size_t>(n));
   }
-  ::close(fd);
   if (err != 0) return ErrnoStatus(StatusCode::kUnavailable, path, err);
   return text;
 }
