@@ -43,6 +43,113 @@ int Fail(const Status& s) {
 // Bytes per timed round of the start-up link probe: a few MiB, well under a second per link.
 constexpr size_t kLinkProbeBytes = 2 << 20;
 
+// The world as configured: this rank, its peers (if korovodrun named them), the job key.
+StatusOr<WorldOptions> WorldOptionsFrom(const SidecarConfig& cfg) {
+  WorldOptions world;
+  world.rank = cfg.rank;
+  world.peers = cfg.peers;
+  world.listen_fd = cfg.listen_fd;
+  world.connect_timeout = cfg.start_timeout;
+  world.shm_prefix = cfg.shm_prefix;  // korovodrun unlinks the job's prefix if a rank is killed
+  if (!cfg.job_key_file.empty()) {
+    KV_ASSIGN_OR_RETURN(world.job_key, ReadJobKeyFile(cfg.job_key_file));
+  } else if (!cfg.job_key.empty()) {
+    world.job_key = cfg.job_key;
+    ::unsetenv(env::kJobKey);  // out of /proc/<pid>/environ's reach for anything we start
+  }
+  return world;
+}
+
+// Coordinator or world-file mode: every rank's candidate addresses, by rendezvous or from the
+// file, into `world`. `discovered` owns the data listener until the mesh is connected.
+Status DiscoverPeers(const SidecarConfig& cfg, const Deadline& start, WorldOptions& world,
+                     DiscoveredWorld& discovered) {
+  DiscoveryOptions d;
+  d.rank = cfg.rank;
+  d.size = cfg.size;
+  d.coordinator = cfg.coordinator;
+  d.world_file = cfg.world_file;
+  d.iface = cfg.iface;
+  d.job_key = world.job_key;
+  d.listen_fd = cfg.listen_fd;
+  d.data_port = static_cast<uint16_t>(cfg.data_port);
+  d.timeout = cfg.start_timeout;
+  KV_ASSIGN_OR_RETURN(discovered, DiscoverWorld(d));
+  ApplyDiscoveredWorld(discovered, world);
+  world.connect_timeout = std::chrono::milliseconds(std::max(1, start.RemainingMs()));
+  return OkStatus();
+}
+
+// The mesh (with preflight), then the ring's link rates and this rank's one summary line.
+struct ConnectedWorld {
+  std::unique_ptr<Communicator> comm;
+  std::vector<LinkRate> rates;
+};
+StatusOr<ConnectedWorld> ConnectWorld(const SidecarConfig& cfg, const WorldOptions& world,
+                                      DiscoveredWorld& discovered, const Deadline& start) {
+  const std::string me = "rank " + std::to_string(cfg.rank);
+  auto comm = Communicator::Create(world);
+  if (!comm.ok()) return comm.status().WithContext(me);
+  discovered.listener.Reset();  // every peer is connected: nobody dials this rank any more
+  const Deadline probe_deadline(std::max(start.at(), Clock::now() + std::chrono::seconds(5)));
+  auto rates = ProbeRingLinks(**comm, kLinkProbeBytes, probe_deadline);
+  if (!rates.ok()) return rates.status().WithContext(me);
+  auto interfaces = ListInterfaces();
+  KV_LOG(kInfo, kWorld, "%s",
+         FormatStartupSummary(**comm, *rates,
+                              interfaces.ok() ? *interfaces : std::vector<NetInterface>{},
+                              LocalHostName())
+             .c_str());
+  return ConnectedWorld{std::move(*comm), std::move(*rates)};
+}
+
+// /healthz, /readyz and /metrics on KOROVOD_METRICS_PORT (null when it is negative: off).
+StatusOr<std::unique_ptr<http::HealthServer>> ServeHealth(const SidecarConfig& cfg,
+                                                          http::MetricsRegistry& registry,
+                                                          EngineMetrics* metrics, Engine* engine) {
+  if (cfg.metrics_port < 0) return std::unique_ptr<http::HealthServer>();
+  http::HealthServerOptions opts;
+  opts.port = cfg.metrics_port;
+  opts.registry = &registry;
+  opts.before_scrape = [metrics, engine] { metrics->UpdateFromStats(engine->stats()); };
+  auto server = http::HealthServer::Start(std::move(opts));
+  if (!server.ok()) return server.status().WithContext(env::kMetricsPort);
+  (*server)->SetReady(true);
+  return std::move(*server);
+}
+
+// The trainers' gRPC socket. The socket file is korovodrun's readiness signal: it is created
+// with its final mode (0660), so nobody sees it before it is usable.
+std::unique_ptr<grpc::Server> ServeTrainers(const std::string& socket_path,
+                                            SidecarService& service) {
+  ::unlink(socket_path.c_str());  // a stale socket of an earlier run
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  const mode_t old_umask = ::umask(0117);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ::umask(old_umask);
+  if (server != nullptr) ::chmod(socket_path.c_str(), 0660);
+  return server;
+}
+
+// Until SIGTERM, SIGINT or a trainer's Shutdown; an engine failure turns /readyz red and is
+// logged once, and the sidecar stays up so that trainers get the error with their ops.
+void WaitForShutdown(const sigset_t& signals, const std::atomic<bool>& shutdown_requested,
+                     Engine& engine, http::HealthServer* health) {
+  bool engine_failed = false;
+  while (!shutdown_requested.load()) {
+    timespec wait{0, 100 * 1000 * 1000};
+    const int sig = ::sigtimedwait(&signals, nullptr, &wait);
+    if (sig == SIGTERM || sig == SIGINT) break;
+    if (!engine_failed && !engine.health().ok()) {
+      engine_failed = true;
+      KV_LOG(kError, kEngine, "engine stopped: %s", engine.health().ToString().c_str());
+      if (health != nullptr) health->SetReady(false, engine.health().ToString());
+    }
+  }
+}
+
 int Main() {
   // Signals are taken synchronously by the main thread (sigtimedwait); block them before any
   // thread starts so every thread inherits the mask.
@@ -63,60 +170,25 @@ int Main() {
 
   // Rendezvous, preflight, the mesh and the link probe all end by this one deadline.
   const Deadline start = Deadline::After(cfg.start_timeout);
-  WorldOptions world;
-  world.rank = cfg.rank;
-  world.peers = cfg.peers;
-  world.listen_fd = cfg.listen_fd;
-  world.connect_timeout = cfg.start_timeout;
-  world.shm_prefix = cfg.shm_prefix;  // korovodrun unlinks the job's prefix if a rank is killed
-  if (!cfg.job_key_file.empty()) {
-    auto key = ReadJobKeyFile(cfg.job_key_file);
-    if (!key.ok()) return Fail(key.status());
-    world.job_key = *key;
-  } else if (!cfg.job_key.empty()) {
-    world.job_key = cfg.job_key;
-    ::unsetenv(env::kJobKey);  // out of /proc/<pid>/environ's reach for anything we start
-  }
+  auto world = WorldOptionsFrom(cfg);
+  if (!world.ok()) return Fail(world.status());
   auto engine_config = EngineConfig::FromProcessEnvironment();
   if (!engine_config.ok()) return Fail(engine_config.status());
 
   DiscoveredWorld discovered;  // owns the data listener in coordinator / world file mode
   if (cfg.peers.empty()) {
-    DiscoveryOptions d;
-    d.rank = cfg.rank;
-    d.size = cfg.size;
-    d.coordinator = cfg.coordinator;
-    d.world_file = cfg.world_file;
-    d.iface = cfg.iface;
-    d.job_key = world.job_key;
-    d.listen_fd = cfg.listen_fd;
-    d.data_port = static_cast<uint16_t>(cfg.data_port);
-    d.timeout = cfg.start_timeout;
-    auto found = DiscoverWorld(d);
-    if (!found.ok()) return Fail(found.status());
-    discovered = std::move(found).value();
-    ApplyDiscoveredWorld(discovered, world);
-    world.connect_timeout = std::chrono::milliseconds(std::max(1, start.RemainingMs()));
+    Status found = DiscoverPeers(cfg, start, *world, discovered);
+    if (!found.ok()) return Fail(found);
   } else if (!cfg.iface.empty()) {
     KV_LOG(kWarning, kWorld, "%s=%s ignored: %s names every peer's address", env::kIface,
            cfg.iface.c_str(), env::kPeers);
   }
-
-  auto comm = Communicator::Create(world);
-  if (!comm.ok()) return Fail(comm.status().WithContext("rank " + std::to_string(cfg.rank)));
-  discovered.listener.Reset();  // every peer is connected: nobody dials this rank any more
-  const std::string transport = (*comm)->transport_name();
-  const std::string listen_address = (*comm)->peer(cfg.rank).ToString();
-  const Deadline probe_deadline(std::max(start.at(), Clock::now() + std::chrono::seconds(5)));
-  auto rates = ProbeRingLinks(**comm, kLinkProbeBytes, probe_deadline);
-  if (!rates.ok()) return Fail(rates.status().WithContext("rank " + std::to_string(cfg.rank)));
-  auto interfaces = ListInterfaces();
-  KV_LOG(kInfo, kWorld, "%s",
-         FormatStartupSummary(**comm, *rates,
-                              interfaces.ok() ? *interfaces : std::vector<NetInterface>{},
-                              LocalHostName())
-             .c_str());
-  auto engine = Engine::Start(std::move(*comm), *engine_config);
+  auto connected = ConnectWorld(cfg, *world, discovered, start);
+  if (!connected.ok()) return Fail(connected.status());
+  const std::vector<LinkRate> rates = connected->rates;
+  const std::string transport = connected->comm->transport_name();
+  const std::string listen_address = connected->comm->peer(cfg.rank).ToString();
+  auto engine = Engine::Start(std::move(connected->comm), *engine_config);
   if (!engine.ok()) return Fail(engine.status());
 
   ArenaSizes sizes;
@@ -133,23 +205,11 @@ int Main() {
   auto metrics = EngineMetrics::Create(registry);
   if (!metrics.ok()) return Fail(metrics.status());
   EngineMetrics* metrics_ptr = metrics->get();
-  for (const LinkRate& r : *rates) metrics_ptr->SetPeerBandwidth(r.peer, r.bytes_per_second);
-  Engine* engine_ptr = engine->get();
-  std::unique_ptr<http::HealthServer> health;
-  if (cfg.metrics_port >= 0) {
-    http::HealthServerOptions opts;
-    opts.port = cfg.metrics_port;
-    opts.registry = &registry;
-    opts.before_scrape = [metrics_ptr, engine_ptr] {
-      metrics_ptr->UpdateFromStats(engine_ptr->stats());
-    };
-    auto server = http::HealthServer::Start(std::move(opts));
-    if (!server.ok()) {
-      (*engine)->Shutdown();
-      return Fail(server.status().WithContext(env::kMetricsPort));
-    }
-    health = std::move(*server);
-    health->SetReady(true);
+  for (const LinkRate& r : rates) metrics_ptr->SetPeerBandwidth(r.peer, r.bytes_per_second);
+  auto health = ServeHealth(cfg, registry, metrics_ptr, engine->get());
+  if (!health.ok()) {
+    (*engine)->Shutdown();
+    return Fail(health.status());
   }
 
   OpLoop loop(**engine, **arena, metrics_ptr);
@@ -162,21 +222,12 @@ int Main() {
                                   reason.empty() ? "" : ": ", reason.c_str());
                            shutdown_requested.store(true);
                          });
-  ::unlink(cfg.socket_path.c_str());  // a stale socket of an earlier run
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + cfg.socket_path, grpc::InsecureServerCredentials());
-  builder.RegisterService(&service);
-  // The socket file is korovodrun's readiness signal: create it with its final mode (0660), so
-  // nobody sees it before it is usable.
-  const mode_t old_umask = ::umask(0117);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ::umask(old_umask);
+  std::unique_ptr<grpc::Server> server = ServeTrainers(cfg.socket_path, service);
   if (server == nullptr) {
     loop.Stop();
     (*engine)->Shutdown();
     return Fail(Unavailable("cannot serve gRPC on unix socket " + cfg.socket_path));
   }
-  ::chmod(cfg.socket_path.c_str(), 0660);
 
   KV_LOG(kInfo, kSidecar,
          "rank %d/%d on %s: transport %s, listening on %s, %d peers, socket %s, arena %s (%llu "
@@ -184,26 +235,16 @@ int Main() {
          cfg.rank, cfg.size, LocalHostName().c_str(), transport.c_str(), listen_address.c_str(),
          cfg.size - 1, cfg.socket_path.c_str(), (*arena)->name().c_str(),
          static_cast<unsigned long long>((*arena)->layout().total_bytes),
-         health ? health->port() : -1);
+         *health ? (*health)->port() : -1);
 
-  bool engine_failed = false;
-  while (!shutdown_requested.load()) {
-    timespec wait{0, 100 * 1000 * 1000};
-    const int sig = ::sigtimedwait(&signals, nullptr, &wait);
-    if (sig == SIGTERM || sig == SIGINT) break;
-    if (!engine_failed && !(*engine)->health().ok()) {
-      engine_failed = true;
-      KV_LOG(kError, kEngine, "engine stopped: %s", (*engine)->health().ToString().c_str());
-      if (health) health->SetReady(false, (*engine)->health().ToString());
-    }
-  }
+  WaitForShutdown(signals, shutdown_requested, **engine, health->get());
 
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   // Engine first: ops in flight fail and are answered while the op loop still serves the arena.
   (*engine)->Shutdown();
   loop.Stop();
   ::unlink(cfg.socket_path.c_str());
-  if (health) health->Stop();
+  if (*health) (*health)->Stop();
   return 0;
 }
 
