@@ -24,6 +24,10 @@ struct Action {
   // is empty.
   std::string reason;
   std::string message;
+  // kDelete of a pod: delete at once (gracePeriodSeconds 0) instead of gracefully. Only for a pod
+  // already terminating past its grace period (its kubelet is gone or stuck), which would
+  // otherwise keep the next epoch from starting.
+  bool force = false;
 };
 
 struct ReconcileResult {

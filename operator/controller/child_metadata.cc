@@ -26,4 +26,22 @@ nlohmann::json ChildMetadata(const HorovodJob& job, const std::string& name) {
       {"ownerReferences", nlohmann::json::array({ControllerOwnerReference(job)})}};
 }
 
+bool ControlledBy(const nlohmann::json& child, std::string_view owner_uid) {
+  if (owner_uid.empty() || !child.is_object()) return false;
+  const auto meta = child.find("metadata");
+  if (meta == child.end() || !meta->is_object()) return false;
+  const auto refs = meta->find("ownerReferences");
+  if (refs == meta->end() || !refs->is_array()) return false;
+  for (const nlohmann::json& ref : *refs) {
+    if (!ref.is_object()) continue;
+    const auto uid = ref.find("uid");
+    const auto controller = ref.find("controller");
+    if (uid != ref.end() && uid->is_string() && uid->get_ref<const std::string&>() == owner_uid &&
+        controller != ref.end() && controller->is_boolean() && controller->get<bool>()) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace korovod::k8s_operator

@@ -1,6 +1,6 @@
 // Labels and owner references every child of a HorovodJob carries. The job-name label is how the
-// executor finds the children (a label selector); the controller ownerReference is how the
-// garbage collector deletes them with the job.
+// executor finds the children (a label selector); the controller ownerReference is what makes
+// them this job's (ControlledBy) and how the garbage collector deletes them with the job.
 #pragma once
 
 #include <map>
@@ -29,5 +29,11 @@ nlohmann::json ControllerOwnerReference(const HorovodJob& job);
 
 // metadata {name, namespace, labels: CommonLabels, ownerReferences: [controller]}.
 nlohmann::json ChildMetadata(const HorovodJob& job, const std::string& name);
+
+// Whether `child` has a controller ownerReference with uid `owner_uid`. Labels name the job,
+// not its incarnation: a job deleted and recreated under the same name would otherwise adopt
+// the old one's children (terminating or orphaned pods, a finished job's Succeeded workers).
+// False for an empty `owner_uid`.
+bool ControlledBy(const nlohmann::json& child, std::string_view owner_uid);
 
 }  // namespace korovod::k8s_operator

@@ -13,6 +13,11 @@ inline constexpr std::string_view kReasonSpecCorrected = "SpecCorrected";
 inline constexpr std::string_view kReasonWorkersCreated = "WorkersCreated";
 inline constexpr std::string_view kReasonAllWorkersRunning = "AllWorkersRunning";
 inline constexpr std::string_view kReasonWorkerFailed = "WorkerFailed";
+// A worker was preempted, evicted or deleted by the control plane (DisruptionTarget=True): the
+// world restarts, but restartCount and backoffLimit are untouched.
+inline constexpr std::string_view kReasonWorkerDisrupted = "WorkerDisrupted";
+// A pod terminating long past its grace period (lost node) was deleted with grace period 0.
+inline constexpr std::string_view kReasonTerminatingPodForceDeleted = "TerminatingPodForceDeleted";
 inline constexpr std::string_view kReasonRecovered = "Recovered";
 // spec.replicas changed while the job ran: a new epoch at the new size (not a restart).
 inline constexpr std::string_view kReasonWorldResized = "WorldResized";

@@ -180,7 +180,40 @@ class JobReconciler {
                DeleteReference(child, api_version, kind, job_.metadata.namespace_name), "",
                std::move(why), ""});
   }
-  void DeletePod(const json& pod, std::string why) { Delete(pod, "v1", "Pod", std::move(why)); }
+  void DeletePod(const json& pod, std::string why) {
+    if (Terminating(pod)) {
+      ForceDeleteIfStuck(pod, why);
+    } else {
+      Delete(pod, "v1", "Pod", std::move(why));
+    }
+  }
+
+  // A pod terminating past its grace period plus a margin has no kubelet to finish it (a lost or
+  // partitioned node, a stuck kubelet): nothing else removes it, a new pod cannot take its name,
+  // and the next epoch waits for it. It is deleted with grace period 0. Until it is due, look
+  // again then: a lost node sends no more events. (On a partitioned node its containers may still
+  // run; the Job controller, which replaces terminating pods at once, takes the same risk.)
+  void ForceDeleteIfStuck(const json& pod, const std::string& why) {
+    const WorkerPodState s = ObserveWorkerPod(pod, trainer_container_);
+    if (!s.deletion_unix) return;  // no time to go by: never force on a guess
+    const int64_t due = *s.deletion_unix + kStuckTerminationMarginSeconds;
+    if (observed_.now_unix < due) {
+      Requeue(out_, due - observed_.now_unix);
+      return;
+    }
+    if (!deleted_.insert("Pod/" + s.name).second) return;
+    const std::string stuck =
+        "worker pod " + s.name + " was still terminating " +
+        std::to_string(observed_.now_unix - *s.deletion_unix) +
+        "s after its grace period ended (its node is lost or its kubelet stuck); deleted it with "
+        "gracePeriodSeconds 0";
+    Action action{Action::Kind::kDelete,
+                  DeleteReference(pod, "v1", "Pod", job_.metadata.namespace_name), "",
+                  why + "; force: terminating past its grace period", ""};
+    action.force = true;
+    out_.actions.push_back(std::move(action));
+    Event(kEventWarning, kReasonTerminatingPodForceDeleted, stuck);
+  }
 
   // ---- pods of the current epoch ------------------------------------------------------------
 
@@ -220,31 +253,52 @@ class JobReconciler {
     }
   }
 
-  // The first failure of the current epoch (lowest rank), as "pod X: cause", and how many.
-  std::pair<std::string, int> FindFailure() const {
-    std::string first;
-    int count = 0;
+  struct Failure {
+    std::string cause;  // "worker pod X ...": a disrupted worker's if any, else the lowest rank's
+    int count = 0;      // failed, being deleted, or (once Running) missing workers
+    // A worker the control plane took away (DisruptionTarget) is among them: the restart is not
+    // the job's fault and does not count against backoffLimit, as podFailurePolicy's Ignore on
+    // DisruptionTarget for Jobs. Its peers failing alongside (they lose a rank) do not change
+    // that.
+    bool disruption = false;
+  };
+
+  Failure FindFailure() const {
+    Failure f;
+    std::string first, first_disrupted;
     for (int64_t i = 0; i < job_.spec.replicas; ++i) {
       auto it = current_.find(i);
       std::string why;
+      bool disrupted = false;
       if (it == current_.end()) {
         // Before the world ran, a missing pod is just (re)created; once it ran, its rank is gone.
         if (status_.phase == JobPhase::kRunning) {
           why = "worker pod " + WorkerPodName(job_, i) +
                 " disappeared (deleted outside the operator)";
         }
-      } else if (it->second.first.outcome == WorkerOutcome::kFailed) {
-        why = "worker pod " + it->second.first.name + " failed: " + it->second.first.cause;
-      } else if (it->second.first.terminating &&
-                 it->second.first.outcome == WorkerOutcome::kActive) {
-        why = "worker pod " + it->second.first.name + " is being deleted (evicted or deleted " +
-              "outside the operator)";
+      } else {
+        const WorkerPodState& s = it->second.first;
+        const bool failed = s.outcome == WorkerOutcome::kFailed;
+        const bool deleted = s.terminating && s.outcome == WorkerOutcome::kActive;
+        if ((failed || deleted) && s.disrupted) {
+          disrupted = true;
+          why = "worker pod " + s.name + " was disrupted (" + s.disruption + ")";
+        } else if (failed) {
+          why = "worker pod " + s.name + " failed: " + s.cause;
+        } else if (deleted) {
+          why = "worker pod " + s.name + " is being deleted (evicted or deleted outside the " +
+                "operator)";
+        }
       }
       if (why.empty()) continue;
-      if (count++ == 0) first = why;
+      ++f.count;
+      if (first.empty()) first = why;
+      if (disrupted && first_disrupted.empty()) first_disrupted = why;
     }
-    if (count > 1) first += " (and " + std::to_string(count - 1) + " more failed workers)";
-    return {first, count};
+    f.disruption = !first_disrupted.empty();
+    f.cause = f.disruption ? first_disrupted : first;
+    if (f.count > 1) f.cause += " (and " + std::to_string(f.count - 1) + " more failed workers)";
+    return f;
   }
 
   // ---- finishing ----------------------------------------------------------------------------
@@ -397,25 +451,33 @@ class JobReconciler {
       return;
     }
 
-    if (auto [cause, failures] = FindFailure(); failures > 0) {
+    if (const Failure failure = FindFailure(); failure.count > 0) {
       const int64_t limit = job_.spec.run_policy.backoff_limit;
-      if (status_.restart_count >= limit) {
+      if (!failure.disruption && status_.restart_count >= limit) {
         Count();
         Finish(JobPhase::kFailed, kReasonBackoffLimitExceeded,
-               cause + "; backoffLimit " + std::to_string(limit) + " reached after " +
+               failure.cause + "; backoffLimit " + std::to_string(limit) + " reached after " +
                    std::to_string(status_.restart_count) + " restarts");
         return;
       }
-      ++status_.restart_count;
+      if (!failure.disruption) ++status_.restart_count;
       NewEpoch();
-      const std::string message = cause + "; restarting all workers as epoch " +
-                                  std::to_string(status_.epoch) + " (restart " +
-                                  std::to_string(status_.restart_count) + " of " +
-                                  std::to_string(limit) + ")";
+      std::string message =
+          failure.cause + "; restarting all workers as epoch " + std::to_string(status_.epoch);
+      if (failure.disruption) {
+        message += " (a disruption, not counted against backoffLimit: " +
+                   std::to_string(status_.restart_count) + " of " + std::to_string(limit) +
+                   " restarts used)";
+      } else {
+        message += " (restart " + std::to_string(status_.restart_count) + " of " +
+                   std::to_string(limit) + ")";
+      }
+      const std::string_view reason =
+          failure.disruption ? kReasonWorkerDisrupted : kReasonWorkerFailed;
       status_.phase = JobPhase::kRestarting;
-      Mark(kConditionRestarting, true, kReasonWorkerFailed, message);
-      MarkIfPresent(kConditionRunning, false, kReasonWorkerFailed, message);
-      Event(kEventWarning, kReasonWorkerFailed, message);
+      Mark(kConditionRestarting, true, reason, message);
+      MarkIfPresent(kConditionRunning, false, reason, message);
+      Event(kEventWarning, reason, message);
     }
 
     for (const json* pod : stale_)

@@ -4,11 +4,19 @@
 // README.md in this folder states every rule.
 #pragma once
 
+#include <cstdint>
+
 #include "operator/controller/action.h"
 #include "operator/controller/observed_state.h"
 #include "operator/controller/operator_settings.h"
 
 namespace korovod::k8s_operator {
+
+// A pod still terminating this long after its deletionTimestamp (the end of its grace period) is
+// force-deleted (gracePeriodSeconds 0): its kubelet is gone (a lost or partitioned node) or
+// stuck, nothing else removes it, and the next epoch waits for it. The margin leaves a healthy
+// kubelet time to kill the containers and confirm, and absorbs clock skew with the API server.
+inline constexpr int64_t kStuckTerminationMarginSeconds = 60;
 
 ReconcileResult Reconcile(const ObservedState& observed);
 

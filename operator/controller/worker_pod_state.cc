@@ -1,7 +1,9 @@
 #include "operator/controller/worker_pod_state.h"
 
 #include <charconv>
+#include <chrono>
 
+#include "common/rfc3339.h"
 #include "operator/controller/child_metadata.h"
 #include "operator/controller/json_access.h"
 
@@ -27,13 +29,25 @@ const nlohmann::json* TrainerTermination(const nlohmann::json& pod, std::string_
   return nullptr;
 }
 
-bool PodReady(const nlohmann::json& pod) {
+// status.conditions[type == type], or nullptr.
+const nlohmann::json* PodCondition(const nlohmann::json& pod, std::string_view type) {
   const nlohmann::json* conditions = FindPath(pod, {"status", "conditions"});
-  if (conditions == nullptr || !conditions->is_array()) return false;
+  if (conditions == nullptr || !conditions->is_array()) return nullptr;
   for (const nlohmann::json& c : *conditions) {
-    if (StringAt(c, {"type"}) == "Ready") return StringAt(c, {"status"}) == "True";
+    if (StringAt(c, {"type"}) == type) return &c;
   }
-  return false;
+  return nullptr;
+}
+
+bool PodReady(const nlohmann::json& pod) {
+  const nlohmann::json* ready = PodCondition(pod, "Ready");
+  return ready != nullptr && StringAt(*ready, {"status"}) == "True";
+}
+
+std::optional<int64_t> DeletionUnix(const nlohmann::json& pod) {
+  const auto t = ParseRfc3339(StringAt(pod, {"metadata", "deletionTimestamp"}));
+  if (!t.ok()) return std::nullopt;
+  return std::chrono::floor<std::chrono::seconds>(t.value().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -45,8 +59,17 @@ WorkerPodState ObserveWorkerPod(const nlohmann::json& pod, std::string_view trai
   s.index = ParseNonNegative(LabelOf(pod, kLabelReplicaIndex));
   s.epoch = ParseNonNegative(LabelOf(pod, kLabelEpoch));
   s.terminating = Has(pod, {"metadata", "deletionTimestamp"});
+  if (s.terminating) s.deletion_unix = DeletionUnix(pod);
   s.phase = StringAt(pod, {"status", "phase"});
   s.ready = PodReady(pod);
+  if (const nlohmann::json* d = PodCondition(pod, "DisruptionTarget");
+      d != nullptr && StringAt(*d, {"status"}) == "True") {
+    s.disrupted = true;
+    s.disruption = StringAt(*d, {"reason"});
+    if (s.disruption.empty()) s.disruption = "DisruptionTarget";
+    const std::string message = StringAt(*d, {"message"});
+    if (!message.empty()) s.disruption += ": " + message;
+  }
 
   const nlohmann::json* terminated = TrainerTermination(pod, trainer_container);
   // -1: the trainer has not terminated (or reported no exit code).

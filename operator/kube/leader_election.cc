@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
+#include <string>
 
 #include "common/json_read.h"
 #include "common/rfc3339.h"
@@ -56,8 +58,8 @@ void LeaderElector::SetLeader(bool leader) {
 
 StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
   const std::string path = kLeases.Path(config_.namespace_name, config_.lease_name);
-  const auto now = config_.now();
-  const std::string stamp = FormatRfc3339(now, 6);
+  const auto local_now = config_.steady_now();
+  const std::string stamp = FormatRfc3339(config_.now(), 6);
   const int duration_s =
       static_cast<int>(std::max<int64_t>(1, (config_.lease_duration.count() + 999) / 1000));
 
@@ -85,12 +87,22 @@ StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
   if (!lease.is_object()) return Internal("GET " + path + ": the lease is not an object");
   nlohmann::json& spec = lease["spec"];
   if (!spec.is_object()) spec = nlohmann::json::object();
+  // renewTime comes from the holder's clock, so it is only compared with itself: any change of the
+  // record (a renewal, a new holder, or any write that bumps resourceVersion) restarts the wait.
+  std::string record = spec.dump() + " " + StringAt(lease, {"metadata", "resourceVersion"});
+  if (record != observed_record_) {
+    observed_record_ = std::move(record);
+    observed_time_ = local_now;
+  }
   const std::string holder = StringAt(spec, {"holderIdentity"});
   if (!holder.empty() && holder != config_.identity) {
-    auto renewed = ParseRfc3339(StringAt(spec, {"renewTime"}));
-    const int64_t held_s = IntAt(spec, {"leaseDurationSeconds"}).value_or(0);
-    // An unreadable renewTime counts as expired, so a corrupt lease cannot block election.
-    if (renewed.ok() && renewed.value() + std::chrono::seconds(held_s) > now) return false;
+    // The API field is an int32; clamping keeps a corrupt value from overflowing the sum below.
+    const int64_t held_s = std::min<int64_t>(IntAt(spec, {"leaseDurationSeconds"}).value_or(0),
+                                             std::numeric_limits<int32_t>::max());
+    // Without a usable duration in the lease, ours bounds the wait, so it still ends.
+    const std::chrono::milliseconds lease_duration =
+        held_s > 0 ? std::chrono::seconds(held_s) : config_.lease_duration;
+    if (local_now < observed_time_ + lease_duration) return false;
   }
   if (holder != config_.identity) {
     spec["acquireTime"] = stamp;

@@ -1,6 +1,8 @@
 // Leader election on a coordination.k8s.io/v1 Lease, as client-go does it: the holder renews
-// renewTime every retry period; others take over once renewTime + leaseDurationSeconds has
-// passed. Every write carries the resourceVersion read, so of two racing candidates one gets
+// renewTime every retry period; others take over once the lease record has stayed unchanged for
+// leaseDurationSeconds, timed from when they first saw it by their own monotonic clock. The
+// renewTime read is never compared with the local clock, so clock skew between nodes cannot make
+// two leaders. Every write carries the resourceVersion read, so of two racing candidates one gets
 // 409 and backs off. Stop() releases a held lease so a standby takes over at its next try.
 #pragma once
 
@@ -26,8 +28,14 @@ struct LeaderElectionConfig {
   // Called on the elector's thread (on_stopped_leading also from Stop()'s release).
   std::function<void()> on_started_leading;
   std::function<void()> on_stopped_leading;
+  // Wall clock, only for the times written into the Lease.
   std::function<std::chrono::system_clock::time_point()> now = [] {
     return std::chrono::system_clock::now();
+  };
+  // Local monotonic clock that times how long another holder's record has stayed unchanged;
+  // never compared with a time read from the Lease, so skew between nodes cannot matter.
+  std::function<std::chrono::steady_clock::time_point()> steady_now = [] {
+    return std::chrono::steady_clock::now();
   };
 };
 
@@ -60,6 +68,11 @@ class LeaderElector {
   bool stopping_ = false;
   bool leader_ = false;
   Status last_error_;
+  // Another holder's record as last read (spec and resourceVersion) and the local time it was
+  // first read; its lease ends leaseDurationSeconds after that. Only TryAcquireOrRenew() touches
+  // them, on one thread at a time (the elector's, or a test's before Start()).
+  std::string observed_record_;
+  std::chrono::steady_clock::time_point observed_time_{};
   std::thread thread_;
 };
 

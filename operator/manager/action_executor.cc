@@ -36,6 +36,8 @@ Status ActionExecutor::Execute(const nlohmann::json& job, const Action& action) 
       kube::DeleteOptions opts;
       opts.precondition_uid = action.object["metadata"].value("uid", "");
       opts.propagation_policy = "Background";
+      // A pod stuck terminating (its kubelet is gone): only grace 0 removes it without one.
+      if (action.force) opts.grace_period_seconds = 0;
       kube::ApiResult r = client_.Delete(path, opts);
       // 409 on a uid precondition: the name now belongs to a newer object; leave it.
       if (!r.ok() && !kube::IsNotFound(r) && !kube::IsConflict(r)) {
@@ -45,8 +47,8 @@ Status ActionExecutor::Execute(const nlohmann::json& job, const Action& action) 
       if (r.ok()) {
         (action.kind == Action::Kind::kDelete ? metrics_.deletes : metrics_.job_deletions)
             ->Increment();
-        KV_LOG(kInfo, kOperator, "deleted %s (%s)", Describe(action.object).c_str(),
-               action.reason.c_str());
+        KV_LOG(kInfo, kOperator, "%s %s (%s)", action.force ? "force-deleted" : "deleted",
+               Describe(action.object).c_str(), action.reason.c_str());
       }
       return OkStatus();
     }

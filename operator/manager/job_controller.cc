@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <ctime>
+#include <optional>
+#include <vector>
 
 #include "common/log.h"
 #include "operator/api/json.h"
@@ -31,6 +33,11 @@ std::string FreshKeyHex() {
 }
 
 std::string JobKey(const std::string& ns, const std::string& name) { return ns + "/" + name; }
+
+std::string UidOf(const nlohmann::json& object) {
+  const nlohmann::json meta = object.value("metadata", nlohmann::json::object());
+  return meta.is_object() ? meta.value("uid", "") : "";
+}
 
 // The PodGroup API version a gang-scheduled job's spec names, or "" when it asks for none (or
 // does not parse: the reconciler then reports the spec, not us).
@@ -170,12 +177,20 @@ ObservedState JobController::Observe(const nlohmann::json& job) const {
   const std::string ns = meta.value("namespace", "");
   const std::map<std::string, std::string> selector = {
       {std::string(kLabelJobName), meta.value("name", "")}};
+  // The label finds candidates; the controller ownerReference decides. A namesake's children
+  // (the job was deleted and recreated while they terminate, or they were orphaned) are left out
+  // entirely: not counted in the status, not deleted (the garbage collector owns that).
+  const std::string uid = UidOf(job);
+  auto owned = [&uid](std::vector<nlohmann::json> children) {
+    std::erase_if(children, [&uid](const nlohmann::json& c) { return !ControlledBy(c, uid); });
+    return children;
+  };
   ObservedState observed;
   observed.job = job;
-  observed.pods = pods_->List(ns, selector);
-  observed.services = services_->List(ns, selector);
-  observed.config_maps = config_maps_->List(ns, selector);
-  observed.secrets = secrets_->List(ns, selector);
+  observed.pods = owned(pods_->List(ns, selector));
+  observed.services = owned(services_->List(ns, selector));
+  observed.config_maps = owned(config_maps_->List(ns, selector));
+  observed.secrets = owned(secrets_->List(ns, selector));
   observed.now_unix = static_cast<int64_t>(std::time(nullptr));
   observed.settings = options_.settings;
   return observed;
@@ -196,10 +211,13 @@ Status JobController::ReconcileKey(const std::string& key,
   if (const std::string api_version = GangApiVersion(job); !api_version.empty()) {
     KV_ASSIGN_OR_RETURN(kube::ResourceRef ref, ResourceOf(api_version, "PodGroup"));
     kube::ApiResult pg = client_.Get(ref.Path(ns, name));
-    if (pg.ok())
-      observed.pod_groups.push_back(std::move(pg).value());
-    else if (!kube::IsNotFound(pg))
+    if (pg.ok()) {
+      nlohmann::json group = std::move(pg).value();
+      // A namesake's PodGroup is not ours (see Observe).
+      if (ControlledBy(group, UidOf(job))) observed.pod_groups.push_back(std::move(group));
+    } else if (!kube::IsNotFound(pg)) {
       return pg.status();
+    }
   }
 
   ReconcileResult result = Reconcile(observed);
@@ -211,12 +229,16 @@ Status JobController::ReconcileKey(const std::string& key,
   if (result.status) {
     // Someone changed the job since we read it: recompute from the fresh object (the children,
     // and so the actions already taken, are unchanged).
-    StatusWriteOutcome written = WriteJobStatus(client_, std::move(job), std::move(*result.status),
-                                                [&observed](const nlohmann::json& fresh) {
-                                                  ObservedState again = observed;
-                                                  again.job = fresh;
-                                                  return Reconcile(again).status;
-                                                });
+    StatusWriteOutcome written =
+        WriteJobStatus(client_, std::move(job), std::move(*result.status),
+                       [&observed](const nlohmann::json& fresh) -> std::optional<nlohmann::json> {
+                         // Recreated meanwhile: the children observed are not the new
+                         // job's; its own reconcile (queued by its add) writes its status.
+                         if (UidOf(fresh) != UidOf(observed.job)) return std::nullopt;
+                         ObservedState again = observed;
+                         again.job = fresh;
+                         return Reconcile(again).status;
+                       });
     metrics_.status_conflicts->Increment(written.conflicts);
     if (!written.status.ok() && first_error.ok()) first_error = written.status;
   }

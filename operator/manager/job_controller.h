@@ -2,7 +2,9 @@
 // operator labels (pods, services, config maps, secrets); any change queues the owning job's key;
 // workers take keys off the rate-limited queue, read the job fresh from the API server (so its
 // resourceVersion is current for the /status write), run the pure Reconcile on it and the cached
-// children, and apply the result with ActionExecutor. A failed reconcile is re-queued with
+// children it controls (label to find them, controller ownerReference uid to claim them: a job
+// recreated under a deleted one's name must not adopt that one's pods), and apply the result with
+// ActionExecutor. A failed reconcile is re-queued with
 // backoff; a requested requeue (deadline, TTL) is honoured with AddAfter.
 #pragma once
 

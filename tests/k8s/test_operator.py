@@ -212,3 +212,29 @@ def test_gang_job_without_its_scheduler_is_named_in_the_log(operator, crd, ns):
                      operator.log(), "the missing PodGroup API named in the log", 30)
         assert not pods(crd, ns, "nogang")  # workers wait for their PodGroup
     crd.kubectl("-n", ns, "delete", "hvdjob", "nogang")
+
+
+def test_recreated_job_does_not_adopt_its_namesakes_pods(operator, crd, ns):
+    # This cluster has no garbage collector, so a deleted job's pods stay, as orphaned or still
+    # terminating pods would. A new job of the same name is another owner (uid): it must not
+    # count them (nor report their success), and runs once its own pods can be created.
+    with FakeKubelet(crd, ns, outcome=lambda p: "succeed"):
+        apply(crd, ns, job_doc("again", replicas=2, runPolicy={"cleanPodPolicy": "None"}))
+        old_uid = wait_phase(crd, ns, "again", "Succeeded")["metadata"]["uid"]
+        assert len(pods(crd, ns, "again")) == 2
+        crd.kubectl("-n", ns, "delete", "hvdjob", "again")
+        apply(crd, ns, job_doc("again", replicas=2, runPolicy={"cleanPodPolicy": "None"}))
+        job = crd.wait_for(lambda: (get_job(crd, ns, "again") or {}).get("status", {}).get(
+            "phase") and get_job(crd, ns, "again"), "the new job reconciled", 30)
+        assert job["metadata"]["uid"] != old_uid
+        time.sleep(1.5)  # later reconciles must not adopt them either
+        st = get_job(crd, ns, "again")["status"]
+        assert st["phase"] != "Succeeded" and st.get("succeededWorkers", 0) == 0, st
+        assert all(p["metadata"]["ownerReferences"][0]["uid"] == old_uid
+                   for p in pods(crd, ns, "again"))
+        # Play the garbage collector: the new job then creates and runs its own workers.
+        crd.kubectl("-n", ns, "delete", "pods", "-l", "korovod.dev/job-name=again")
+        job = wait_phase(crd, ns, "again", "Succeeded", 60)
+        assert job["status"]["succeededWorkers"] == 2
+        owners = {p["metadata"]["ownerReferences"][0]["uid"] for p in pods(crd, ns, "again")}
+        assert owners == {job["metadata"]["uid"]}

@@ -10,6 +10,7 @@
 #include "common/base64.h"
 #include "operator/api/json.h"
 #include "operator/api/validate.h"
+#include "operator/controller/child_metadata.h"
 #include "operator/controller/job_key_secret.h"
 #include "operator/controller/pod_group.h"
 #include "operator/controller/reconciler.h"
@@ -352,6 +353,24 @@ TEST(Helpers, JobKeyValidation) {
   EXPECT_TRUE(IsValidJobKeyHex(testing::kTestKeyHex));
   EXPECT_FALSE(IsValidJobKeyHex(""));
   EXPECT_FALSE(IsValidJobKeyHex(std::string(64, 'g')));
+}
+
+// The owner's uid, not the job-name label, makes a child the job's: a namesake's are not.
+TEST(Helpers, ControlledByMatchesTheControllerUid) {
+  StatusOr<HorovodJob> job = HorovodJobFromJson(MinimalJob());
+  ASSERT_TRUE(job.ok());
+  const json child = {{"metadata", ChildMetadata(*job, "j")}};
+  EXPECT_TRUE(ControlledBy(child, "job-uid"));
+  EXPECT_FALSE(ControlledBy(child, "other-uid"));
+  EXPECT_FALSE(ControlledBy(child, ""));
+  json not_controller = child;
+  not_controller["metadata"]["ownerReferences"][0]["controller"] = false;
+  EXPECT_FALSE(ControlledBy(not_controller, "job-uid"));
+  json orphaned = child;
+  orphaned["metadata"].erase("ownerReferences");
+  EXPECT_FALSE(ControlledBy(orphaned, "job-uid"));
+  EXPECT_FALSE(ControlledBy(json::object(), "job-uid"));
+  EXPECT_FALSE(ControlledBy(json{{"metadata", {{"ownerReferences", "x"}}}}, "job-uid"));
 }
 
 // --- the samples ---------------------------------------------------------------------------

@@ -1,6 +1,9 @@
 #include "tests/operator/controller/fake_cluster.h"
 
 #include <algorithm>
+#include <chrono>
+
+#include "common/rfc3339.h"
 
 namespace korovod::k8s_operator::testing {
 
@@ -29,7 +32,22 @@ ObservedState FakeCluster::Observe(int64_t now) const {
   return o;
 }
 
+namespace {
+
+std::string Rfc3339(int64_t unix_seconds) {
+  return FormatRfc3339(std::chrono::system_clock::time_point(std::chrono::seconds(unix_seconds)));
+}
+
+// As the API server does for a graceful delete: deletionTimestamp is when the grace ends.
+void MarkDeleted(json& object, int64_t now, int64_t grace_seconds) {
+  object["metadata"]["deletionTimestamp"] = Rfc3339(now + grace_seconds);
+  object["metadata"]["deletionGracePeriodSeconds"] = grace_seconds;
+}
+
+}  // namespace
+
 ReconcileResult FakeCluster::Step(int64_t now) {
+  now_ = now;
   ReconcileResult r = Reconcile(Observe(now));
   Apply(r);
   return r;
@@ -68,8 +86,14 @@ void FakeCluster::Apply(const ReconcileResult& result) {
               (*it)["metadata"]["uid"] != meta["uid"]) {
             continue;
           }
-          if (graceful_deletes_) {
-            (*it)["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z";
+          if (graceful_deletes_ && !a.force) {
+            const json* grace = it->contains("spec") && (*it)["spec"].is_object() &&
+                                        (*it)["spec"].contains("terminationGracePeriodSeconds")
+                                    ? &(*it)["spec"]["terminationGracePeriodSeconds"]
+                                    : nullptr;
+            MarkDeleted(
+                *it, now_,
+                grace != nullptr && grace->is_number_integer() ? grace->get<int64_t>() : 30);
           } else {
             list->erase(it);
           }
@@ -146,6 +170,20 @@ void FakeCluster::SetTrainerExit(const std::string& name, int exit_code,
       json::array({{{"name", "trainer"},
                     {"state", {{"terminated", {{"exitCode", exit_code}, {"reason", reason}}}}}}});
   (*p)["status"]["phase"] = exit_code == 0 ? "Succeeded" : "Failed";
+}
+
+void FakeCluster::SetDisruptionTarget(const std::string& name, const std::string& reason,
+                                      const std::string& message) {
+  json* p = Pod(name);
+  if (p == nullptr) return;
+  json& conditions = (*p)["status"]["conditions"];
+  if (!conditions.is_array()) conditions = json::array();
+  conditions.push_back(
+      {{"type", "DisruptionTarget"}, {"status", "True"}, {"reason", reason}, {"message", message}});
+}
+
+void FakeCluster::MarkTerminating(const std::string& name, int64_t now, int64_t grace_seconds) {
+  if (json* p = Pod(name)) MarkDeleted(*p, now, grace_seconds);
 }
 
 void FakeCluster::RemovePod(const std::string& name) {

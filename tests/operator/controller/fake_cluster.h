@@ -24,12 +24,16 @@ class FakeCluster {
  public:
   explicit FakeCluster(nlohmann::json job) : job_(std::move(job)) {}
 
-  // Deletes set metadata.deletionTimestamp instead of removing; FinishTerminations removes.
+  // Deletes set metadata.deletionTimestamp (the time the grace period ends, as the API server
+  // does: the delete's time plus spec.terminationGracePeriodSeconds, default 30) and
+  // deletionGracePeriodSeconds instead of removing; FinishTerminations removes. A force delete
+  // (grace period 0) removes at once either way.
   void set_graceful_deletes(bool on) { graceful_deletes_ = on; }
 
   ObservedState Observe(int64_t now) const;
   // Observe, Reconcile, Apply; returns what Reconcile returned.
   ReconcileResult Step(int64_t now);
+  // Applies at the time of the last Step (graceful deletes need a time).
   void Apply(const ReconcileResult& result);
   // Steps until a reconcile creates and deletes nothing (at most `max_steps`).
   void Settle(int64_t now, int max_steps = 10);
@@ -56,6 +60,12 @@ class FakeCluster {
   void SetPodReady(const std::string& name, bool ready);
   void SetTrainerExit(const std::string& name, int exit_code, const std::string& reason);
   void RemovePod(const std::string& name);
+  // The control plane's part in a disruption: a DisruptionTarget=True condition with `reason`
+  // (PreemptionByScheduler, EvictionByEvictionAPI, DeletionByTaintManager, TerminationByKubelet).
+  void SetDisruptionTarget(const std::string& name, const std::string& reason,
+                           const std::string& message);
+  // A graceful delete issued at `now` by someone else (eviction, preemption, kubectl delete).
+  void MarkTerminating(const std::string& name, int64_t now, int64_t grace_seconds = 30);
 
  private:
   std::vector<nlohmann::json>* ListFor(const std::string& kind);
@@ -66,6 +76,7 @@ class FakeCluster {
   bool graceful_deletes_ = false;
   bool job_deleted_ = false;
   int next_uid_ = 1;
+  int64_t now_ = 0;  // of the last Step
 };
 
 }  // namespace korovod::k8s_operator::testing

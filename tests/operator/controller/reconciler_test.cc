@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "operator/controller/worker_pod_state.h"
 #include "tests/operator/controller/fake_cluster.h"
 
 namespace korovod::k8s_operator {
@@ -314,6 +316,160 @@ TEST(Reconcile, TerminatingWorkerRestarts) {
   const Action* event = FindEvent(r, "WorkerFailed");
   ASSERT_NE(event, nullptr);
   EXPECT_NE(event->message.find("j-worker-1 is being deleted"), std::string::npos);
+}
+
+// --- disruptions and pods stuck terminating -----------------------------------------------
+
+// A worker the control plane took away (DisruptionTarget=True) restarts the world without using
+// up backoffLimit, as podFailurePolicy's Ignore on DisruptionTarget does for Jobs: with
+// backoffLimit 0 the job goes on, and the condition and event say which pod and why.
+TEST(Reconcile, DisruptedWorkerRestartsWithoutUsingBackoff) {
+  for (const std::string reason : {"PreemptionByScheduler", "EvictionByEvictionAPI",
+                                   "DeletionByTaintManager", "TerminationByKubelet"}) {
+    SCOPED_TRACE(reason);
+    json job = MinimalJob(2);
+    job["spec"]["runPolicy"] = {{"backoffLimit", 0}};
+    FakeCluster c = RunningJob(job);
+    c.SetDisruptionTarget("j-worker-1", reason, "taken away by the control plane");
+    c.MarkTerminating("j-worker-1", kT0 + 15);
+    const ReconcileResult r = c.Step(kT0 + 20);
+    EXPECT_EQ(Phase(c), "Restarting");
+    EXPECT_EQ(c.status()["epoch"], 2);
+    EXPECT_EQ(c.status()["restartCount"], 0);
+    const json restarting = Condition(c.status(), "Restarting");
+    EXPECT_EQ(restarting["status"], "True");
+    EXPECT_EQ(restarting["reason"], "WorkerDisrupted");
+    const std::string message = restarting.value("message", "");
+    EXPECT_NE(message.find("worker pod j-worker-1 was disrupted (" + reason), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("not counted against backoffLimit"), std::string::npos) << message;
+    const Action* event = FindEvent(r, "WorkerDisrupted");
+    ASSERT_NE(event, nullptr);
+    EXPECT_EQ(event->event_type, "Warning");
+    EXPECT_EQ(event->message, message);
+    EXPECT_EQ(FindEvent(r, "WorkerFailed"), nullptr);
+    EXPECT_EQ(Names(r, Action::Kind::kDelete, "Pod"), std::vector<std::string>{"j-worker-0"});
+  }
+}
+
+// The disruption is the cause even when its peers fail in the same observation (their trainers
+// lose a rank), and a later failure of the worker itself still counts.
+TEST(Reconcile, DisruptionWithCrashedPeersIsNotAFailureButALaterCrashIs) {
+  json job = MinimalJob(3);
+  job["spec"]["runPolicy"] = {{"backoffLimit", 0}};
+  FakeCluster c = RunningJob(job);
+  // Node-pressure eviction by the kubelet: phase Failed (Evicted) plus the condition.
+  c.SetPodPhase("j-worker-2", "Failed");
+  c.Pod("j-worker-2")->at("status")["reason"] = "Evicted";
+  c.SetDisruptionTarget("j-worker-2", "TerminationByKubelet",
+                        "The node was low on resource: memory.");
+  c.SetTrainerExit("j-worker-0", 1, "Error");
+  const ReconcileResult r = c.Step(kT0 + 20);
+  EXPECT_EQ(Phase(c), "Restarting");
+  EXPECT_EQ(c.status()["restartCount"], 0);
+  const Action* event = FindEvent(r, "WorkerDisrupted");
+  ASSERT_NE(event, nullptr);
+  EXPECT_EQ(event->message.rfind("worker pod j-worker-2 was disrupted (TerminationByKubelet: The "
+                                 "node was low on resource: memory.)",
+                                 0),
+            0u)
+      << event->message;
+  EXPECT_NE(event->message.find("and 1 more failed workers"), std::string::npos) << event->message;
+
+  c.Settle(kT0 + 21);
+  c.SetAllPodsPhase("Running");
+  c.Step(kT0 + 30);
+  ASSERT_EQ(Phase(c), "Running");
+  for (const json& p : c.pods()) EXPECT_EQ(Epoch(p), "2");
+  c.SetTrainerExit("j-worker-1", 137, "OOMKilled");
+  c.Step(kT0 + 40);
+  EXPECT_EQ(Phase(c), "Failed");
+  EXPECT_EQ(Condition(c.status(), "Failed")["reason"], "BackoffLimitExceeded");
+}
+
+// The observed state carries what the API server reports: the DisruptionTarget condition (only
+// when True) and the deletionTimestamp.
+TEST(WorkerPodState, ReadsDisruptionTargetAndDeletionTime) {
+  json pod = json::parse(R"({
+    "metadata": {"name": "j-worker-0", "deletionTimestamp": "2027-01-15T08:00:30Z",
+                 "deletionGracePeriodSeconds": 30},
+    "status": {"phase": "Running", "conditions": [
+      {"type": "Ready", "status": "True"},
+      {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+       "message": "Eviction API: evicting"}]}})");
+  WorkerPodState s = ObserveWorkerPod(pod, "trainer");
+  EXPECT_TRUE(s.ready);
+  EXPECT_TRUE(s.terminating);
+  EXPECT_EQ(s.deletion_unix, std::optional<int64_t>(kT0 + 30));
+  EXPECT_TRUE(s.disrupted);
+  EXPECT_EQ(s.disruption, "EvictionByEvictionAPI: Eviction API: evicting");
+  pod["status"]["conditions"][1]["status"] = "False";
+  pod["metadata"]["deletionTimestamp"] = "yesterday";
+  s = ObserveWorkerPod(pod, "trainer");
+  EXPECT_FALSE(s.disrupted);
+  EXPECT_TRUE(s.terminating);
+  EXPECT_FALSE(s.deletion_unix);  // never force-deleted on a time it cannot read
+}
+
+// A pod whose node is lost stays Terminating after its eviction: no kubelet confirms it. Once
+// its grace period is over by a margin it is deleted with gracePeriodSeconds 0, and the next
+// epoch starts instead of waiting for it (or for the active deadline).
+TEST(Reconcile, PodStuckTerminatingIsForceDeletedAndTheNextEpochStarts) {
+  json job = MinimalJob(2);
+  job["spec"]["runPolicy"] = {{"activeDeadlineSeconds", 100000}};
+  FakeCluster c = RunningJob(job);
+  c.set_graceful_deletes(true);
+  // The taint manager evicts j-worker-1 at kT0+100 with a 30 s grace: deletionTimestamp is
+  // kT0+130, when the grace ends.
+  c.SetDisruptionTarget("j-worker-1", "DeletionByTaintManager",
+                        "Taint manager: deleting due to NoExecute taint");
+  c.MarkTerminating("j-worker-1", kT0 + 100);
+  ReconcileResult r = c.Step(kT0 + 101);
+  EXPECT_EQ(Phase(c), "Restarting");
+  EXPECT_EQ(Names(r, Action::Kind::kDelete, "Pod"), std::vector<std::string>{"j-worker-0"});
+  for (const Action& a : r.actions) EXPECT_FALSE(a.force);
+  c.RemovePod("j-worker-0");  // its kubelet finishes; j-worker-1's never does
+
+  // Within the grace period and the margin: wait, and come back when it runs out (a lost node
+  // sends no more events).
+  r = c.Step(kT0 + 102);
+  EXPECT_EQ(CountKind(r, Action::Kind::kCreate, "Pod"), 0);
+  EXPECT_EQ(CountKind(r, Action::Kind::kDelete), 0);
+  EXPECT_EQ(r.requeue_after_seconds,
+            std::optional<int64_t>(130 + kStuckTerminationMarginSeconds - 102));
+  r = c.Step(kT0 + 130 + kStuckTerminationMarginSeconds - 1);
+  EXPECT_EQ(CountKind(r, Action::Kind::kDelete), 0);
+
+  r = c.Step(kT0 + 130 + kStuckTerminationMarginSeconds);
+  ASSERT_EQ(Names(r, Action::Kind::kDelete, "Pod"), std::vector<std::string>{"j-worker-1"});
+  for (const Action& a : r.actions) {
+    if (a.kind == Action::Kind::kDelete) {
+      EXPECT_TRUE(a.force);
+    }
+  }
+  const ReconcileResult fresh = c.Step(kT0 + 131 + kStuckTerminationMarginSeconds);
+  EXPECT_EQ(Names(fresh, Action::Kind::kCreate, "Pod"),
+            (std::vector<std::string>{"j-worker-0", "j-worker-1"}));
+  for (const json& p : c.pods()) EXPECT_EQ(Epoch(p), "2");
+  c.SetAllPodsPhase("Running");
+  c.Step(kT0 + 140 + kStuckTerminationMarginSeconds);
+  EXPECT_EQ(Phase(c), "Running");
+}
+
+// The grace period is the pod's own: a long terminationGracePeriodSeconds is waited out.
+TEST(Reconcile, TerminatingPodWithinItsLongGracePeriodIsNotForceDeleted) {
+  FakeCluster c = RunningJob(MinimalJob(2));
+  c.MarkTerminating("j-worker-1", kT0 + 100, /*grace_seconds=*/600);
+  c.Step(kT0 + 101);
+  EXPECT_EQ(Phase(c), "Restarting");
+  const ReconcileResult r = c.Step(kT0 + 102);
+  EXPECT_EQ(CountKind(r, Action::Kind::kDelete), 0);
+  EXPECT_EQ(r.requeue_after_seconds,
+            std::optional<int64_t>(700 + kStuckTerminationMarginSeconds - 102));
+  EXPECT_EQ(CountKind(c.Step(kT0 + 699 + kStuckTerminationMarginSeconds), Action::Kind::kDelete),
+            0);
+  EXPECT_EQ(Names(c.Step(kT0 + 700 + kStuckTerminationMarginSeconds), Action::Kind::kDelete, "Pod"),
+            std::vector<std::string>{"j-worker-1"});
 }
 
 TEST(Reconcile, ReplicasChangeStartsANewEpochWithoutCountingARestart) {

@@ -3,6 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "common/rfc3339.h"
 #include "tests/operator/kube/fake_api_server.h"
 
@@ -132,36 +139,163 @@ TEST(LeaderElectionTest, ExactlyOneLeadsAndAStandbyTakesOverAfterStop) {
   EXPECT_EQ(store.lease()["spec"]["holderIdentity"], "");
 }
 
-TEST(LeaderElectionTest, TakesOverOnlyAnExpiredLease) {
+TEST(LeaderElectionTest, ALeaderWithItsClockAnHourBehindKeepsTheLease) {
   FakeApiServer fake;
   LeaseStore store(fake);
   fake.Start();
   auto client = fake.Client();
+  std::atomic<int> a_started{0}, a_stopped{0}, b_started{0}, b_stopped{0};
+  LeaderElectionConfig skewed = Config("a", &a_started, &a_stopped);
+  skewed.now = [] { return std::chrono::system_clock::now() - std::chrono::hours(1); };
+  LeaderElector a(*client, skewed);
+  a.Start();
+  ASSERT_TRUE(Eventually([&] { return a.IsLeader(); }));
+  LeaderElector b(*client, Config("b", &b_started, &b_stopped));
+  b.Start();
+  // Three lease durations of renewals: b must see them as renewals, not as an hour-old lease.
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_TRUE(a.IsLeader()) << "a lost the lease after " << i * 10 << " ms";
+    ASSERT_FALSE(b.IsLeader()) << "b took over after " << i * 10 << " ms";
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_EQ(store.lease()["spec"]["holderIdentity"], std::string("a"));
+  EXPECT_EQ(b_started.load(), 0);
+  b.Stop();
+  a.Stop();
+}
+
+// A Lease held by `holder`, as another replica (with its own clock) would have written it.
+nlohmann::json HeldLease(const std::string& holder, std::chrono::system_clock::time_point renewed,
+                         int duration_s = 15) {
+  return {{"apiVersion", "coordination.k8s.io/v1"},
+          {"kind", "Lease"},
+          {"metadata", {{"name", "korovod-operator"}, {"namespace", "ns"}}},
+          {"spec",
+           {{"holderIdentity", holder},
+            {"leaseDurationSeconds", duration_s},
+            {"acquireTime", FormatRfc3339(renewed - std::chrono::seconds(60), 6)},
+            {"renewTime", FormatRfc3339(renewed, 6)},
+            {"leaseTransitions", 3}}}};
+}
+
+// A candidate whose local monotonic clock the test advances by hand.
+struct FakeClockCandidate {
+  FakeClockCandidate(const ApiClient& client, const std::string& identity) {
+    LeaderElectionConfig c = Config(identity, &started, &stopped);
+    c.lease_duration = milliseconds(3000);
+    c.steady_now = [this] { return steady; };
+    elector = std::make_unique<LeaderElector>(client, std::move(c));
+  }
+  bool Try() {
+    auto held = elector->TryAcquireOrRenew();
+    EXPECT_TRUE(held.ok()) << held.status().ToString();
+    return held.ok() && held.value();
+  }
   std::atomic<int> started{0}, stopped{0};
-  LeaderElector elector(*client, Config("me", &started, &stopped));
-  const auto now = std::chrono::system_clock::now();
-  nlohmann::json lease = {{"apiVersion", "coordination.k8s.io/v1"},
-                          {"kind", "Lease"},
-                          {"metadata", {{"name", "korovod-operator"}, {"namespace", "ns"}}},
-                          {"spec",
-                           {{"holderIdentity", "ghost"},
-                            {"leaseDurationSeconds", 15},
-                            {"renewTime", FormatRfc3339(now, 6)},
-                            {"leaseTransitions", 3}}}};
-  store.Set(lease);
-  auto held = elector.TryAcquireOrRenew();
-  ASSERT_TRUE(held.ok()) << held.status().ToString();
-  EXPECT_FALSE(held.value());  // fresh: ghost keeps it
-  lease["spec"]["renewTime"] = FormatRfc3339(now - std::chrono::seconds(20), 6);
-  store.Set(lease);
-  held = elector.TryAcquireOrRenew();
-  ASSERT_TRUE(held.ok()) << held.status().ToString();
-  EXPECT_TRUE(held.value());
+  std::chrono::steady_clock::time_point steady{};
+  std::unique_ptr<LeaderElector> elector;
+};
+
+TEST(LeaderElectionTest, AStaleLeaseIsTakenOverOnlyAfterALeaseDurationOfLocalTime) {
+  FakeApiServer fake;
+  LeaseStore store(fake);
+  fake.Start();
+  auto client = fake.Client();
+  FakeClockCandidate me(*client, "me");
+  // renewTime is 20 s old by this clock, but that proves nothing: the holder's clock may differ.
+  // The record must first stay unchanged for leaseDurationSeconds of local time.
+  store.Set(HeldLease("ghost", std::chrono::system_clock::now() - std::chrono::seconds(20)));
+  EXPECT_FALSE(me.Try());
+  me.steady += std::chrono::seconds(15) - milliseconds(1);
+  EXPECT_FALSE(me.Try()) << "taken over before leaseDurationSeconds";
+  me.steady += milliseconds(1);  // expired at exactly leaseDurationSeconds, as in client-go
+  EXPECT_TRUE(me.Try());
   EXPECT_EQ(store.lease()["spec"]["holderIdentity"], "me");
   EXPECT_EQ(store.lease()["spec"]["leaseTransitions"], 4);
-  held = elector.TryAcquireOrRenew();  // a renewal is not a transition
-  EXPECT_TRUE(held.ok() && held.value());
+  EXPECT_EQ(store.lease()["spec"]["leaseDurationSeconds"], 3);
+  EXPECT_TRUE(me.Try());  // a renewal is not a transition
   EXPECT_EQ(store.lease()["spec"]["leaseTransitions"], 4);
+}
+
+TEST(LeaderElectionTest, AHolderWithItsClockBehindThatKeepsRenewingIsNeverTakenOver) {
+  FakeApiServer fake;
+  LeaseStore store(fake);
+  fake.Start();
+  auto client = fake.Client();
+  FakeClockCandidate me(*client, "me");
+  // The holder's clock is an hour behind: every renewTime it writes is long past by ours.
+  auto renewed = std::chrono::system_clock::now() - std::chrono::hours(1);
+  for (int i = 0; i < 12; ++i) {  // 60 s of local time, four lease durations
+    store.Set(HeldLease("ghost", renewed));
+    ASSERT_FALSE(me.Try()) << "took over at try " << i << " a lease its holder keeps renewing";
+    EXPECT_EQ(store.lease()["spec"]["holderIdentity"], std::string("ghost"));
+    renewed += std::chrono::seconds(5);
+    me.steady += std::chrono::seconds(5);
+  }
+}
+
+TEST(LeaderElectionTest, AHolderWithItsClockAheadIsTakenOverOnceItsRecordStopsChanging) {
+  FakeApiServer fake;
+  LeaseStore store(fake);
+  fake.Start();
+  auto client = fake.Client();
+  FakeClockCandidate me(*client, "me");
+  // The holder's clock is an hour ahead, then it dies: its last renewTime stays in our future.
+  const auto renewed = std::chrono::system_clock::now() + std::chrono::hours(1);
+  store.Set(HeldLease("ghost", renewed));
+  EXPECT_FALSE(me.Try());
+  me.steady += std::chrono::seconds(14);
+  store.Set(HeldLease("ghost", renewed + std::chrono::seconds(14)));  // one last renewal
+  EXPECT_FALSE(me.Try());
+  me.steady += std::chrono::seconds(14);  // 28 s since the first look, 14 s since the renewal
+  EXPECT_FALSE(me.Try()) << "the renewal did not restart the wait";
+  me.steady += std::chrono::seconds(2);
+  EXPECT_TRUE(me.Try()) << "a dead holder's lease with renewTime in the future is never taken";
+  EXPECT_EQ(store.lease()["spec"]["holderIdentity"], "me");
+  EXPECT_EQ(store.lease()["spec"]["leaseTransitions"], 4);
+}
+
+TEST(LeaderElectionTest, AnyChangeOfTheRecordRestartsTheWait) {
+  FakeApiServer fake;
+  LeaseStore store(fake);
+  fake.Start();
+  auto client = fake.Client();
+  FakeClockCandidate me(*client, "me");
+  // renewTime never moves (and is long past by our clock); everything else changes in turn.
+  nlohmann::json lease =
+      HeldLease("ghost", std::chrono::system_clock::now() - std::chrono::hours(1));
+  const std::vector<std::function<void()>> changes = {
+      [&] { lease["spec"]["holderIdentity"] = "ghost-2"; },
+      [&] { lease["spec"]["acquireTime"] = FormatRfc3339(std::chrono::system_clock::now(), 6); },
+      [&] { lease["spec"]["leaseTransitions"] = 9; },
+      [&] { lease["spec"]["leaseDurationSeconds"] = 16; },
+      [] {},  // only metadata.resourceVersion (LeaseStore::Set bumps it)
+  };
+  for (size_t i = 0; i < changes.size(); ++i) {
+    changes[i]();
+    store.Set(lease);
+    EXPECT_FALSE(me.Try()) << "change " << i << " was not seen";
+    me.steady += std::chrono::seconds(10);
+  }
+  EXPECT_FALSE(me.Try());  // 10 s since the last change, of 16
+  me.steady += std::chrono::seconds(7);
+  EXPECT_TRUE(me.Try());
+}
+
+TEST(LeaderElectionTest, ALeaseWithoutADurationIsTimedWithOurOwn) {
+  FakeApiServer fake;
+  LeaseStore store(fake);
+  fake.Start();
+  auto client = fake.Client();
+  FakeClockCandidate me(*client, "me");  // lease_duration 3 s
+  nlohmann::json lease = HeldLease("ghost", std::chrono::system_clock::now());
+  lease["spec"].erase("leaseDurationSeconds");
+  store.Set(lease);
+  EXPECT_FALSE(me.Try());
+  me.steady += std::chrono::seconds(2);
+  EXPECT_FALSE(me.Try());
+  me.steady += std::chrono::seconds(2);
+  EXPECT_TRUE(me.Try());
 }
 
 }  // namespace
