@@ -20,6 +20,9 @@ inline constexpr std::string_view kConditionRestarting = "Restarting";
 inline constexpr std::string_view kConditionSucceeded = "Succeeded";
 inline constexpr std::string_view kConditionFailed = "Failed";
 inline constexpr std::string_view kConditionSuspended = "Suspended";
+// A worker pod of the current epoch cannot start (image pull, config, crash-looping sidecar,
+// unschedulable). Reported only: the job's deadline and backoff policy decide its fate.
+inline constexpr std::string_view kConditionWorkersNotStarting = "WorkersNotStarting";
 
 // The condition of this type, or nullptr.
 const Condition* FindCondition(const std::vector<Condition>& conditions, std::string_view type);

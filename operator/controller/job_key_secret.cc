@@ -20,6 +20,11 @@ nlohmann::json BuildJobKeySecret(const HorovodJob& job, const std::string& key_h
                         {"kind", "Secret"},
                         {"metadata", ChildMetadata(job, JobKeySecretName(job))},
                         {"type", "Opaque"},
+                        // Every sidecar of a world must hold the same key, and one the kubelet
+                        // restarts reads the Secret again: a key edited under a running world
+                        // would split it. Immutable, the API server refuses any update, so a new
+                        // key only comes by delete and recreate (the operator never updates it).
+                        {"immutable", true},
                         {"data", {{std::string(kJobKeySecretKey), Base64Encode(key_hex)}}}};
 }
 

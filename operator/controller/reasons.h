@@ -27,6 +27,11 @@ inline constexpr std::string_view kReasonAllWorkersSucceeded = "AllWorkersSuccee
 inline constexpr std::string_view kReasonSuspended = "JobSuspended";
 inline constexpr std::string_view kReasonResumed = "JobResumed";
 inline constexpr std::string_view kReasonTtlExpired = "TTLExpired";
+// The Warning event when a worker pod is first seen unable to start. The WorkersNotStarting
+// condition itself carries the Kubernetes reason (ImagePullBackOff, ErrImagePull,
+// CreateContainerConfigError, InvalidImageName, CrashLoopBackOff, Unschedulable), which users
+// already know and match on.
+inline constexpr std::string_view kReasonWorkersNotStarting = "WorkersNotStarting";
 // The caller passed no usable fresh key while the key Secret had to be created.
 inline constexpr std::string_view kReasonJobKeyUnavailable = "JobKeyUnavailable";
 

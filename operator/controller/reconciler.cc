@@ -315,6 +315,7 @@ class JobReconciler {
     }
     MarkIfPresent(kConditionRunning, false, reason, message);
     MarkIfPresent(kConditionRestarting, false, reason, message);
+    MarkIfPresent(kConditionWorkersNotStarting, false, reason, message);
     CleanUpFinished();
   }
 
@@ -391,6 +392,7 @@ class JobReconciler {
     Mark(kConditionSuspended, true, kReasonSuspended, "the job is suspended");
     MarkIfPresent(kConditionRunning, false, kReasonSuspended, "the job is suspended");
     MarkIfPresent(kConditionRestarting, false, kReasonSuspended, "the job is suspended");
+    MarkIfPresent(kConditionWorkersNotStarting, false, kReasonSuspended, "the job is suspended");
   }
 
   // Starts a new epoch: every existing pod becomes stale and is deleted before the new ones
@@ -486,7 +488,40 @@ class JobReconciler {
     CreateMissingWorkers();
     Count();
     UpdatePhase();
-    if (!Finished()) RequeueForDeadline();
+    if (!Finished()) {
+      ReportNotStarting();
+      RequeueForDeadline();
+    }
+  }
+
+  // Names a current worker pod that cannot start, with the Kubernetes reason and message,
+  // instead of a silent Pending. Only a report: the job is not failed for it (the image may yet
+  // appear, a node may yet be added); activeDeadlineSeconds bounds the wait. The condition stays
+  // True until every worker runs, so it does not flap while the kubelet alternates between
+  // ErrImagePull and ImagePullBackOff or retries a pull.
+  void ReportNotStarting() {
+    const WorkerPodState* first = nullptr;
+    int blocked = 0;
+    bool all_running = static_cast<int64_t>(current_.size()) == job_.spec.replicas;
+    for (const auto& [index, entry] : current_) {
+      const WorkerPodState& s = entry.first;
+      all_running = all_running && s.running && !s.terminating;
+      if (s.not_starting.empty()) continue;
+      ++blocked;
+      if (first == nullptr) first = &s;
+    }
+    if (first != nullptr) {
+      std::string message = "worker pod " + first->name + " cannot start: " + first->not_starting;
+      if (blocked > 1) message += " (and " + std::to_string(blocked - 1) + " more worker pods)";
+      const Condition* before = FindCondition(status_.conditions, kConditionWorkersNotStarting);
+      const bool was_true = before != nullptr && before->status == ConditionStatus::kTrue;
+      Mark(kConditionWorkersNotStarting, true, first->not_starting_reason, message);
+      if (!was_true) Event(kEventWarning, kReasonWorkersNotStarting, message);
+    } else if (all_running) {
+      MarkIfPresent(kConditionWorkersNotStarting, false, kReasonAllWorkersRunning,
+                    "all " + std::to_string(job_.spec.replicas) + " workers of epoch " +
+                        std::to_string(status_.epoch) + " are running");
+    }
   }
 
   // spec.replicas changed while a world runs: membership is an epoch, so the whole world starts

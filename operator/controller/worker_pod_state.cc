@@ -44,6 +44,38 @@ bool PodReady(const nlohmann::json& pod) {
   return ready != nullptr && StringAt(*ready, {"status"}) == "True";
 }
 
+// Waiting reasons after which a container does not start without someone acting (fixing the
+// image, the pull secret, a referenced ConfigMap/Secret key). ContainerCreating and
+// PodInitializing pass by themselves and are not reported.
+bool BlockingWaitingReason(std::string_view reason, bool init_container) {
+  if (reason == "ImagePullBackOff" || reason == "ErrImagePull" ||
+      reason == "CreateContainerConfigError" || reason == "InvalidImageName") {
+    return true;
+  }
+  // Worker pods never restart their regular containers (a trainer exit is the pod's end), so a
+  // crash loop can only be an init or native sidecar container the kubelet keeps restarting.
+  return init_container && reason == "CrashLoopBackOff";
+}
+
+// The first container of status.<field> waiting with a blocking reason: sets the pod's
+// not_starting fields and returns true.
+bool FindBlockedContainer(const nlohmann::json& pod, const char* field, bool init_container,
+                          WorkerPodState& s) {
+  const nlohmann::json* statuses = FindPath(pod, {"status", field});
+  if (statuses == nullptr || !statuses->is_array()) return false;
+  for (const nlohmann::json& c : *statuses) {
+    const std::string reason = StringAt(c, {"state", "waiting", "reason"});
+    if (!BlockingWaitingReason(reason, init_container)) continue;
+    s.not_starting_reason = reason;
+    s.not_starting = std::string(init_container ? "init container" : "container") + " \"" +
+                     StringAt(c, {"name"}) + "\": " + reason;
+    const std::string message = StringAt(c, {"state", "waiting", "message"});
+    if (!message.empty()) s.not_starting += ": " + message;
+    return true;
+  }
+  return false;
+}
+
 std::optional<int64_t> DeletionUnix(const nlohmann::json& pod) {
   const auto t = ParseRfc3339(StringAt(pod, {"metadata", "deletionTimestamp"}));
   if (!t.ok()) return std::nullopt;
@@ -95,6 +127,20 @@ WorkerPodState ObserveWorkerPod(const nlohmann::json& pod, std::string_view trai
   } else {
     s.outcome = WorkerOutcome::kActive;
     s.running = s.phase == "Running";
+  }
+  if (s.outcome == WorkerOutcome::kActive && !s.terminating) {
+    // Init containers first: the regular ones wait on them (PodInitializing) until they start.
+    if (!FindBlockedContainer(pod, "initContainerStatuses", true, s) &&
+        !FindBlockedContainer(pod, "containerStatuses", false, s)) {
+      if (const nlohmann::json* scheduled = PodCondition(pod, "PodScheduled");
+          scheduled != nullptr && StringAt(*scheduled, {"status"}) == "False" &&
+          StringAt(*scheduled, {"reason"}) == "Unschedulable") {
+        s.not_starting_reason = "Unschedulable";
+        s.not_starting = "Unschedulable";
+        const std::string message = StringAt(*scheduled, {"message"});
+        if (!message.empty()) s.not_starting += ": " + message;
+      }
+    }
   }
   return s;
 }

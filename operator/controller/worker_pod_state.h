@@ -34,11 +34,18 @@ struct WorkerPodState {
   // TerminationByKubelet). Its end is then no fault of the job's, whatever its outcome.
   bool disrupted = false;
   std::string disruption;  // disrupted: "<reason>: <message>" of that condition
+  // Why the pod cannot start, when it says so: a container waiting with a reason that does not
+  // pass by itself (ImagePullBackOff, ErrImagePull, CreateContainerConfigError,
+  // InvalidImageName; for an init or native sidecar container also CrashLoopBackOff), or the
+  // PodScheduled condition False with reason Unschedulable. Only for an active, non-terminating
+  // pod; otherwise empty. Without it such a pod just sits Pending and the job says nothing.
+  std::string not_starting_reason;  // the Kubernetes reason, e.g. "ImagePullBackOff"
+  std::string not_starting;         // "container \"trainer\": ImagePullBackOff: <message>"
 };
 
 // Classifies a pod: Succeeded when phase Succeeded or the trainer exited 0; Failed when phase
 // Failed or the trainer exited non-zero; otherwise active (Pending/Running/Unknown). Reads its
-// DisruptionTarget condition and deletionTimestamp.
+// DisruptionTarget condition and deletionTimestamp, and why an active pod cannot start.
 WorkerPodState ObserveWorkerPod(const nlohmann::json& pod, std::string_view trainer_container);
 
 }  // namespace korovod::k8s_operator

@@ -318,6 +318,9 @@ TEST(Children, ServiceConfigMapSecretPodGroups) {
   EXPECT_EQ(secret["metadata"]["name"], "j-key");
   EXPECT_EQ(secret["type"], "Opaque");
   EXPECT_EQ(secret["data"]["key"], Base64Encode(testing::kTestKeyHex));
+  // Immutable: nobody (user or controller) can swap the key under a running world; the API
+  // server rejects any update of data or of the flag, so a new key means delete and recreate.
+  EXPECT_EQ(secret["immutable"], true);
 
   const json volcano = BuildPodGroup(job);
   EXPECT_EQ(volcano["apiVersion"], "scheduling.volcano.sh/v1beta1");

@@ -182,6 +182,28 @@ void FakeCluster::SetDisruptionTarget(const std::string& name, const std::string
       {{"type", "DisruptionTarget"}, {"status", "True"}, {"reason", reason}, {"message", message}});
 }
 
+void FakeCluster::SetContainerWaiting(const std::string& name, const std::string& container,
+                                      const std::string& reason, const std::string& message,
+                                      bool init) {
+  json* p = Pod(name);
+  if (p == nullptr) return;
+  const json state = reason.empty() ? json{{"running", {{"startedAt", "2027-01-15T08:00:00Z"}}}}
+                                    : json{{"waiting", {{"reason", reason}, {"message", message}}}};
+  (*p)["status"][init ? "initContainerStatuses" : "containerStatuses"] =
+      json::array({{{"name", container}, {"state", state}}});
+}
+
+void FakeCluster::SetUnschedulable(const std::string& name, const std::string& message) {
+  json* p = Pod(name);
+  if (p == nullptr) return;
+  json& conditions = (*p)["status"]["conditions"];
+  if (!conditions.is_array()) conditions = json::array();
+  conditions.push_back({{"type", "PodScheduled"},
+                        {"status", "False"},
+                        {"reason", "Unschedulable"},
+                        {"message", message}});
+}
+
 void FakeCluster::MarkTerminating(const std::string& name, int64_t now, int64_t grace_seconds) {
   if (json* p = Pod(name)) MarkDeleted(*p, now, grace_seconds);
 }

@@ -64,6 +64,14 @@ class FakeCluster {
   // (PreemptionByScheduler, EvictionByEvictionAPI, DeletionByTaintManager, TerminationByKubelet).
   void SetDisruptionTarget(const std::string& name, const std::string& reason,
                            const std::string& message);
+  // A container (an init container when `init`) waiting with `reason` (ImagePullBackOff,
+  // CrashLoopBackOff, ...) and `message`, as the kubelet reports it; replaces that list's
+  // statuses. An empty reason sets state.running instead (the container started).
+  void SetContainerWaiting(const std::string& name, const std::string& container,
+                           const std::string& reason, const std::string& message,
+                           bool init = false);
+  // The scheduler's verdict: PodScheduled=False, reason Unschedulable, with `message`.
+  void SetUnschedulable(const std::string& name, const std::string& message);
   // A graceful delete issued at `now` by someone else (eviction, preemption, kubectl delete).
   void MarkTerminating(const std::string& name, int64_t now, int64_t grace_seconds = 30);
 

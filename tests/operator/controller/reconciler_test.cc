@@ -1,6 +1,7 @@
 // operator/controller: Reconcile driven as a loop over an in-memory cluster (FakeCluster):
 // creation, idempotence, the phase machine, restarts by epoch, backoff, suspend/resume, the
-// active deadline, cleanPodPolicy, TTL, invalid specs and deletion.
+// active deadline, cleanPodPolicy, TTL, invalid specs, deletion, the job key Secret, and workers
+// that cannot start.
 #include "operator/controller/reconciler.h"
 
 #include <gtest/gtest.h>
@@ -411,6 +412,121 @@ TEST(WorkerPodState, ReadsDisruptionTargetAndDeletionTime) {
   EXPECT_FALSE(s.deletion_unix);  // never force-deleted on a time it cannot read
 }
 
+TEST(WorkerPodState, ReadsWhyAPodCannotStart) {
+  json pod = json::parse(R"({
+    "metadata": {"name": "j-worker-0"},
+    "status": {"phase": "Pending",
+      "initContainerStatuses": [
+        {"name": "korovod-sidecar", "state": {"running": {}}}],
+      "containerStatuses": [
+        {"name": "trainer", "state": {"waiting": {"reason": "ErrImagePull",
+                                                   "message": "pull access denied"}}}]}})");
+  WorkerPodState s = ObserveWorkerPod(pod, "trainer");
+  EXPECT_EQ(s.not_starting_reason, "ErrImagePull");
+  EXPECT_EQ(s.not_starting, "container \"trainer\": ErrImagePull: pull access denied");
+
+  // A crash-looping native sidecar (init container, restartPolicy Always) keeps the pod from
+  // starting; it is named before the regular containers that wait on it.
+  pod["status"]["initContainerStatuses"][0]["state"] =
+      json::parse(R"({"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 5m0s"}})");
+  s = ObserveWorkerPod(pod, "trainer");
+  EXPECT_EQ(s.not_starting_reason, "CrashLoopBackOff");
+  EXPECT_EQ(s.not_starting, "init container \"korovod-sidecar\": CrashLoopBackOff: back-off 5m0s");
+
+  // Reasons that pass by themselves, and CrashLoopBackOff of a regular container, are not.
+  pod["status"].erase("initContainerStatuses");
+  pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] = "ContainerCreating";
+  EXPECT_EQ(ObserveWorkerPod(pod, "trainer").not_starting, "");
+  pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] = "CrashLoopBackOff";
+  EXPECT_EQ(ObserveWorkerPod(pod, "trainer").not_starting, "");
+
+  pod["status"]["conditions"] = json::parse(R"([{"type": "PodScheduled", "status": "False",
+      "reason": "Unschedulable",
+      "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}])");
+  s = ObserveWorkerPod(pod, "trainer");
+  EXPECT_EQ(s.not_starting_reason, "Unschedulable");
+  EXPECT_EQ(s.not_starting,
+            "Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.");
+
+  // A pod going away is no longer reported as not starting.
+  pod["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:30Z";
+  EXPECT_EQ(ObserveWorkerPod(pod, "trainer").not_starting, "");
+}
+
+// A worker that cannot start is named in WorkersNotStarting (reason, pod, container, message)
+// instead of a silent Pending; the job is not failed for it, and the condition clears once every
+// worker runs.
+TEST(Reconcile, WorkerThatCannotStartIsNamedUntilEveryWorkerRuns) {
+  FakeCluster c(MinimalJob(2));
+  c.Step(kT0);
+  EXPECT_TRUE(Condition(c.status(), "WorkersNotStarting").is_null());
+  c.SetContainerWaiting("j-worker-1", "trainer", "ImagePullBackOff",
+                        "Back-off pulling image \"t\"");
+  const ReconcileResult r = c.Step(kT0 + 1);
+  EXPECT_EQ(Phase(c), "Pending");
+  json cond = Condition(c.status(), "WorkersNotStarting");
+  EXPECT_EQ(cond["status"], "True");
+  EXPECT_EQ(cond["reason"], "ImagePullBackOff");
+  EXPECT_EQ(cond["message"],
+            "worker pod j-worker-1 cannot start: container \"trainer\": ImagePullBackOff: "
+            "Back-off pulling image \"t\"");
+  const Action* event = FindEvent(r, "WorkersNotStarting");
+  ASSERT_NE(event, nullptr);
+  EXPECT_EQ(event->event_type, "Warning");
+  EXPECT_EQ(event->message, cond["message"]);
+  EXPECT_EQ(CountKind(r, Action::Kind::kDelete), 0);
+  EXPECT_EQ(CountKind(r, Action::Kind::kCreate), 0);
+  EXPECT_TRUE(Condition(c.status(), "Failed").is_null());
+
+  // Still stuck, and another pod unschedulable: no second event, both counted.
+  c.SetUnschedulable("j-worker-0", "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.");
+  const ReconcileResult again = c.Step(kT0 + 2);
+  EXPECT_EQ(FindEvent(again, "WorkersNotStarting"), nullptr);
+  cond = Condition(c.status(), "WorkersNotStarting");
+  EXPECT_EQ(cond["reason"], "Unschedulable");
+  EXPECT_EQ(cond["message"],
+            "worker pod j-worker-0 cannot start: Unschedulable: 0/3 nodes are available: 3 "
+            "Insufficient nvidia.com/gpu. (and 1 more worker pods)");
+  EXPECT_EQ(cond["lastTransitionTime"], "2027-01-15T08:00:01Z");
+
+  // The image appears, the node is added: once every worker runs the condition clears.
+  c.SetContainerWaiting("j-worker-1", "trainer", "", "");
+  c.SetPodReady("j-worker-0", false);  // drops the PodScheduled=False condition
+  c.SetPodPhase("j-worker-0", "Pending");
+  c.Step(kT0 + 3);
+  EXPECT_EQ(Condition(c.status(), "WorkersNotStarting")["status"], "True");  // not yet running
+  c.SetAllPodsPhase("Running");
+  c.Step(kT0 + 4);
+  EXPECT_EQ(Phase(c), "Running");
+  cond = Condition(c.status(), "WorkersNotStarting");
+  EXPECT_EQ(cond["status"], "False");
+  EXPECT_EQ(cond["reason"], "AllWorkersRunning");
+  EXPECT_EQ(c.status()["restartCount"], 0);
+}
+
+// A crash-looping sidecar is reported too; the active deadline, not the report, ends the job.
+TEST(Reconcile, CrashLoopingSidecarIsReportedAndTheDeadlineDecides) {
+  json job = MinimalJob(2);
+  job["spec"]["runPolicy"] = {{"activeDeadlineSeconds", 100}};
+  FakeCluster c(job);
+  c.Step(kT0);
+  c.SetContainerWaiting("j-worker-0", "korovod-sidecar", "CrashLoopBackOff",
+                        "back-off 40s restarting failed container", /*init=*/true);
+  c.Step(kT0 + 50);
+  EXPECT_EQ(Phase(c), "Pending");
+  json cond = Condition(c.status(), "WorkersNotStarting");
+  EXPECT_EQ(cond["status"], "True");
+  EXPECT_EQ(cond["reason"], "CrashLoopBackOff");
+  EXPECT_NE(cond["message"].get<std::string>().find(
+                "worker pod j-worker-0 cannot start: init container \"korovod-sidecar\""),
+            std::string::npos)
+      << cond;
+  c.Step(kT0 + 100);
+  EXPECT_EQ(Phase(c), "Failed");
+  EXPECT_EQ(Condition(c.status(), "Failed")["reason"], "DeadlineExceeded");
+  EXPECT_EQ(Condition(c.status(), "WorkersNotStarting")["status"], "False");
+}
+
 // A pod whose node is lost stays Terminating after its eviction: no kubelet confirms it. Once
 // its grace period is over by a margin it is deleted with gracePeriodSeconds 0, and the next
 // epoch starts instead of waiting for it (or for the active deadline).
@@ -699,6 +815,22 @@ TEST(Reconcile, MissingFreshKeyCreatesNoWorkers) {
   EXPECT_EQ(CountKind(r, Action::Kind::kCreate, "Secret"), 0);
   EXPECT_EQ(CountKind(r, Action::Kind::kCreate, "Pod"), 0);
   ASSERT_NE(FindEvent(r, "JobKeyUnavailable"), nullptr);
+}
+
+// The key Secret is created immutable and never updated or deleted by the operator: a restart
+// (new epoch) keeps the same object, so every sidecar of every epoch reads the same key.
+TEST(Reconcile, JobKeySecretIsImmutableAndKeptAcrossRestarts) {
+  FakeCluster c = RunningJob(MinimalJob(2));
+  ASSERT_EQ(c.secrets().size(), 1u);
+  EXPECT_EQ(c.secrets()[0]["immutable"], true);
+  const json uid = c.secrets()[0]["metadata"]["uid"];
+  c.SetTrainerExit("j-worker-1", 1, "Error");
+  const ReconcileResult r = c.Step(kT0 + 20);
+  EXPECT_EQ(c.status()["epoch"], 2);
+  EXPECT_EQ(CountKind(r, Action::Kind::kDelete, "Secret"), 0);
+  c.Settle(kT0 + 21);
+  ASSERT_EQ(c.secrets().size(), 1u);
+  EXPECT_EQ(c.secrets()[0]["metadata"]["uid"], uid);
 }
 
 TEST(Reconcile, GangPodGroupIsCreatedForBothProviders) {
