@@ -37,18 +37,22 @@ def run(np_, script, *args, timeout=300, env=None):
     return p.stdout
 
 
+def assert_each_rank(out, np_, what):
+    """Every rank printed "[r] rank r <what>": the workers' way of saying they passed."""
+    for r in range(np_):
+        assert "[%d] rank %d %s" % (r, r, what) in out, out
+
+
 @pytest.mark.parametrize("np_", [2, 4])
 def test_collectives(np_):
     out = run(np_, os.path.join(HERE, "collectives_worker.py"))
-    for r in range(np_):
-        assert "[%d] rank %d OK" % (r, r) in out, out
+    assert_each_rank(out, np_, "OK")
 
 
 @pytest.mark.parametrize("np_", [2, 3])
 def test_grouped_allreduce(np_):
     out = run(np_, os.path.join(HERE, "grouped_worker.py"))
-    for r in range(np_):
-        assert "[%d] rank %d grouped OK" % (r, r) in out, out
+    assert_each_rank(out, np_, "grouped OK")
 
 
 @pytest.mark.parametrize("np_", [2, 3])
@@ -57,8 +61,7 @@ def test_zero_copy_through_the_arena(np_):
     client's copy counters), an ordinary tensor stages in and out, groups go through the grouped
     allreduce; results as the staged path's."""
     out = run(np_, os.path.join(HERE, "zero_copy_worker.py"))
-    for r in range(np_):
-        assert "[%d] rank %d zero copy OK" % (r, r) in out, out
+    assert_each_rank(out, np_, "zero copy OK")
     assert "[0] defaults: staged in/out bytes per step [(0, 0), (0, 0), (0, 0), (0, 0)]" in out, out
 
 
@@ -72,29 +75,25 @@ def test_distributed_optimizer_keeps_replicas_identical(passes, compression):
 @pytest.mark.parametrize("np_", [2, 3])
 def test_autograd_through_collectives(np_):
     out = run(np_, os.path.join(HERE, "autograd_worker.py"))
-    for r in range(np_):
-        assert "[%d] rank %d autograd OK" % (r, r) in out, out
+    assert_each_rank(out, np_, "autograd OK")
 
 
 @pytest.mark.parametrize("np_", [2, 3])
 def test_horovod_api_and_errors(np_):
     out = run(np_, os.path.join(HERE, "api_worker.py"))
-    for r in range(np_):
-        assert "[%d] rank %d api OK" % (r, r) in out, out
+    assert_each_rank(out, np_, "api OK")
 
 
 @pytest.mark.parametrize("np_", [2, 3])
 def test_optimizer_features(np_):
     out = run(np_, os.path.join(HERE, "optimizer_features_worker.py"))
-    for r in range(np_):
-        assert "[%d] rank %d optimizer features OK" % (r, r) in out, out
+    assert_each_rank(out, np_, "optimizer features OK")
 
 
 @pytest.mark.parametrize("np_", [2, 3])
 def test_sync_batch_norm_and_shutdown_in_flight(np_):
     out = run(np_, os.path.join(HERE, "sync_bn_shutdown_worker.py"))
-    for r in range(np_):
-        assert "[%d] rank %d sync bn shutdown OK" % (r, r) in out, out
+    assert_each_rank(out, np_, "sync bn shutdown OK")
 
 
 def test_unmodified_horovod_script():
@@ -152,8 +151,7 @@ def test_gradient_burst_with_default_settings(np_, model, threads):
     reserved per heap) a 97.5 MiB ResNet-50 burst, VGG-16's 528 MiB from 4 threads and a single
     256 MiB tensor all complete with exact results; the heap grows instead of failing."""
     out = run(np_, os.path.join(HERE, "burst_worker.py"), model, threads, timeout=600)
-    for r in range(np_):
-        assert "[%d] rank %d burst %s OK" % (r, r, model) in out, out
+    assert_each_rank(out, np_, "burst %s OK" % model)
 
 
 def test_gradient_burst_waits_for_space_when_the_heap_cannot_grow():
@@ -189,5 +187,4 @@ def test_vgg16_trains_with_default_settings():
 @pytest.mark.parametrize("np_", [3, 4])
 def test_process_sets_dtypes_and_join(np_, mode):
     out = run(np_, os.path.join(HERE, "process_sets_worker.py"), mode)
-    for r in range(np_):
-        assert "[%d] rank %d process sets %s OK" % (r, r, mode) in out, out
+    assert_each_rank(out, np_, "process sets %s OK" % mode)
