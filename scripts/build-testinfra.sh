@@ -2,24 +2,35 @@
 # Builds the Kubernetes test infrastructure the operator's integration tests run against, from the
 # Go module proxy into the git-ignored .testinfra/bin:
 #   kube-apiserver, kubectl  pinned in tests/k8s/testinfra/go.mod
+#   kube-scheduler, kube-controller-manager, kubelet
+#                            the same module build, for the tests on a real node
+#                            (tests/k8s/real_node.py: containerd + runc from Debian)
 #   helm                     pinned in tests/k8s/testinfra/helm/go.mod (a module of its own, for
 #                            the chart tests: tests/k8s/test_helm_chart.py)
+#   kueue                    Kueue's manager (sigs.k8s.io/kueue/cmd/kueue), pinned in
+#                            tests/k8s/testinfra/kueue/go.mod (a module of its own, for
+#                            tests/k8s/kueue.py), with that module's CRDs copied into the
+#                            git-ignored .testinfra/kueue-crds (generated files of the module)
 # etcd comes from Debian (etcd-server, installed by install-deps). Go is test infrastructure only;
 # the product stays C++. Each build has a stamp (a hash of its go.mod, go.sum and build recipe:
-# .stamp for kube-apiserver + kubectl, .stamp-helm for helm) and is skipped when it is up to date,
-# so editing one build's recipe does not rebuild the other.
+# .stamp for the Kubernetes binaries, .stamp-helm for helm, .stamp-kueue for kueue) and is skipped
+# when it is up to date, so editing one build's recipe does not rebuild the other.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT="$PWD"
 OUT="$ROOT/.testinfra/bin"
 SRC="$ROOT/tests/k8s/testinfra"
 HELM_SRC="$SRC/helm"
+KUEUE_SRC="$SRC/kueue"
+KUEUE_CRDS="$ROOT/.testinfra/kueue-crds"
 
 VERSION="$(sed -n 's/^require k8s.io\/kubernetes \(v[0-9.]*\)$/\1/p' "$SRC/go.mod")"
 [ -n "$VERSION" ] || { echo "build-testinfra: no 'require k8s.io/kubernetes vX.Y.Z' in $SRC/go.mod" >&2; exit 1; }
 HELM_VERSION="$(sed -n 's/^require helm.sh\/helm\/v[0-9]* \(v[0-9.]*\)$/\1/p' "$HELM_SRC/go.mod")"
 [ -n "$HELM_VERSION" ] || { echo "build-testinfra: no 'require helm.sh/helm/vN vX.Y.Z' in $HELM_SRC/go.mod" >&2; exit 1; }
 HELM_MODULE="helm.sh/helm/$(echo "$HELM_VERSION" | cut -d. -f1)"
+KUEUE_VERSION="$(sed -n 's/^require sigs.k8s.io\/kueue \(v[0-9.]*\)$/\1/p' "$KUEUE_SRC/go.mod")"
+[ -n "$KUEUE_VERSION" ] || { echo "build-testinfra: no 'require sigs.k8s.io/kueue vX.Y.Z' in $KUEUE_SRC/go.mod" >&2; exit 1; }
 
 # The version stamps make `kubectl version` and /version report the pinned release instead of
 # v0.0.0-master, and `helm version` the pinned release instead of a -dev version (helm's Makefile
@@ -28,10 +39,15 @@ K8S_LDFLAGS="-s -w"
 for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   K8S_LDFLAGS+=" -X $pkg.gitVersion=$VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$(echo "$VERSION" | cut -d. -f2)"
 done
-K8S_PKGS="k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl"
+K8S_CMDS="kube-apiserver kubectl kube-scheduler kube-controller-manager kubelet"
+K8S_PKGS=""
+for c in $K8S_CMDS; do K8S_PKGS+="${K8S_PKGS:+ }k8s.io/kubernetes/cmd/$c"; done
 HELM_LDFLAGS="-s -w -X $HELM_MODULE/internal/version.version=$HELM_VERSION"
 HELM_LDFLAGS+=" -X $HELM_MODULE/internal/version.gitTreeState=clean"
 HELM_PKG="$HELM_MODULE/cmd/helm"
+# Kueue's Makefile sets the same -X (its log's "Initializing" line shows it).
+KUEUE_LDFLAGS="-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
+KUEUE_PKG="sigs.k8s.io/kueue/cmd/kueue"
 
 stamp() {  # stamp DIR RECIPE...
   local dir="$1"; shift
@@ -39,26 +55,40 @@ stamp() {  # stamp DIR RECIPE...
 }
 STAMP="$(stamp "$SRC" "$K8S_LDFLAGS" "$K8S_PKGS")"
 HELM_STAMP="$(stamp "$HELM_SRC" CGO_ENABLED=0 "$HELM_LDFLAGS" "$HELM_PKG")"
+KUEUE_STAMP="$(stamp "$KUEUE_SRC" CGO_ENABLED=0 "$KUEUE_LDFLAGS" "$KUEUE_PKG" crd-bases)"
 K8S_OK=0
 HELM_OK=0
-if [ -x "$OUT/kube-apiserver" ] && [ -x "$OUT/kubectl" ] && [ "$(cat "$OUT/.stamp" 2>/dev/null)" = "$STAMP" ]; then
-  echo "build-testinfra: kube-apiserver and kubectl $VERSION are up to date in $OUT"
+KUEUE_OK=0
+k8s_built() {
+  local c
+  for c in $K8S_CMDS; do [ -x "$OUT/$c" ] || return 1; done
+  [ "$(cat "$OUT/.stamp" 2>/dev/null)" = "$STAMP" ]
+}
+if k8s_built; then
+  echo "build-testinfra: $K8S_CMDS $VERSION are up to date in $OUT"
   K8S_OK=1
 fi
 if [ -x "$OUT/helm" ] && [ "$(cat "$OUT/.stamp-helm" 2>/dev/null)" = "$HELM_STAMP" ]; then
   echo "build-testinfra: helm $HELM_VERSION is up to date in $OUT"
   HELM_OK=1
 fi
-[ "$K8S_OK$HELM_OK" = 11 ] && exit 0
+if [ -x "$OUT/kueue" ] && [ -f "$KUEUE_CRDS/kueue.x-k8s.io_workloads.yaml" ] &&
+   [ "$(cat "$OUT/.stamp-kueue" 2>/dev/null)" = "$KUEUE_STAMP" ]; then
+  echo "build-testinfra: kueue $KUEUE_VERSION is up to date in $OUT"
+  KUEUE_OK=1
+fi
+[ "$K8S_OK$HELM_OK$KUEUE_OK" = 111 ] && exit 0
 
 [ -x /usr/local/go/bin/go ] && PATH="$PATH:/usr/local/go/bin"
 command -v go >/dev/null || { echo "build-testinfra: Go is needed (https://go.dev/dl); none on PATH" >&2; exit 1; }
 mkdir -p "$OUT"
 if [ "$K8S_OK" = 0 ]; then
-  echo "build-testinfra: building kube-apiserver and kubectl $VERSION (first time: ~700 MB of modules, ~15 CPU-minutes)"
+  echo "build-testinfra: building $K8S_CMDS $VERSION (first time: ~700 MB of modules, ~25 CPU-minutes)"
   # shellcheck disable=SC2086
   (cd "$SRC" && GOFLAGS=-mod=mod go build -trimpath -ldflags "$K8S_LDFLAGS" -o "$OUT/" $K8S_PKGS)
-  echo "$STAMP" > "$OUT/.stamp"
+  # -mod=mod may have added requirements to go.mod/go.sum (a newly built command's
+  # dependencies): stamp what was built, or the next run would rebuild for nothing.
+  stamp "$SRC" "$K8S_LDFLAGS" "$K8S_PKGS" > "$OUT/.stamp"
   "$OUT/kubectl" version --client | sed -n 1p  # sed reads it all: no SIGPIPE under pipefail
 fi
 if [ "$HELM_OK" = 0 ]; then
@@ -67,4 +97,18 @@ if [ "$HELM_OK" = 0 ]; then
     -o "$OUT/helm" "$HELM_PKG")
   echo "$HELM_STAMP" > "$OUT/.stamp-helm"
   echo "build-testinfra: $("$OUT/helm" version --short)"
+fi
+if [ "$KUEUE_OK" = 0 ]; then
+  echo "build-testinfra: building kueue $KUEUE_VERSION (first time: ~450 MB of modules, ~5 CPU-minutes)"
+  (cd "$KUEUE_SRC" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "$KUEUE_LDFLAGS" \
+    -o "$OUT/kueue" "$KUEUE_PKG")
+  # The CRDs (Workload, ClusterQueue, LocalQueue, ResourceFlavor, ... : every kind the manager's
+  # controllers watch) are generated files of the module: copied from the module cache (read-only
+  # there), not committed.
+  KUEUE_DIR="$(cd "$KUEUE_SRC" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)"
+  rm -rf "$KUEUE_CRDS" && mkdir -p "$KUEUE_CRDS"
+  cp "$KUEUE_DIR"/config/components/crd/bases/*.yaml "$KUEUE_CRDS/"
+  chmod u+w "$KUEUE_CRDS"/*.yaml
+  echo "$KUEUE_STAMP" > "$OUT/.stamp-kueue"
+  echo "build-testinfra: kueue $KUEUE_VERSION, $(ls "$KUEUE_CRDS" | wc -l) CRDs in $KUEUE_CRDS"
 fi

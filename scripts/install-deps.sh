@@ -4,7 +4,12 @@
 #   scripts/install-deps.sh --bench    also the peer baselines (Open MPI, Gloo, torch) for bench/
 #   scripts/install-deps.sh --cuda     also CUDA runtime + NCCL, for the optional GPU backend
 #   scripts/install-deps.sh --k8s      also etcd, for the operator's API-server tests (the API
-#                                      server and kubectl come from scripts/build-testinfra.sh)
+#                                      server and kubectl come from scripts/build-testinfra.sh),
+#                                      and containerd, runc, the CNI plugins, iptables and
+#                                      conntrack for the tests on a real node (tests/k8s/real_node.py)
+#   scripts/install-deps.sh --images   also podman, buildah, debootstrap and runc, to build the
+#                                      container images without Docker or a registry
+#                                      (scripts/build-images.sh, images/README.md)
 # Idempotent: packages already present are skipped by apt, CUDA wheels by a stamp file.
 #
 # --cuda is opt-in, not part of the default run: the NCCL wheel alone is ~300 MB to download and
@@ -23,11 +28,13 @@ set -euo pipefail
 WITH_BENCH=0
 WITH_CUDA=0
 WITH_K8S=0
+WITH_IMAGES=0
 for a in "$@"; do
   case "$a" in
     --bench) WITH_BENCH=1 ;;
     --cuda) WITH_CUDA=1 ;;
     --k8s) WITH_K8S=1 ;;
+    --images) WITH_IMAGES=1 ;;
     *) echo "install-deps.sh: unknown flag $a" >&2; exit 2 ;;
   esac
 done
@@ -44,8 +51,20 @@ PKGS=(g++ make cmake ninja-build pkg-config libgtest-dev libssl-dev nlohmann-jso
 if [ "$WITH_BENCH" = 1 ]; then
   PKGS+=(libopenmpi-dev openmpi-bin libgloo-dev python3-torch)
 fi
+if [ "$WITH_IMAGES" = 1 ]; then
+  # runc, not crun: Debian 12's crun rejects hybrid cgroup v1 hosts (scripts/build-images.sh
+  # writes a containers.conf selecting runc). debootstrap makes the base image from Debian's
+  # mirror; gcc (above) builds the static pause binary (libc6-dev carries libc.a).
+  PKGS+=(podman buildah debootstrap runc conmon containernetworking-plugins
+         golang-github-containers-common)
+fi
 if [ "$WITH_K8S" = 1 ]; then
   PKGS+=(etcd-server openssl python3-cryptography)
+  # A real node: the kubelet (scripts/build-testinfra.sh) runs pods through containerd 1.6 (CRI)
+  # and runc; pod networking is the CNI bridge/host-local/loopback/portmap plugins in /usr/lib/cni;
+  # portmap programs iptables, the kubelet checks conntrack; busybox-static makes the real-node
+  # test's image (tests/k8s/test_real_node.py).
+  PKGS+=(containerd runc containernetworking-plugins iptables conntrack busybox-static)
 fi
 
 missing=()

@@ -202,8 +202,9 @@ Status ParseNetworking(const ObjectReader& r, NetworkingSpec& out) {
 }
 
 Status ParseRunPolicy(const ObjectReader& r, RunPolicy& out) {
-  KV_RETURN_IF_ERROR(r.OnlyKnown({"cleanPodPolicy", "backoffLimit", "activeDeadlineSeconds",
-                                  "ttlSecondsAfterFinished", "suspend"}));
+  KV_RETURN_IF_ERROR(
+      r.OnlyKnown({"cleanPodPolicy", "backoffLimit", "activeDeadlineSeconds",
+                   "ttlSecondsAfterFinished", "suspend", "startupTimeoutSeconds", "managedBy"}));
   std::optional<CleanPodPolicy> policy;
   KV_RETURN_IF_ERROR(r.Enum("cleanPodPolicy", kCleanPodPolicyNames, policy));
   if (policy) out.clean_pod_policy = *policy;
@@ -211,6 +212,9 @@ Status ParseRunPolicy(const ObjectReader& r, RunPolicy& out) {
   KV_RETURN_IF_ERROR(
       r.OptInt("activeDeadlineSeconds", out.active_deadline_seconds, kMinActiveDeadlineSeconds));
   KV_RETURN_IF_ERROR(r.OptInt("ttlSecondsAfterFinished", out.ttl_seconds_after_finished, 0));
+  KV_RETURN_IF_ERROR(
+      r.Int("startupTimeoutSeconds", out.startup_timeout_seconds, kMinStartupTimeoutSeconds));
+  KV_RETURN_IF_ERROR(r.String("managedBy", out.managed_by));
   return r.Bool("suspend", out.suspend);
 }
 
@@ -269,13 +273,28 @@ StatusOr<Condition> ParseCondition(const json& value, const std::string& path) {
   return c;
 }
 
+StatusOr<WorkerStatus> ParseWorkerStatus(const json& value, const std::string& path) {
+  WorkerStatus w;
+  KV_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::Open(value, path));
+  KV_RETURN_IF_ERROR(r.OnlyKnown({"rank", "pod", "node", "state", "reason", "message"}));
+  KV_RETURN_IF_ERROR(r.Int("rank", w.rank, 0));
+  KV_RETURN_IF_ERROR(r.String("pod", w.pod));
+  KV_RETURN_IF_ERROR(r.String("node", w.node));
+  std::optional<WorkerState> state;
+  KV_RETURN_IF_ERROR(r.Enum("state", kWorkerStateNames, state));
+  if (state) w.state = *state;
+  KV_RETURN_IF_ERROR(r.String("reason", w.reason));
+  KV_RETURN_IF_ERROR(r.String("message", w.message));
+  return w;
+}
+
 StatusOr<HorovodJobStatus> ParseStatus(const json& value, const std::string& path) {
   HorovodJobStatus s;
   KV_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::Open(value, path));
-  KV_RETURN_IF_ERROR(
-      r.OnlyKnown({"phase", "conditions", "readyWorkers", "activeWorkers", "succeededWorkers",
-                   "failedWorkers", "restartCount", "startTime", "completionTime",
-                   "observedGeneration", "epoch", "coordinatorAddress"}));
+  KV_RETURN_IF_ERROR(r.OnlyKnown(
+      {"phase", "conditions", "readyWorkers", "activeWorkers", "succeededWorkers", "failedWorkers",
+       "restartCount", "startTime", "completionTime", "observedGeneration", "epoch", "worldSize",
+       "epochStartTime", "workers", "rankSummary", "coordinatorAddress"}));
   KV_RETURN_IF_ERROR(r.Enum("phase", kJobPhaseNames, s.phase));
   if (const json* conditions = r.Find("conditions")) {
     const std::string cpath = r.PathOf("conditions");
@@ -297,6 +316,20 @@ StatusOr<HorovodJobStatus> ParseStatus(const json& value, const std::string& pat
   KV_RETURN_IF_ERROR(r.String("completionTime", s.completion_time));
   KV_RETURN_IF_ERROR(r.Int("observedGeneration", s.observed_generation, 0));
   KV_RETURN_IF_ERROR(r.Int("epoch", s.epoch, 0));
+  KV_RETURN_IF_ERROR(r.Int("worldSize", s.world_size, 0));
+  KV_RETURN_IF_ERROR(r.String("epochStartTime", s.epoch_start_time));
+  if (const json* workers = r.Find("workers")) {
+    const std::string wpath = r.PathOf("workers");
+    if (!workers->is_array()) {
+      return Bad(wpath, std::string("must be an array, got ") + workers->type_name());
+    }
+    for (size_t i = 0; i < workers->size(); ++i) {
+      KV_ASSIGN_OR_RETURN(WorkerStatus w,
+                          ParseWorkerStatus((*workers)[i], wpath + "[" + std::to_string(i) + "]"));
+      s.workers.push_back(std::move(w));
+    }
+  }
+  KV_RETURN_IF_ERROR(r.String("rankSummary", s.rank_summary));
   KV_RETURN_IF_ERROR(r.String("coordinatorAddress", s.coordinator_address));
   return s;
 }
@@ -377,6 +410,20 @@ json ToJson(const HorovodJobStatus& s) {
   if (!s.completion_time.empty()) out["completionTime"] = s.completion_time;
   out["observedGeneration"] = s.observed_generation;
   out["epoch"] = s.epoch;
+  if (s.world_size > 0) out["worldSize"] = s.world_size;
+  if (!s.epoch_start_time.empty()) out["epochStartTime"] = s.epoch_start_time;
+  if (!s.workers.empty()) {
+    json workers = json::array();
+    for (const WorkerStatus& w : s.workers) {
+      json o = {{"rank", w.rank}, {"pod", w.pod}, {"state", std::string(Name(w.state))}};
+      if (!w.node.empty()) o["node"] = w.node;
+      if (!w.reason.empty()) o["reason"] = w.reason;
+      if (!w.message.empty()) o["message"] = w.message;
+      workers.push_back(std::move(o));
+    }
+    out["workers"] = std::move(workers);
+  }
+  if (!s.rank_summary.empty()) out["rankSummary"] = s.rank_summary;
   if (!s.coordinator_address.empty()) out["coordinatorAddress"] = s.coordinator_address;
   return out;
 }

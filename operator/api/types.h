@@ -36,6 +36,15 @@ inline constexpr int64_t kDefaultBackoffLimit = 3;
 inline constexpr bool kDefaultSuspend = false;
 inline constexpr int64_t kMinActiveDeadlineSeconds = 1;
 inline constexpr int64_t kMinGangMinAvailable = 1;
+// How long an epoch's workers may take to come up (scheduled, images pulled, every sidecar in the
+// world) before the job fails naming the ranks that never came. Image pulls and autoscaled nodes
+// take minutes; a wait without a bound is a job that shows Pending for ever.
+inline constexpr int64_t kDefaultStartupTimeoutSeconds = 600;
+inline constexpr int64_t kMinStartupTimeoutSeconds = 1;
+// spec.runPolicy.managedBy: absent or this value means this operator reconciles the job; any
+// other value (Kueue's MultiKueue sets "kueue.x-k8s.io/multikueue") hands the job to that
+// controller and the operator leaves it, status included, alone.
+inline constexpr std::string_view kManagedByThisOperator = "korovod.dev/horovodjob-controller";
 
 enum class CleanPodPolicy { kRunning, kAll, kNone };
 inline constexpr std::array<std::string_view, 3> kCleanPodPolicyNames = {"Running", "All", "None"};
@@ -53,10 +62,18 @@ enum class ConditionStatus { kTrue, kFalse, kUnknown };
 inline constexpr std::array<std::string_view, 3> kConditionStatusNames = {"True", "False",
                                                                           "Unknown"};
 
+// One rank of the current epoch, as status.workers reports it. Missing: no pod (not yet created,
+// or lost while running). Pending: the pod is not running (unscheduled, pulling, its sidecar in
+// rendezvous). Running: the pod runs and is not Ready. Ready: the PodReady condition is True.
+enum class WorkerState { kMissing, kPending, kRunning, kReady, kSucceeded, kFailed, kTerminating };
+inline constexpr std::array<std::string_view, 7> kWorkerStateNames = {
+    "Missing", "Pending", "Running", "Ready", "Succeeded", "Failed", "Terminating"};
+
 std::string_view Name(CleanPodPolicy v);
 std::string_view Name(GangProvider v);
 std::string_view Name(JobPhase v);
 std::string_view Name(ConditionStatus v);
+std::string_view Name(WorkerState v);
 
 struct RdmaSpec {
   std::string resource_name{kDefaultRdmaResourceName};
@@ -85,7 +102,7 @@ struct EnvEntry {
 // Variables the operator writes into the sidecar (identity and rendezvous) or derives from a spec
 // field: spec.sidecar.env may not set them (Validate names the field to use instead). The
 // builders' test checks that every variable they set is listed here.
-inline constexpr std::array<std::pair<std::string_view, std::string_view>, 11>
+inline constexpr std::array<std::pair<std::string_view, std::string_view>, 12>
     kSidecarEnvSetByOperator = {{
         {env::kRank, "the worker's index"},
         {env::kSize, "spec.replicas"},
@@ -98,6 +115,7 @@ inline constexpr std::array<std::pair<std::string_view, std::string_view>, 11>
         {env::kFusionThreshold, "spec.sidecar.engine.fusionThresholdBytes"},
         {env::kCycleTime, "spec.sidecar.engine.cycleTimeMs"},
         {env::kTimeline, "spec.sidecar.engine.timeline"},
+        {env::kStartTimeoutSeconds, "spec.runPolicy.startupTimeoutSeconds"},
     }};
 
 struct SidecarSpec {
@@ -118,6 +136,8 @@ struct RunPolicy {
   std::optional<int64_t> active_deadline_seconds;
   std::optional<int64_t> ttl_seconds_after_finished;
   bool suspend = kDefaultSuspend;
+  int64_t startup_timeout_seconds = kDefaultStartupTimeoutSeconds;
+  std::string managed_by;  // empty: this operator
 };
 
 struct GangSpec {
@@ -152,6 +172,17 @@ struct Condition {
   std::string message;
 };
 
+// status.workers[i]: rank i of the current epoch.
+struct WorkerStatus {
+  int64_t rank = 0;
+  std::string pod;
+  std::string node;  // spec.nodeName; empty until scheduled
+  WorkerState state = WorkerState::kMissing;
+  std::string reason;   // CamelCase, when Kubernetes or the operator gives one
+  std::string message;  // why it is not running, or how it ended
+  bool operator==(const WorkerStatus&) const = default;
+};
+
 struct HorovodJobStatus {
   std::optional<JobPhase> phase;
   std::vector<Condition> conditions;
@@ -164,6 +195,15 @@ struct HorovodJobStatus {
   std::string completion_time;  // RFC 3339; empty = unset
   int64_t observed_generation = 0;
   int64_t epoch = 0;
+  // The current epoch's world: its size (spec.replicas when the epoch started; a change of
+  // spec.replicas from it starts a new epoch) and when its worker pods were created (the
+  // start-up timeout counts from then).
+  int64_t world_size = 0;
+  std::string epoch_start_time;  // RFC 3339; empty = unset
+  std::vector<WorkerStatus> workers;
+  // workers in one line for `kubectl get -o wide` (a column shows one JSONPath value): the ranks
+  // in each state, as ranges, e.g. "Ready:0-2,4 Pending:3".
+  std::string rank_summary;
   std::string coordinator_address;
 };
 

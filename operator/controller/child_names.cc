@@ -17,7 +17,14 @@ std::string WorkerHost(const HorovodJob& job, int64_t index, const OperatorSetti
 }
 
 std::string CoordinatorAddress(const HorovodJob& job, const OperatorSettings& settings) {
-  return WorkerHost(job, 0, settings) + ":" + std::to_string(settings.coordinator_port);
+  return WorkerHost(job, 0, settings) + ":" +
+         std::to_string(JobWorkerPorts(job, 0, settings).coordinator);
+}
+
+WorkerPorts JobWorkerPorts(const HorovodJob& job, int64_t index, const OperatorSettings& settings) {
+  return PortsFor(job.metadata.uid.empty() ? job.metadata.namespace_name + "/" + job.metadata.name
+                                           : job.metadata.uid,
+                  index, job.spec.networking.host_network, settings);
 }
 
 }  // namespace korovod::k8s_operator

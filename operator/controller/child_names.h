@@ -8,6 +8,7 @@
 
 #include "operator/api/types.h"
 #include "operator/controller/operator_settings.h"
+#include "operator/controller/worker_ports.h"
 
 namespace korovod::k8s_operator {
 
@@ -19,7 +20,10 @@ std::string WorkerPodName(const HorovodJob& job, int64_t index);
 
 // "<job>-worker-<i>.<job>.<ns>.svc.<domain>"
 std::string WorkerHost(const HorovodJob& job, int64_t index, const OperatorSettings& settings);
-// WorkerHost(0) + ":" + coordinator_port
+// WorkerHost(0) + ":" + the job's coordinator port
 std::string CoordinatorAddress(const HorovodJob& job, const OperatorSettings& settings);
+// Worker `index`'s ports: the operator's fixed ones, or under hostNetwork the job's block
+// (worker_ports.h), placed by the job's uid.
+WorkerPorts JobWorkerPorts(const HorovodJob& job, int64_t index, const OperatorSettings& settings);
 
 }  // namespace korovod::k8s_operator

@@ -9,8 +9,12 @@ namespace korovod::k8s_operator {
 struct OperatorSettings {
   // Used when spec.sidecar.image is empty (the CRD requires it today; kept for older objects).
   std::string default_sidecar_image = "korovod/sidecar:latest";
-  int coordinator_port = 29500;
+  int coordinator_port = 28500;
   int metrics_port = 9090;  // the sidecar's /metrics, /healthz, /readyz
+  // hostNetwork workers share the node's ports: each world takes a block in this range
+  // (worker_ports.h). Below 29000: clear of torchrun's 29500 and of the ephemeral range.
+  int host_network_port_min = 20000;
+  int host_network_port_max = 28999;
   // A pod-local emptyDir shared by trainer and sidecar; the socket is socket_dir + "/sidecar.sock".
   std::string socket_dir = "/var/run/korovod";
   std::string cluster_domain = "cluster.local";

@@ -23,6 +23,8 @@ inline constexpr std::string_view kReasonRecovered = "Recovered";
 inline constexpr std::string_view kReasonWorldResized = "WorldResized";
 inline constexpr std::string_view kReasonBackoffLimitExceeded = "BackoffLimitExceeded";
 inline constexpr std::string_view kReasonDeadlineExceeded = "DeadlineExceeded";
+// An epoch's workers did not all come up within spec.runPolicy.startupTimeoutSeconds.
+inline constexpr std::string_view kReasonStartupTimeout = "StartupTimeout";
 inline constexpr std::string_view kReasonAllWorkersSucceeded = "AllWorkersSucceeded";
 inline constexpr std::string_view kReasonSuspended = "JobSuspended";
 inline constexpr std::string_view kReasonResumed = "JobResumed";
@@ -34,6 +36,10 @@ inline constexpr std::string_view kReasonTtlExpired = "TTLExpired";
 inline constexpr std::string_view kReasonWorkersNotStarting = "WorkersNotStarting";
 // The caller passed no usable fresh key while the key Secret had to be created.
 inline constexpr std::string_view kReasonJobKeyUnavailable = "JobKeyUnavailable";
+
+// The executor could not create a child (a quota, Pod Security, a webhook's denial): the event
+// carries the API server's message, as the Job controller's FailedCreate does.
+inline constexpr std::string_view kReasonFailedCreate = "FailedCreate";
 
 inline constexpr std::string_view kEventNormal = "Normal";
 inline constexpr std::string_view kEventWarning = "Warning";

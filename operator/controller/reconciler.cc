@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <set>
@@ -108,6 +109,33 @@ ReconcileResult ReconcileInvalid(const ObservedState& observed, std::string_view
                                  std::string(reason), message});
   }
   SetStatusIfChanged(observed.job, status, out);
+  return out;
+}
+
+// "Ready:0-2,4 Pending:3": the ranks in each state (in the states' declared order), as ranges.
+std::string RankSummary(const std::vector<WorkerStatus>& workers) {
+  std::string out;
+  for (size_t state = 0; state < kWorkerStateNames.size(); ++state) {
+    std::string ranges;
+    for (size_t i = 0; i < workers.size();) {
+      if (static_cast<size_t>(workers[i].state) != state) {
+        ++i;
+        continue;
+      }
+      size_t j = i;
+      while (j + 1 < workers.size() && static_cast<size_t>(workers[j + 1].state) == state &&
+             workers[j + 1].rank == workers[j].rank + 1) {
+        ++j;
+      }
+      ranges += ranges.empty() ? "" : ",";
+      ranges += std::to_string(workers[i].rank);
+      if (j > i) ranges += "-" + std::to_string(workers[j].rank);
+      i = j + 1;
+    }
+    if (ranges.empty()) continue;
+    out += out.empty() ? "" : " ";
+    out += std::string(kWorkerStateNames[state]) + ":" + ranges;
+  }
   return out;
 }
 
@@ -389,6 +417,8 @@ class JobReconciler {
     status_.start_time.clear();
     status_.ready_workers = status_.active_workers = 0;
     status_.succeeded_workers = status_.failed_workers = 0;
+    status_.workers.clear();
+    status_.rank_summary.clear();
     Mark(kConditionSuspended, true, kReasonSuspended, "the job is suspended");
     MarkIfPresent(kConditionRunning, false, kReasonSuspended, "the job is suspended");
     MarkIfPresent(kConditionRestarting, false, kReasonSuspended, "the job is suspended");
@@ -399,6 +429,8 @@ class JobReconciler {
   // are created, so ranks of two epochs never meet in one world.
   void NewEpoch() {
     ++status_.epoch;
+    status_.world_size = job_.spec.replicas;
+    status_.epoch_start_time.clear();  // set when its workers are created
     PartitionPods();
   }
 
@@ -487,11 +519,96 @@ class JobReconciler {
     EnsureEpochChildren();
     CreateMissingWorkers();
     Count();
+    ReportWorkers();
     UpdatePhase();
+    if (!Finished() && StartupTimedOut()) return;
     if (!Finished()) {
       ReportNotStarting();
       RequeueForDeadline();
     }
+  }
+
+  // status.workers: one entry per rank of the current epoch, in rank order.
+  void ReportWorkers() {
+    status_.workers.clear();
+    for (int64_t rank = 0; rank < job_.spec.replicas; ++rank) {
+      WorkerStatus w;
+      w.rank = rank;
+      w.pod = WorkerPodName(job_, rank);
+      const auto it = current_.find(rank);
+      if (it == current_.end()) {
+        w.state = WorkerState::kMissing;
+        status_.workers.push_back(std::move(w));
+        continue;
+      }
+      const WorkerPodState& s = it->second.first;
+      w.node = StringAt(*it->second.second, {"spec", "nodeName"});
+      if (s.terminating) {
+        w.state = WorkerState::kTerminating;
+      } else if (s.outcome == WorkerOutcome::kSucceeded) {
+        w.state = WorkerState::kSucceeded;
+      } else if (s.outcome == WorkerOutcome::kFailed) {
+        w.state = WorkerState::kFailed;
+        w.reason = s.disrupted ? "Disrupted" : "Error";
+        w.message = s.disrupted ? s.disruption : s.cause;
+      } else if (s.running) {
+        w.state = s.ready ? WorkerState::kReady : WorkerState::kRunning;
+      } else {
+        w.state = WorkerState::kPending;
+        w.reason = s.not_starting_reason;
+        w.message = s.not_starting;
+      }
+      status_.workers.push_back(std::move(w));
+    }
+    status_.rank_summary = RankSummary(status_.workers);
+  }
+
+  // The epoch's workers must all run within spec.runPolicy.startupTimeoutSeconds of the epoch's
+  // start (the sidecars' own rendezvous waits as long: BuildSidecarContainer). Past it the job
+  // fails naming the ranks that never came, instead of sidecars crash-looping under a Pending
+  // job for ever. Returns true when it failed the job.
+  bool StartupTimedOut() {
+    if (status_.phase == JobPhase::kRunning) return false;
+    // Not before the epoch's workers exist: until then the old epoch's pods are going away,
+    // which the force deletion of stuck ones bounds.
+    if (status_.epoch_start_time.empty()) return false;
+    std::optional<int64_t> start = UnixSeconds(status_.epoch_start_time);
+    if (!start) {
+      status_.epoch_start_time = FormatRfc3339(now_);
+      start = observed_.now_unix;
+    }
+    const int64_t timeout = job_.spec.run_policy.startup_timeout_seconds;
+    const int64_t due = *start + timeout;
+    if (observed_.now_unix < due) {
+      Requeue(out_, due - observed_.now_unix);
+      return false;
+    }
+    std::string missing;
+    int count = 0;
+    for (const WorkerStatus& w : status_.workers) {
+      if (w.state == WorkerState::kRunning || w.state == WorkerState::kReady ||
+          w.state == WorkerState::kSucceeded) {
+        continue;
+      }
+      ++count;
+      if (count > 8) continue;  // the message stays readable; status.workers has them all
+      missing += missing.empty() ? "" : "; ";
+      missing += "rank " + std::to_string(w.rank) + " (" + w.pod + ": " +
+                 std::string(Name(w.state)) + (w.message.empty() ? "" : ", " + w.message) + ")";
+    }
+    if (count == 0) return false;
+    if (count > 8) missing += "; and " + std::to_string(count - 8) + " more";
+    for (const json& pod : pods_) {
+      if (ObserveWorkerPod(pod, trainer_container_).outcome == WorkerOutcome::kActive) {
+        DeletePod(pod, "start-up timeout");
+      }
+    }
+    Finish(JobPhase::kFailed, kReasonStartupTimeout,
+           std::to_string(count) + " of " + std::to_string(job_.spec.replicas) +
+               " workers of epoch " + std::to_string(status_.epoch) + " did not start within " +
+               "spec.runPolicy.startupTimeoutSeconds (" + std::to_string(timeout) +
+               "s): " + missing);
+    return true;
   }
 
   // Names a current worker pod that cannot start, with the Kubernetes reason and message,
@@ -525,17 +642,28 @@ class JobReconciler {
   }
 
   // spec.replicas changed while a world runs: membership is an epoch, so the whole world starts
-  // over at the new size. Not a failure: restartCount stays. The current epoch's size is read
-  // from its world ConfigMap.
+  // over at the new size. Not a failure: restartCount stays. The current epoch's size is in
+  // status.worldSize, written with the epoch itself, so no resize is missed (a ConfigMap being
+  // recreated, as the size's earlier home was, leaves a window without it). A status written
+  // before worldSize existed falls back to the world ConfigMap.
   void MaybeResize() {
-    const json* cm = FindByName(observed_.config_maps, WorldConfigMapName(job_));
-    if (cm == nullptr || StringAt(*cm, {"data", "epoch"}) != std::to_string(status_.epoch)) return;
-    const std::string size = StringAt(*cm, {"data", "size"});
-    if (size.empty() || size == std::to_string(job_.spec.replicas)) return;
+    int64_t size = status_.world_size;
+    if (size == 0) {
+      const json* cm = FindByName(observed_.config_maps, WorldConfigMapName(job_));
+      if (cm == nullptr || StringAt(*cm, {"data", "epoch"}) != std::to_string(status_.epoch)) {
+        return;
+      }
+      const std::string text = StringAt(*cm, {"data", "size"});
+      size = text.empty() ? 0 : std::atoll(text.c_str());
+      if (size <= 0) return;
+      status_.world_size = size;
+    }
+    if (size == job_.spec.replicas) return;
     NewEpoch();
-    const std::string message =
-        "spec.replicas changed from " + size + " to " + std::to_string(job_.spec.replicas) +
-        "; restarting all workers as epoch " + std::to_string(status_.epoch);
+    const std::string message = "spec.replicas changed from " + std::to_string(size) + " to " +
+                                std::to_string(job_.spec.replicas) +
+                                "; restarting all workers as epoch " +
+                                std::to_string(status_.epoch);
     status_.phase = JobPhase::kRestarting;
     Mark(kConditionRestarting, true, kReasonWorldResized, message);
     MarkIfPresent(kConditionRunning, false, kReasonWorldResized, message);
@@ -576,6 +704,7 @@ class JobReconciler {
     }
     if (created == 0) return;
     if (status_.start_time.empty()) status_.start_time = FormatRfc3339(now_);
+    if (status_.epoch_start_time.empty()) status_.epoch_start_time = FormatRfc3339(now_);
     const std::string message = "created " + std::to_string(created) + " worker pods for epoch " +
                                 std::to_string(status_.epoch);
     Mark(kConditionCreated, true, kReasonWorkersCreated,
@@ -627,6 +756,9 @@ class JobReconciler {
 ReconcileResult Reconcile(const ObservedState& observed) {
   // Being deleted: the garbage collector removes the children through their ownerReferences.
   if (Has(observed.job, {"metadata", "deletionTimestamp"})) return ReconcileResult{};
+  // Another controller (Kueue's MultiKueue) manages it: not a child, not a status field.
+  const std::string managed_by = StringAt(observed.job, {"spec", "runPolicy", "managedBy"});
+  if (!managed_by.empty() && managed_by != kManagedByThisOperator) return ReconcileResult{};
   auto job = HorovodJobFromJson(observed.job);
   if (!job.ok()) {
     return ReconcileInvalid(observed, kReasonInvalidSpec, job.status().message());

@@ -1,5 +1,6 @@
 #include "operator/controller/sidecar_container.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include "operator/controller/child_names.h"
@@ -18,7 +19,7 @@ std::string FormatDouble(double v) {
   return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
 }
 
-json HttpProbe(std::string_view path, int period_seconds, int failure_threshold) {
+json HttpProbe(std::string_view path, int64_t period_seconds, int64_t failure_threshold) {
   return json{{"httpGet", {{"path", std::string(path)}, {"port", std::string(kMetricsPortName)}}},
               {"periodSeconds", period_seconds},
               {"failureThreshold", failure_threshold}};
@@ -50,7 +51,8 @@ json BuildSidecarContainer(const HorovodJobSpec& spec, const WorkerIdentity& id,
            {"valueFrom",
             {{"secretKeyRef", {{"name", id.key_secret}, {"key", std::string(kJobKeySecretKey)}}}}}},
       EnvVar(kEnvShmPrefix, id.shm_prefix),
-      EnvVar(kEnvMetricsPort, std::to_string(settings.metrics_port)),
+      EnvVar(kEnvMetricsPort, std::to_string(id.ports.metrics)),
+      EnvVar(kEnvStartTimeout, std::to_string(id.start_timeout_seconds)),
   });
   if (!spec.networking.interface_name.empty()) {
     env.push_back(EnvVar(kEnvIface, spec.networking.interface_name));
@@ -82,24 +84,44 @@ json BuildSidecarContainer(const HorovodJobSpec& spec, const WorkerIdentity& id,
     mounts.push_back({{"name", std::string(kTimelineVolume)}, {"mountPath", dir}});
   }
 
+  json ports = json::array({{{"name", std::string(kMetricsPortName)},
+                             {"containerPort", id.ports.metrics},
+                             {"protocol", "TCP"}}});
+  // In the pod's network the coordinator port needs no declaration (the headless Service names
+  // it); on the node's it does, so the scheduler keeps other pods wanting it off this node.
+  if (id.host_network && id.rank == 0) {
+    ports.push_back({{"name", std::string(kCoordinatorPortName)},
+                     {"containerPort", id.ports.coordinator},
+                     {"protocol", "TCP"}});
+  }
+  // The health server starts once the world is connected, so the startup probe waits as long as
+  // the rendezvous may (plus a margin for the link probe); then the sidecar exits with the cause
+  // itself, and the operator fails the job at the same bound (StartupTimeout).
+  constexpr int64_t kStartupProbePeriod = 2;
+  const int64_t startup_failures =
+      std::max<int64_t>(id.start_timeout_seconds, 1) / kStartupProbePeriod + 15;
+
   return json{
       {"name", std::string(kSidecarContainerName)},
       {"image", spec.sidecar.image.empty() ? settings.default_sidecar_image : spec.sidecar.image},
       {"restartPolicy", "Always"},
       {"env", std::move(env)},
-      {"ports", json::array({{{"name", std::string(kMetricsPortName)},
-                              {"containerPort", settings.metrics_port},
-                              {"protocol", "TCP"}}})},
+      {"ports", std::move(ports)},
       {"resources", std::move(resources)},
       {"volumeMounts", std::move(mounts)},
-      // Rendezvous waits for every rank, so startup gets minutes; liveness only after that.
-      {"startupProbe", HttpProbe(kHealthzPath, 2, 90)},
+      {"startupProbe", HttpProbe(kHealthzPath, kStartupProbePeriod, startup_failures)},
       {"livenessProbe", HttpProbe(kHealthzPath, 10, 3)},
       {"readinessProbe", HttpProbe(kReadyzPath, 5, 1)},
+      // The image's user (65532) and group, set here because the kubelet takes only the uid
+      // from an image without a passwd entry and would run it with gid 0. RuntimeDefault seccomp
+      // and no privilege escalation: Pod Security "restricted" (without RDMA's IPC_LOCK).
       {"securityContext",
        {{"runAsNonRoot", true},
+        {"runAsUser", kSidecarUid},
+        {"runAsGroup", kSidecarGid},
         {"allowPrivilegeEscalation", false},
         {"readOnlyRootFilesystem", true},
+        {"seccompProfile", {{"type", "RuntimeDefault"}}},
         {"capabilities", std::move(capabilities)}}},
   };
 }

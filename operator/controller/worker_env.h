@@ -27,6 +27,7 @@ inline constexpr std::string_view kEnvIface = env::kIface;
 inline constexpr std::string_view kEnvFusionThreshold = env::kFusionThreshold;
 inline constexpr std::string_view kEnvCycleTime = env::kCycleTime;
 inline constexpr std::string_view kEnvTimeline = env::kTimeline;
+inline constexpr std::string_view kEnvStartTimeout = env::kStartTimeoutSeconds;
 
 inline constexpr std::string_view kSocketFileName = "sidecar.sock";
 
@@ -38,6 +39,13 @@ inline constexpr std::string_view kTimelineVolume = "korovod-timeline";
 inline constexpr std::string_view kShmMountPath = "/dev/shm";
 
 inline constexpr std::string_view kMetricsPortName = "metrics";
+inline constexpr std::string_view kCoordinatorPortName = "coordinator";
+
+// The sidecar image's user and group (images/sidecar/Dockerfile: USER 65532:65532). The pod's
+// fsGroup defaults to the same group so the trainer, whatever its uid, may use the socket and
+// the arena the sidecar creates (mode 0660) in the shared volumes.
+inline constexpr int64_t kSidecarUid = 65532;
+inline constexpr int64_t kSidecarGid = 65532;
 inline constexpr std::string_view kReadyzPath = "/readyz";
 inline constexpr std::string_view kHealthzPath = "/healthz";
 

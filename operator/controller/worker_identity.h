@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "operator/controller/worker_ports.h"
+
 namespace korovod::k8s_operator {
 
 struct WorkerIdentity {
@@ -15,6 +17,11 @@ struct WorkerIdentity {
   std::string key_secret;        // the Secret whose item "key" is the job key
   std::string shm_prefix;        // "/korovod-<world>-<rank>-": unique per pod on a node
   std::optional<int64_t> epoch;  // HorovodJob pods only
+  WorkerPorts ports;             // the coordinator's (rank 0) and this worker's metrics port
+  bool host_network = false;     // ports are the node's: declared so the scheduler sees them
+  // How long the sidecar's rendezvous may take (KOROVOD_START_TIMEOUT_SECONDS); its startup probe
+  // allows as long.
+  int64_t start_timeout_seconds = 0;
 };
 
 }  // namespace korovod::k8s_operator

@@ -1,5 +1,6 @@
 #include "operator/controller/worker_pod_builder.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -80,6 +81,9 @@ WorkerIdentity HorovodJobWorker(const HorovodJob& job, int64_t index, int64_t ep
   id.key_secret = JobKeySecretName(job);
   id.shm_prefix = "/korovod-" + job.metadata.name + "-" + std::to_string(index) + "-";
   id.epoch = epoch;
+  id.ports = JobWorkerPorts(job, index, settings);
+  id.host_network = job.spec.networking.host_network;
+  id.start_timeout_seconds = job.spec.run_policy.startup_timeout_seconds;
   return id;
 }
 
@@ -103,6 +107,15 @@ void ConfigureWorkerPodSpec(json& pod_spec, int trainer_index, const HorovodJobS
       SetExtendedResource(Ensure(trainer, "resources", json::object()),
                           std::string(kGpuResourceName), spec.worker.gpus);
     }
+  }
+
+  // The trainer, whatever its uid, joins the sidecar's group, which owns the socket and the
+  // arena (mode 0660) in the shared emptyDirs. A supplemental group rather than fsGroup: fsGroup
+  // would also chown the template's own volumes, a slow walk over a large dataset volume.
+  json& pod_security = Ensure(pod_spec, "securityContext", json::object());
+  json& groups = Ensure(pod_security, "supplementalGroups", json::array());
+  if (std::find(groups.begin(), groups.end(), json(kSidecarGid)) == groups.end()) {
+    groups.push_back(kSidecarGid);
   }
 
   // Workers never call the API server: no service-account token unless the template asks.

@@ -10,8 +10,10 @@
 #include "common/log.h"
 #include "operator/api/json.h"
 #include "operator/controller/child_metadata.h"
+#include "operator/controller/child_names.h"
 #include "operator/controller/observed_state.h"
 #include "operator/controller/pod_group.h"
+#include "operator/controller/reasons.h"
 #include "operator/controller/reconciler.h"
 #include "operator/kube/api_result.h"
 #include "operator/manager/child_resource.h"
@@ -37,6 +39,23 @@ std::string JobKey(const std::string& ns, const std::string& name) { return ns +
 std::string UidOf(const nlohmann::json& object) {
   const nlohmann::json meta = object.value("metadata", nlohmann::json::object());
   return meta.is_object() ? meta.value("uid", "") : "";
+}
+
+// The job's key Secret, read by name: the operator may get and create Secrets but never list or
+// watch them (a cluster-wide Secret watch would hand it every credential in the cluster). Empty
+// when it is absent, is not this job's (a namesake's, see Observe), or the spec does not parse
+// (the reconciler then reports the spec and creates nothing).
+StatusOr<std::vector<nlohmann::json>> ReadJobKeySecret(const kube::ApiClient& client,
+                                                       const nlohmann::json& job) {
+  StatusOr<HorovodJob> parsed = HorovodJobFromJson(job);
+  if (!parsed.ok()) return std::vector<nlohmann::json>{};
+  const std::string ns = job.at("metadata").value("namespace", "");
+  kube::ApiResult got = client.Get(kube::kSecrets.Path(ns, JobKeySecretName(*parsed)));
+  if (kube::IsNotFound(got)) return std::vector<nlohmann::json>{};
+  if (!got.ok()) return got.status().WithContext("job key Secret");
+  std::vector<nlohmann::json> out;
+  if (ControlledBy(got.value(), UidOf(job))) out.push_back(std::move(got).value());
+  return out;
 }
 
 // The PodGroup API version a gang-scheduled job's spec names, or "" when it asks for none (or
@@ -83,8 +102,7 @@ JobController::JobController(const kube::ApiClient& client, const kube::EventRec
   child_handlers.on_delete = [this](const nlohmann::json& c) { EnqueueOwner(c); };
   for (auto [name, ref, slot] : {std::tuple{"pods", kube::kPods, &pods_},
                                  std::tuple{"services", kube::kServices, &services_},
-                                 std::tuple{"configmaps", kube::kConfigMaps, &config_maps_},
-                                 std::tuple{"secrets", kube::kSecrets, &secrets_}}) {
+                                 std::tuple{"configmaps", kube::kConfigMaps, &config_maps_}}) {
     child_handlers.on_error = [name = std::string(name)](const Status& s) {
       KV_LOG(kWarning, kOperator, "watch %s: %s", name.c_str(), s.ToString().c_str());
     };
@@ -190,7 +208,7 @@ ObservedState JobController::Observe(const nlohmann::json& job) const {
   observed.pods = owned(pods_->List(ns, selector));
   observed.services = owned(services_->List(ns, selector));
   observed.config_maps = owned(config_maps_->List(ns, selector));
-  observed.secrets = owned(secrets_->List(ns, selector));
+  // observed.secrets: ReconcileKey reads the one key Secret by name (no Secret informer).
   observed.now_unix = static_cast<int64_t>(std::time(nullptr));
   observed.settings = options_.settings;
   return observed;
@@ -207,6 +225,7 @@ Status JobController::ReconcileKey(const std::string& key,
   nlohmann::json job = std::move(got).value();
 
   ObservedState observed = Observe(job);
+  KV_ASSIGN_OR_RETURN(observed.secrets, ReadJobKeySecret(client_, job));
   observed.fresh_key_hex = FreshKeyHex();
   if (const std::string api_version = GangApiVersion(job); !api_version.empty()) {
     KV_ASSIGN_OR_RETURN(kube::ResourceRef ref, ResourceOf(api_version, "PodGroup"));
@@ -224,6 +243,13 @@ Status JobController::ReconcileKey(const std::string& key,
   Status first_error;
   for (const Action& action : result.actions) {
     Status s = executor_.Execute(job, action);
+    if (!s.ok() && action.kind == Action::Kind::kCreate) {
+      // As the Job controller's FailedCreate: the cause (a quota, Pod Security, a webhook's
+      // denial) reaches the job's events, not only the operator's log.
+      (void)executor_.Execute(
+          job, Action{Action::Kind::kEvent, nlohmann::json(), std::string(kEventWarning),
+                      std::string(kReasonFailedCreate), s.message()});
+    }
     if (!s.ok() && first_error.ok()) first_error = s;
   }
   if (result.status) {

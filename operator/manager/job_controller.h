@@ -1,5 +1,7 @@
 // JobController: the HorovodJob control loop. Informers watch HorovodJobs and the children the
-// operator labels (pods, services, config maps, secrets); any change queues the owning job's key;
+// operator labels (pods, services, config maps; never Secrets: the job's key Secret is read by
+// name at each reconcile, so the operator needs no list/watch on Secrets); any change queues the
+// owning job's key;
 // workers take keys off the rate-limited queue, read the job fresh from the API server (so its
 // resourceVersion is current for the /status write), run the pure Reconcile on it and the cached
 // children it controls (label to find them, controller ownerReference uid to claim them: a job
@@ -70,7 +72,6 @@ class JobController {
   kube::Informer* pods_ = nullptr;
   kube::Informer* services_ = nullptr;
   kube::Informer* config_maps_ = nullptr;
-  kube::Informer* secrets_ = nullptr;
   std::vector<std::thread> workers_;
   std::atomic<bool> stopped_{false};
 };

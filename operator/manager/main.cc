@@ -15,9 +15,11 @@
 #include "operator/kube/event_recorder.h"
 #include "operator/kube/kube_config.h"
 #include "operator/kube/leader_election.h"
+#include "operator/manager/ca_bundle_keeper.h"
 #include "operator/manager/job_controller.h"
 #include "operator/manager/operator_metrics.h"
 #include "operator/manager/operator_options.h"
+#include "operator/manager/webhook_certificate_setup.h"
 #include "operator/webhook/webhook_server.h"
 
 namespace korovod::k8s_operator {
@@ -77,8 +79,30 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
          options.leader_elect ? ", leader election on" : "");
   // Every replica serves admission, leader or not: pod creation must not wait for an election.
   std::unique_ptr<WebhookServer> webhook;
+  std::unique_ptr<CaBundleKeeper> ca_bundle_keeper;
   if (!options.webhook_bind_address.empty()) {
     const HostPort at = *SplitHostPort("--webhook-bind-address", options.webhook_bind_address);
+    if (!options.webhook_cert_secret_name.empty()) {
+      // Serve only once the certificate and the caBundle agree: the API server would otherwise
+      // call a webhook it cannot verify (and, with failurePolicy Fail, refuse the pods).
+      WebhookCertificateSetupOptions setup;
+      setup.secret_namespace = options.webhook_cert_secret_namespace;
+      setup.secret_name = options.webhook_cert_secret_name;
+      setup.webhook_configuration = options.webhook_configuration;
+      setup.dns_names = options.webhook_dns_names;
+      setup.cert_dir = options.webhook_cert_dir;
+      setup.timeout = options.webhook_setup_timeout;
+      setup.log = [](const std::string& line) {
+        logging::Log(logging::Level::kInfo, logging::Subsystem::kWebhook, line);
+      };
+      StatusOr<std::string> ca = SetUpWebhookCertificate(**client, setup);
+      if (!ca.ok()) return Fail(ca.status().WithContext("--webhook-cert-secret"));
+      if (!options.webhook_configuration.empty()) {
+        ca_bundle_keeper = std::make_unique<CaBundleKeeper>(
+            **client, options.webhook_configuration, std::move(*ca),
+            options.webhook_ca_bundle_check_period, setup.log);
+      }
+    }
     WebhookServerOptions w;
     w.host = at.host;
     w.port = at.port;

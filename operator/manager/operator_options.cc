@@ -1,5 +1,6 @@
 #include "operator/manager/operator_options.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <functional>
@@ -59,12 +60,21 @@ std::string OperatorUsage() {
   --identity NAME                        this replica's name in the Lease (default host-pid)
   --watch-timeout-seconds N              server-side timeout of each watch (default 300)
   --sidecar-image IMAGE                  used when a job names none
-  --coordinator-port PORT                rank 0's rendezvous port (default 29500)
+  --coordinator-port PORT                rank 0's rendezvous port (default 28500)
   --sidecar-metrics-port PORT            the sidecar's /metrics and probes (default 9090)
+  --host-network-port-min PORT           hostNetwork workers take per-job ports in
+  --host-network-port-max PORT           [min, max] (default 20000-28999)
   --cluster-domain DOMAIN                (default cluster.local)
   --webhook-bind-address HOST:PORT       serve the sidecar injection webhook (HTTPS, POST /inject)
   --webhook-cert-dir DIR                 its tls.crt + tls.key, re-read on rotation
                                          (default /etc/korovod/webhook)
+  --webhook-cert-secret NS/NAME          own the certificate: keep a CA and serving certificate
+                                         in this Secret (created when absent, invalid or near
+                                         expiry) and write them to --webhook-cert-dir at start
+  --webhook-dns-names A,B,...            the serving certificate's DNS names (with the Secret)
+  --webhook-configuration NAME           MutatingWebhookConfiguration whose caBundle to set
+  --webhook-setup-timeout S              deadline of the Secret and caBundle setup (default 120)
+  --webhook-ca-bundle-check-period S     then re-set the caBundle if removed (default 60)
 )";
 }
 
@@ -113,9 +123,36 @@ StatusOr<OperatorOptions> ParseOperatorFlags(const std::vector<std::string>& arg
       {"--sidecar-image", str(&o.settings.default_sidecar_image)},
       {"--coordinator-port", integer(&o.settings.coordinator_port, 1, 65535)},
       {"--sidecar-metrics-port", integer(&o.settings.metrics_port, 1, 65535)},
+      {"--host-network-port-min", integer(&o.settings.host_network_port_min, 1024, 65535)},
+      {"--host-network-port-max", integer(&o.settings.host_network_port_max, 1024, 65535)},
       {"--cluster-domain", str(&o.settings.cluster_domain)},
       {"--webhook-bind-address", host_port(&o.webhook_bind_address)},
       {"--webhook-cert-dir", str(&o.webhook_cert_dir)},
+      {"--webhook-cert-secret",
+       [&o](const std::string& flag, const std::string& v) {
+         const size_t slash = v.find('/');
+         if (slash == std::string::npos || slash == 0 || slash + 1 == v.size() ||
+             v.find('/', slash + 1) != std::string::npos) {
+           return InvalidArgument(flag + "=" + v + ": expected NAMESPACE/NAME");
+         }
+         o.webhook_cert_secret_namespace = v.substr(0, slash);
+         o.webhook_cert_secret_name = v.substr(slash + 1);
+         return OkStatus();
+       }},
+      {"--webhook-dns-names",
+       [&o](const std::string& flag, const std::string& v) {
+         o.webhook_dns_names.clear();
+         for (size_t start = 0; start <= v.size();) {
+           const size_t comma = std::min(v.find(',', start), v.size());
+           if (comma == start) return InvalidArgument(flag + "=" + v + ": an empty name");
+           o.webhook_dns_names.push_back(v.substr(start, comma - start));
+           start = comma + 1;
+         }
+         return OkStatus();
+       }},
+      {"--webhook-configuration", str(&o.webhook_configuration)},
+      {"--webhook-setup-timeout", seconds(&o.webhook_setup_timeout)},
+      {"--webhook-ca-bundle-check-period", seconds(&o.webhook_ca_bundle_check_period)},
   };
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i];
@@ -152,6 +189,18 @@ StatusOr<OperatorOptions> ParseOperatorFlags(const std::vector<std::string>& arg
     return InvalidArgument(
         "--leader-election-retry-period must be shorter than "
         "--leader-election-renew-deadline");
+  }
+  if (o.settings.host_network_port_max - o.settings.host_network_port_min < 1) {
+    return InvalidArgument("--host-network-port-max (" +
+                           std::to_string(o.settings.host_network_port_max) +
+                           ") must be above --host-network-port-min (" +
+                           std::to_string(o.settings.host_network_port_min) + ")");
+  }
+  if (!o.webhook_cert_secret_name.empty() && o.webhook_dns_names.empty()) {
+    return InvalidArgument("--webhook-cert-secret needs --webhook-dns-names");
+  }
+  if (!o.webhook_configuration.empty() && o.webhook_cert_secret_name.empty()) {
+    return InvalidArgument("--webhook-configuration needs --webhook-cert-secret");
   }
   if (o.leader_election_namespace.empty()) {
     o.leader_election_namespace = o.namespace_name.empty() ? "default" : o.namespace_name;

@@ -26,6 +26,15 @@ struct OperatorOptions {
   int watch_timeout_seconds = 300;
   std::string webhook_bind_address;                       // "" = no injection webhook
   std::string webhook_cert_dir = "/etc/korovod/webhook";  // tls.crt + tls.key
+  // The operator's own CA and serving certificate (webhook_certificate_setup.h): kept in this
+  // Secret, written to webhook_cert_dir at start; "" = the files come from elsewhere
+  // (cert-manager, a mounted Secret).
+  std::string webhook_cert_secret_namespace;
+  std::string webhook_cert_secret_name;
+  std::vector<std::string> webhook_dns_names;  // with the Secret: the certificate's names
+  std::string webhook_configuration;           // MutatingWebhookConfiguration to set caBundle on
+  std::chrono::milliseconds webhook_setup_timeout{120000};
+  std::chrono::milliseconds webhook_ca_bundle_check_period{60000};  // re-sets a removed caBundle
   OperatorSettings settings;
 };
 

@@ -9,30 +9,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "operator/webhook/openssl_handles.h"
+
 namespace korovod::k8s_operator {
 namespace {
-
-struct X509Free {
-  void operator()(X509* x) const { X509_free(x); }
-};
-struct KeyFree {
-  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
-};
-struct BioFree {
-  void operator()(BIO* b) const { BIO_free(b); }
-};
-using X509Ptr = std::unique_ptr<X509, X509Free>;
-using KeyPtr = std::unique_ptr<EVP_PKEY, KeyFree>;
-using BioPtr = std::unique_ptr<BIO, BioFree>;
-
-std::string OpenSslReason() {
-  const unsigned long e = ERR_get_error();
-  ERR_clear_error();
-  if (e == 0) return "no PEM data";
-  char buf[256];
-  ERR_error_string_n(e, buf, sizeof(buf));
-  return buf;
-}
 
 StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -62,14 +42,16 @@ StatusOr<std::shared_ptr<const ServingCertificate::Pair>> ReadPair(const std::st
   ERR_clear_error();
   BioPtr bio(BIO_new_mem_buf(crt.data(), static_cast<int>(crt.size())));
   pair->leaf.reset(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
-  if (!pair->leaf) return InvalidArgument(crt_path + ": not a PEM certificate: " + OpenSslReason());
+  if (!pair->leaf)
+    return InvalidArgument(crt_path + ": not a PEM certificate: " + OpenSslReason("no PEM data"));
   while (X509Ptr extra{PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)}) {
     pair->chain.push_back(std::move(extra));
   }
   ERR_clear_error();  // the loop ends on "no start line"
   BioPtr key_bio(BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())));
   pair->key.reset(PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr));
-  if (!pair->key) return InvalidArgument(key_path + ": not a PEM private key: " + OpenSslReason());
+  if (!pair->key)
+    return InvalidArgument(key_path + ": not a PEM private key: " + OpenSslReason("no PEM data"));
   if (X509_check_private_key(pair->leaf.get(), pair->key.get()) != 1) {
     ERR_clear_error();
     return InvalidArgument(key_path + " does not match the certificate in " + crt_path);

@@ -229,11 +229,16 @@ InjectionPlan PlanInjection(const json& pod, const std::string& ns,
   WorkerIdentity id;
   id.rank = placement->rank;
   id.size = *size;
+  id.host_network = Member(pod_spec, "hostNetwork") == json(true);
+  const std::string world_id = ns + "/" + placement->kind + "/" + placement->workload;
+  id.ports = PortsFor(world_id, id.rank, id.host_network, settings);
   id.coordinator = placement->workload + "-0." + subdomain + "." + ns + ".svc." +
-                   settings.cluster_domain + ":" + std::to_string(settings.coordinator_port);
+                   settings.cluster_domain + ":" +
+                   std::to_string(PortsFor(world_id, 0, id.host_network, settings).coordinator);
   id.key_secret = Annotation(pod, kJobKeySecretAnnotation)
                       .value_or(placement->workload + std::string(kJobKeySecretSuffix));
   id.shm_prefix = "/korovod-" + placement->workload + "-" + std::to_string(placement->rank) + "-";
+  id.start_timeout_seconds = as_job.spec.run_policy.startup_timeout_seconds;
 
   json configured = pod_spec;
   ConfigureWorkerPodSpec(configured, trainer, as_job.spec, id, settings);
@@ -241,7 +246,7 @@ InjectionPlan PlanInjection(const json& pod, const std::string& ns,
   // suffices.
   // automountServiceAccountToken is the workload's own choice: by admission time the API server
   // has already mounted the token (or not), so the webhook leaves it alone.
-  for (const char* key : {"containers", "initContainers", "volumes"}) {
+  for (const char* key : {"containers", "initContainers", "volumes", "securityContext"}) {
     if (Member(configured, key) != Member(pod_spec, key)) {
       plan.patch.push_back(
           {{"op", "add"}, {"path", std::string("/spec/") + key}, {"value", configured[key]}});

@@ -4,7 +4,9 @@ Starts Debian's etcd and the pinned kube-apiserver (scripts/build-testinfra.sh) 
 ports with a throwaway CA, a serving certificate, a service-account signing key, and two users:
 `admin` (bearer token, system:masters) and `operator-cert` (a client certificate), and writes a
 kubeconfig for each. There is no kubelet, scheduler or controller-manager: tests play those parts
-(tests/k8s/fake_kubelet.py). Every wait has a deadline and names what it waited for.
+(tests/k8s/fake_kubelet.py), or use real_node.RealNodeCluster, which adds them (and a container
+runtime) through the _issue_more_certs and _more_apiserver_args hooks. Every wait has a deadline
+and names what it waited for.
 """
 import json
 import os
@@ -39,8 +41,9 @@ def binaries(extra=()):
         paths[name] = os.path.join(TESTINFRA_BIN, name)
     missing = [n for n, p in paths.items() if not p or not os.access(p, os.X_OK)]
     if missing:
-        return None, ("missing %s: run scripts/build-testinfra.sh (kube-apiserver, kubectl, helm) "
-                      "and install etcd-server" % ", ".join(missing))
+        return None, ("missing %s: run scripts/build-testinfra.sh (kube-apiserver, kubectl, "
+                      "kube-scheduler, kube-controller-manager, kubelet, helm, kueue) and install "
+                      "etcd-server" % ", ".join(missing))
     return paths, ""
 
 
@@ -59,6 +62,20 @@ def require_binaries(*extra):
 
 def _openssl(*args, cwd):
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def issue_cert(pki, name, subj, ext=""):
+    """A key and a certificate for `subj` signed by the test CA in pki, as pki/name.{key,crt};
+    ext: an openssl extension line (e.g. subjectAltName=...)."""
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", name + ".key", "-out",
+             name + ".csr", "-subj", subj, cwd=pki)
+    args = ["x509", "-req", "-in", name + ".csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", name + ".crt", "-days", "2"]
+    if ext:
+        with open(os.path.join(pki, name + ".ext"), "w") as f:
+            f.write(ext + "\n")
+        args += ["-extfile", name + ".ext"]
+    _openssl(*args, cwd=pki)
 
 
 def _kubeconfig(server, ca, user):
@@ -96,6 +113,8 @@ class Cluster:
             raise RuntimeError(why)
         self.procs = []
         self.server = None
+        # The names of kube-apiserver's serving certificate (a subclass may add some).
+        self.server_sans = ["IP:127.0.0.1", "DNS:localhost", "DNS:kubernetes.default.svc"]
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self, deadline_s=120):
@@ -103,19 +122,9 @@ class Cluster:
         os.makedirs(pki, exist_ok=True)
         _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
                  "ca.crt", "-days", "2", "-subj", "/CN=korovod-test-ca", cwd=pki)
-        for name, subj, ext in (
-                ("server", "/CN=kube-apiserver",
-                 "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc"),
-                ("operator", "/CN=korovod-operator-cert/O=korovod-test", "")):
-            _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", name + ".key", "-out",
-                     name + ".csr", "-subj", subj, cwd=pki)
-            args = ["x509", "-req", "-in", name + ".csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-                    "-CAcreateserial", "-out", name + ".crt", "-days", "2"]
-            if ext:
-                with open(os.path.join(pki, name + ".ext"), "w") as f:
-                    f.write(ext + "\n")
-                args += ["-extfile", name + ".ext"]
-            _openssl(*args, cwd=pki)
+        issue_cert(pki, "server", "/CN=kube-apiserver", "subjectAltName=" + ",".join(self.server_sans))
+        issue_cert(pki, "operator", "/CN=korovod-operator-cert/O=korovod-test")
+        self._issue_more_certs(pki)
         _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
         _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
         with open(os.path.join(self.dir, "tokens.csv"), "w") as f:
@@ -148,7 +157,8 @@ class Cluster:
             "--service-account-signing-key-file=%s/sa.key" % pki,
             "--service-cluster-ip-range=10.96.0.0/16",
             # Short watch timeouts make the operator's watch reconnect path run in every test.
-            "--min-request-timeout=30", *audit_args, *self.extra_apiserver_args]
+            "--min-request-timeout=30", *audit_args, *self._more_apiserver_args(pki),
+            *self.extra_apiserver_args]
         self._spawn("kube-apiserver", self._apiserver_argv)
         self.etcd_url = "http://127.0.0.1:%d" % etcd_port
         self.server = "https://127.0.0.1:%d" % api_port
@@ -169,6 +179,14 @@ class Cluster:
                       "namespace default", 30)
         self.kubectl("create", "serviceaccount", "default")
         return self
+
+    def _issue_more_certs(self, pki):
+        """Hook for subclasses (real_node.RealNodeCluster): certificates the API server needs at
+        start-up, issued by the CA in pki."""
+
+    def _more_apiserver_args(self, pki):
+        """Hook for subclasses: kube-apiserver flags of their own (before extra_apiserver_args)."""
+        return []
 
     def restart_apiserver(self, deadline_s=120):
         """Stops kube-apiserver (every watch connection drops) and starts it again on the same

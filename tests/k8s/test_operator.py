@@ -63,6 +63,17 @@ def test_job_runs_to_success_with_counts_and_events(operator, crd, ns):
         out = crd.kubectl("-n", ns, "get", "hvdjob", "ok").stdout
         row = out.splitlines()[1].split()
         assert row[:4] == ["ok", "Running", "2", "2"], out  # NAME PHASE READY WORKERS
+        # -o wide adds the epoch, the restarts and each rank's state and node, in rank order.
+        crd.wait_for(lambda: [w["state"] for w in get_job(crd, ns, "ok")["status"].get(
+            "workers", [])] == ["Ready", "Ready"], "status.workers Ready, Ready", 30)
+        wide = crd.kubectl("-n", ns, "get", "hvdjob", "ok", "-o", "wide").stdout.splitlines()
+        assert wide[0].split() == ["NAME", "PHASE", "READY", "WORKERS", "AGE", "EPOCH",
+                                   "RESTARTS", "RANKS"], wide
+        row = wide[1].split()
+        assert row[5:] == ["1", "0", "Ready:0-1"], wide
+        assert [w["node"] for w in get_job(crd, ns, "ok")["status"]["workers"]] == [
+            "fake-node", "fake-node"]
+        assert get_job(crd, ns, "ok")["status"]["worldSize"] == 2
         outcome["v"] = "succeed"
         job = wait_phase(crd, ns, "ok", "Succeeded")
         st = job["status"]
@@ -238,3 +249,57 @@ def test_recreated_job_does_not_adopt_its_namesakes_pods(operator, crd, ns):
         assert job["status"]["succeededWorkers"] == 2
         owners = {p["metadata"]["ownerReferences"][0]["uid"] for p in pods(crd, ns, "again")}
         assert owners == {job["metadata"]["uid"]}
+
+
+def test_workers_that_never_start_fail_the_job_naming_them(operator, crd, ns):
+    # Worker 1 never leaves Pending: past startupTimeoutSeconds the job fails and says which
+    # rank never came, instead of staying Pending while its sidecars crash-loop.
+    with FakeKubelet(crd, ns, outcome=lambda p: "pending"
+                     if p["metadata"]["name"].endswith("-1") else "run"):
+        apply(crd, ns, job_doc("stuck", replicas=2, runPolicy={"startupTimeoutSeconds": 3}))
+        job = wait_phase(crd, ns, "stuck", "Failed", 60)
+    failed = condition(job, "Failed")
+    assert failed["reason"] == "StartupTimeout", failed
+    assert "1 of 2 workers of epoch 1 did not start within" in failed["message"], failed
+    assert "rank 1 (stuck-worker-1: Pending" in failed["message"], failed
+    assert "rank 0" not in failed["message"], failed
+    side = pods(crd, ns, "stuck") or []
+    for p in side:  # cleanPodPolicy Running removes them; any left over are terminating
+        assert p["metadata"].get("deletionTimestamp"), p["metadata"]["name"]
+
+
+RESTRICTED_TRAINER = {"name": "trainer", "image": "korovod/trainer:test",
+                      "command": ["python3", "train.py"],
+                      "securityContext": {"runAsNonRoot": True, "runAsUser": 1000,
+                                          "allowPrivilegeEscalation": False,
+                                          "capabilities": {"drop": ["ALL"]},
+                                          "seccompProfile": {"type": "RuntimeDefault"}}}
+
+
+def test_worker_pods_pass_pod_security_restricted(operator, crd, ns):
+    # The API server's PodSecurity admission enforces "restricted" in this namespace: every
+    # worker pod (sidecar included) must pass it when RDMA is off; with RDMA (IPC_LOCK) it may not.
+    crd.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted",
+                "pod-security.kubernetes.io/enforce-version=latest")
+    with FakeKubelet(crd, ns):
+        apply(crd, ns, json.dumps({
+            "apiVersion": "korovod.dev/v1alpha1", "kind": "HorovodJob",
+            "metadata": {"name": "strict"},
+            "spec": {"replicas": 2, "sidecar": {"image": "korovod/sidecar:test"},
+                     "template": {"spec": {"containers": [RESTRICTED_TRAINER]}}}}))
+        wait_phase(crd, ns, "strict", "Running", 60)
+        assert len(pods(crd, ns, "strict")) == 2
+        side = pods(crd, ns, "strict")[0]["spec"]["initContainers"][0]["securityContext"]
+        assert side["seccompProfile"] == {"type": "RuntimeDefault"} and side["runAsGroup"] == 65532
+
+        # The same job with RDMA asks for IPC_LOCK: refused by the namespace, and the job says so.
+        apply(crd, ns, json.dumps({
+            "apiVersion": "korovod.dev/v1alpha1", "kind": "HorovodJob",
+            "metadata": {"name": "rdma"},
+            "spec": {"replicas": 1, "sidecar": {"image": "korovod/sidecar:test"},
+                     "worker": {"rdma": {"count": 1}},
+                     "template": {"spec": {"containers": [RESTRICTED_TRAINER]}}}}))
+        crd.wait_for(lambda: any("violates PodSecurity" in e.get("message", "")
+                                 for e in events(crd, ns)),
+                     "an event naming the PodSecurity violation", 30)
+        assert not pods(crd, ns, "rdma")

@@ -36,3 +36,21 @@ app.kubernetes.io/component: operator
 {{- define "korovod.webhookSecret" -}}
 {{ include "korovod.fullname" . }}-webhook-tls
 {{- end -}}
+
+{{- /* The Secret the operator keeps its own webhook CA and serving certificate in (not rendered:
+the operator creates it, so no render carries key material). */ -}}
+{{- define "korovod.webhookCertSecret" -}}
+{{ include "korovod.fullname" . }}-webhook-cert
+{{- end -}}
+
+{{- /* The webhook serving certificate's DNS names: the Service's, short to fully qualified. */ -}}
+{{- define "korovod.webhookDnsNames" -}}
+{{- $svc := include "korovod.webhookService" . -}}
+{{- $svc }},{{ $svc }}.{{ .Release.Namespace }},{{ $svc }}.{{ .Release.Namespace }}.svc,{{ $svc }}.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}
+{{- end -}}
+
+{{- define "korovod.metricsLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: metrics
+{{- end -}}

@@ -448,7 +448,8 @@ TEST_F(CrdSchema, IdentityMatches) {
   EXPECT_TRUE(version_["subresources"].contains("status"));
   json columns = json::array();
   for (const auto& c : version_["additionalPrinterColumns"]) columns.push_back(c["name"]);
-  EXPECT_EQ(columns, json::array({"Phase", "Ready", "Workers", "Age"}));
+  EXPECT_EQ(columns,
+            json::array({"Phase", "Ready", "Workers", "Age", "Epoch", "Restarts", "Ranks"}));
 }
 
 TEST_F(CrdSchema, EnumsMatch) {

@@ -15,6 +15,7 @@
 #include "operator/controller/pod_group.h"
 #include "operator/controller/reconciler.h"
 #include "operator/controller/worker_pod_builder.h"
+#include "operator/controller/worker_ports.h"
 #include "operator/controller/world_config_map.h"
 #include "operator/controller/world_service.h"
 #include "tests/operator/controller/fake_cluster.h"
@@ -93,7 +94,7 @@ TEST(WorkerPod, TrainerWiring) {
   EXPECT_EQ(EnvValue(trainer, "KOROVOD_RANK"), "1");
   EXPECT_EQ(EnvValue(trainer, "KOROVOD_SIZE"), "4");
   EXPECT_EQ(EnvValue(trainer, "KOROVOD_SOCKET"), "/var/run/korovod/sidecar.sock");
-  EXPECT_EQ(EnvValue(trainer, "KOROVOD_COORDINATOR"), "j-worker-0.j.ns.svc.cluster.local:29500");
+  EXPECT_EQ(EnvValue(trainer, "KOROVOD_COORDINATOR"), "j-worker-0.j.ns.svc.cluster.local:28500");
   EXPECT_EQ(EnvValue(trainer, "KOROVOD_EPOCH"), "3");
   EXPECT_NE(Named(trainer["volumeMounts"], "korovod-socket"), nullptr);
   EXPECT_EQ((*Named(trainer["volumeMounts"], "korovod-socket"))["mountPath"], "/var/run/korovod");
@@ -113,7 +114,7 @@ TEST(WorkerPod, NativeSidecar) {
   EXPECT_EQ(sc["image"], "s");
   EXPECT_EQ(EnvValue(sc, "KOROVOD_RANK"), "1");
   EXPECT_EQ(EnvValue(sc, "KOROVOD_SIZE"), "4");
-  EXPECT_EQ(EnvValue(sc, "KOROVOD_COORDINATOR"), "j-worker-0.j.ns.svc.cluster.local:29500");
+  EXPECT_EQ(EnvValue(sc, "KOROVOD_COORDINATOR"), "j-worker-0.j.ns.svc.cluster.local:28500");
   EXPECT_EQ(EnvValue(sc, "KOROVOD_SOCKET"), "/var/run/korovod/sidecar.sock");
   EXPECT_EQ(EnvValue(sc, "KOROVOD_JOB_KEY_FILE"), "<unset>");
   // The key reaches the sidecar only, through secretKeyRef (no file a non-root user cannot read).
@@ -134,12 +135,83 @@ TEST(WorkerPod, NativeSidecar) {
   EXPECT_EQ(sc["startupProbe"]["httpGet"]["port"], "metrics");
   const json& sec = sc["securityContext"];
   EXPECT_EQ(sec["runAsNonRoot"], true);
+  // The kubelet takes only the uid of an image without a passwd entry: the group is explicit.
+  EXPECT_EQ(sec["runAsUser"], 65532);
+  EXPECT_EQ(sec["runAsGroup"], 65532);
+  EXPECT_EQ(sec["seccompProfile"], json::parse(R"({"type": "RuntimeDefault"})"));
   EXPECT_EQ(sec["allowPrivilegeEscalation"], false);
   EXPECT_EQ(sec["readOnlyRootFilesystem"], true);
   EXPECT_EQ(sec["capabilities"]["drop"], json::array({"ALL"}));
   EXPECT_FALSE(sec["capabilities"].contains("add"));
   EXPECT_NE(Named(sc["volumeMounts"], "korovod-socket"), nullptr);
   EXPECT_NE(Named(sc["volumeMounts"], "dshm"), nullptr);
+}
+
+// The trainer joins the sidecar's group, which owns the socket and the arena (0660); the
+// template's own groups stay, and fsGroup (a chown of every volume) is not imposed.
+TEST(WorkerPod, TrainerSharesTheSidecarsGroup) {
+  json job = MinimalJob(2);
+  EXPECT_EQ(Pod(job)["spec"]["securityContext"], json::parse(R"({"supplementalGroups": [65532]})"));
+  job["spec"]["template"]["spec"]["securityContext"] = {{"runAsUser", 1000},
+                                                        {"supplementalGroups", {44, 65532}}};
+  EXPECT_EQ(Pod(job)["spec"]["securityContext"],
+            json::parse(R"({"runAsUser": 1000, "supplementalGroups": [44, 65532]})"));
+}
+
+// Under hostNetwork the ports are the node's: each job takes its own block (placed by its uid),
+// declared so the scheduler keeps pods wanting the same port apart; never torchrun's 29500.
+TEST(WorkerPod, HostNetworkPortsArePerJobAndDeclared) {
+  json job = MinimalJob(3);
+  job["spec"]["networking"] = {{"hostNetwork", true}};
+  const HorovodJob parsed = Parse(job);
+  OperatorSettings settings;
+  const json rank0 = BuildWorkerPod(parsed, 0, 1, settings);
+  const json rank1 = BuildWorkerPod(parsed, 1, 1, settings);
+  const std::string coordinator = EnvValue(Sidecar(rank1), "KOROVOD_COORDINATOR");
+  const int port = std::stoi(coordinator.substr(coordinator.rfind(':') + 1));
+  EXPECT_GE(port, 20000);
+  EXPECT_LE(port, 28999);
+  EXPECT_NE(port, 28500);  // not the pod-network default: it is the job's own
+  // Rank 0 declares the coordinator port and its metrics port; rank 1 its own metrics port.
+  const json ports0 = Sidecar(rank0)["ports"];
+  ASSERT_EQ(ports0.size(), 2u);
+  EXPECT_EQ((*Named(ports0, "coordinator"))["containerPort"], port);
+  const int metrics0 = (*Named(ports0, "metrics"))["containerPort"];
+  const int metrics1 = (*Named(Sidecar(rank1)["ports"], "metrics"))["containerPort"];
+  EXPECT_NE(metrics0, metrics1);
+  EXPECT_NE(metrics0, port);
+  EXPECT_EQ(EnvValue(Sidecar(rank1), "KOROVOD_METRICS_PORT"), std::to_string(metrics1));
+  EXPECT_EQ(Sidecar(rank1)["ports"].size(), 1u);
+  EXPECT_EQ(BuildWorldService(parsed, settings)["spec"]["ports"][0]["port"], port);
+
+  // Another job (another uid) gets another block; the same job always the same one.
+  json other = job;
+  other["metadata"]["uid"] = "another-uid";
+  const std::string c2 =
+      EnvValue(Sidecar(BuildWorkerPod(Parse(other), 0, 1, settings)), "KOROVOD_COORDINATOR");
+  EXPECT_NE(c2.substr(c2.rfind(':') + 1), std::to_string(port));
+  EXPECT_EQ(EnvValue(Sidecar(BuildWorkerPod(parsed, 2, 7, settings)), "KOROVOD_COORDINATOR"),
+            coordinator);
+}
+
+// Every port of a block stays in the range, and metrics ports never take the coordinator's.
+TEST(WorkerPorts, StayInTheRangeAndApart) {
+  OperatorSettings settings;
+  settings.host_network_port_min = 30000;
+  settings.host_network_port_max = 30009;
+  for (const char* id : {"a", "b", "c", "some-uid-1234"}) {
+    const int coordinator = PortsFor(id, 0, true, settings).coordinator;
+    for (int64_t rank = 0; rank < 25; ++rank) {
+      const WorkerPorts p = PortsFor(id, rank, true, settings);
+      EXPECT_EQ(p.coordinator, coordinator);
+      EXPECT_GE(p.metrics, 30000);
+      EXPECT_LE(p.metrics, 30009);
+      EXPECT_NE(p.metrics, coordinator) << id << " rank " << rank;
+    }
+  }
+  const WorkerPorts pod_network = PortsFor("a", 3, false, settings);
+  EXPECT_EQ(pod_network.coordinator, settings.coordinator_port);
+  EXPECT_EQ(pod_network.metrics, settings.metrics_port);
 }
 
 TEST(WorkerPod, Volumes) {
@@ -303,13 +375,13 @@ TEST(Children, ServiceConfigMapSecretPodGroups) {
   EXPECT_EQ(svc["spec"]["selector"],
             json::parse(R"({"korovod.dev/job-name": "j", "korovod.dev/role": "worker"})"));
   EXPECT_EQ(svc["spec"]["ports"][0]["name"], "coordinator");
-  EXPECT_EQ(svc["spec"]["ports"][0]["port"], 29500);
+  EXPECT_EQ(svc["spec"]["ports"][0]["port"], 28500);
 
   const json cm = BuildWorldConfigMap(job, 7, settings);
   EXPECT_EQ(cm["metadata"]["name"], "j-world");
   EXPECT_EQ(cm["data"]["epoch"], "7");
   EXPECT_EQ(cm["data"]["size"], "3");
-  EXPECT_EQ(cm["data"]["coordinator"], "j-worker-0.j.ns.svc.cluster.local:29500");
+  EXPECT_EQ(cm["data"]["coordinator"], "j-worker-0.j.ns.svc.cluster.local:28500");
   EXPECT_EQ(cm["data"]["members"],
             "j-worker-0.j.ns.svc.cluster.local\nj-worker-1.j.ns.svc.cluster.local\n"
             "j-worker-2.j.ns.svc.cluster.local");

@@ -108,7 +108,7 @@ TEST(Reconcile, FirstReconcileCreatesExactlyTheChildren) {
   EXPECT_EQ(s["epoch"], 1);
   EXPECT_EQ(s["observedGeneration"], 1);
   EXPECT_EQ(s["startTime"], "2027-01-15T08:00:00Z");
-  EXPECT_EQ(s["coordinatorAddress"], "j-worker-0.j.ns.svc.cluster.local:29500");
+  EXPECT_EQ(s["coordinatorAddress"], "j-worker-0.j.ns.svc.cluster.local:28500");
   EXPECT_EQ(Condition(s, "SpecValid")["status"], "True");
   EXPECT_EQ(Condition(s, "Created")["status"], "True");
   EXPECT_FALSE(s.contains("completionTime"));
@@ -854,6 +854,159 @@ TEST(Reconcile, GangPodGroupIsCreatedForBothProviders) {
     EXPECT_EQ(CountKind(next, Action::Kind::kCreate, "Pod"), 4);
     EXPECT_TRUE(c.Step(kT0 + 2).actions.empty());
   }
+}
+
+// --- the world in status, per-rank state, the start-up bound, managedBy ---------------------
+
+// The current epoch's size lives in status.worldSize: a resize is seen even when the world
+// ConfigMap (the size's old home) is missing, as it is for a reconcile after a deletion.
+TEST(Reconcile, ResizeIsSeenWithoutTheWorldConfigMap) {
+  FakeCluster c = RunningJob(MinimalJob(2));
+  EXPECT_EQ(c.status()["worldSize"], 2);
+  c.config_maps().clear();  // deleted (by a user, or between an old epoch's and a new one's)
+  c.spec()["replicas"] = 3;
+  c.job()["metadata"]["generation"] = 2;
+  c.Step(kT0 + 20);
+  EXPECT_EQ(Phase(c), "Restarting");
+  EXPECT_EQ(c.status()["epoch"], 2);
+  EXPECT_EQ(c.status()["worldSize"], 3);
+  EXPECT_EQ(Condition(c.status(), "Restarting")["reason"], "WorldResized");
+  EXPECT_EQ(Condition(c.status(), "Restarting")["message"],
+            "spec.replicas changed from 2 to 3; restarting all workers as epoch 2");
+}
+
+// A status written before worldSize existed: the size is taken from the world ConfigMap once.
+TEST(Reconcile, StatusWithoutWorldSizeFallsBackToTheConfigMap) {
+  FakeCluster c = RunningJob(MinimalJob(2));
+  json status = c.status();
+  status.erase("worldSize");
+  c.job()["status"] = status;
+  c.Step(kT0 + 11);
+  EXPECT_EQ(c.status()["worldSize"], 2);
+  EXPECT_EQ(Phase(c), "Running");
+  c.spec()["replicas"] = 1;
+  c.Step(kT0 + 12);
+  EXPECT_EQ(c.status()["epoch"], 2);
+  EXPECT_EQ(c.status()["worldSize"], 1);
+}
+
+// status.workers names every rank of the current epoch with its pod, node and state, and why a
+// rank is not running.
+TEST(Reconcile, StatusListsEveryRankWithItsState) {
+  FakeCluster c(MinimalJob(3));
+  c.Step(kT0);
+  c.SetPodPhase("j-worker-0", "Running");
+  c.SetPodReady("j-worker-0", true);
+  c.Pod("j-worker-0")->operator[]("spec")["nodeName"] = "node-a";
+  c.SetPodPhase("j-worker-1", "Running");
+  c.SetContainerWaiting("j-worker-2", "trainer", "ImagePullBackOff", "Back-off pulling image");
+  c.RemovePod("j-worker-2");  // gone before it ran: Missing until recreated
+  c.Step(kT0 + 1);
+  const json workers = c.status()["workers"];
+  ASSERT_EQ(workers.size(), 3u);
+  EXPECT_EQ(workers[0], json::parse(R"({"rank": 0, "pod": "j-worker-0", "node": "node-a",
+                                         "state": "Ready"})"));
+  EXPECT_EQ(workers[1]["state"], "Running");
+  EXPECT_EQ(c.status()["rankSummary"], "Missing:2 Running:1 Ready:0");
+  EXPECT_EQ(workers[2]["pod"], "j-worker-2");
+  // Recreated in this reconcile, so observed as Missing; the next one sees it Pending.
+  EXPECT_EQ(workers[2]["state"], "Missing");
+  c.SetContainerWaiting("j-worker-2", "trainer", "ImagePullBackOff", "Back-off pulling image");
+  c.Step(kT0 + 2);
+  EXPECT_EQ(c.status()["workers"][2]["state"], "Pending");
+  c.SetPodPhase("j-worker-1", "Pending");
+  c.Step(kT0 + 3);
+  EXPECT_EQ(c.status()["rankSummary"], "Pending:1-2 Ready:0");
+  EXPECT_EQ(c.status()["workers"][2]["reason"], "ImagePullBackOff");
+  EXPECT_EQ(c.status()["workers"][2]["message"],
+            "container \"trainer\": ImagePullBackOff: Back-off pulling image");
+}
+
+// Workers that do not all come up within startupTimeoutSeconds of their creation fail the job,
+// naming the ranks that never came; the sidecars are told to wait as long.
+TEST(Reconcile, WorkersThatNeverComeFailTheJobNamingTheRanks) {
+  json job = MinimalJob(3);
+  job["spec"]["runPolicy"] = {{"startupTimeoutSeconds", 120}};
+  FakeCluster c(job);
+  c.Step(kT0);
+  EXPECT_EQ(c.status()["epochStartTime"], "2027-01-15T08:00:00Z");
+  c.SetPodPhase("j-worker-0", "Running");
+  c.SetUnschedulable("j-worker-2", "0/1 nodes are available: 1 Insufficient cpu.");
+  const ReconcileResult waiting = c.Step(kT0 + 60);
+  EXPECT_EQ(Phase(c), "Pending");
+  EXPECT_EQ(waiting.requeue_after_seconds, std::optional<int64_t>(60));  // wakes at the bound
+  EXPECT_EQ(CountKind(c.Step(kT0 + 119), Action::Kind::kDelete), 0);
+
+  const ReconcileResult r = c.Step(kT0 + 120);
+  EXPECT_EQ(Phase(c), "Failed");
+  const json failed = Condition(c.status(), "Failed");
+  EXPECT_EQ(failed["reason"], "StartupTimeout");
+  EXPECT_EQ(failed["message"],
+            "2 of 3 workers of epoch 1 did not start within "
+            "spec.runPolicy.startupTimeoutSeconds (120s): rank 1 (j-worker-1: Pending); rank 2 "
+            "(j-worker-2: Pending, Unschedulable: 0/1 nodes are available: 1 Insufficient "
+            "cpu.)");
+  // cleanPodPolicy Running: the workers still there are removed.
+  EXPECT_EQ(Names(r, Action::Kind::kDelete, "Pod"),
+            (std::vector<std::string>{"j-worker-0", "j-worker-1", "j-worker-2"}));
+  const Action* event = FindEvent(r, "StartupTimeout");
+  ASSERT_NE(event, nullptr);
+  EXPECT_EQ(event->event_type, "Warning");
+}
+
+// The bound counts from the epoch's pod creation: a restart's wait for the old epoch's pods to
+// go (bounded by their force deletion) does not use it up, and a job that came up is never
+// failed by it.
+TEST(Reconcile, StartupTimeoutCountsFromTheEpochsPodsAndEndsWhenRunning) {
+  json job = MinimalJob(2);
+  job["spec"]["runPolicy"] = {{"startupTimeoutSeconds", 30}};
+  FakeCluster c = RunningJob(job);
+  c.Step(kT0 + 1000);
+  EXPECT_EQ(Phase(c), "Running");  // long past the bound, but it came up
+  c.set_graceful_deletes(true);
+  c.SetTrainerExit("j-worker-1", 1, "Error");
+  c.Step(kT0 + 1001);
+  EXPECT_EQ(Phase(c), "Restarting");
+  EXPECT_FALSE(c.status().contains("epochStartTime"));
+  c.Step(kT0 + 1040);  // old pods still terminating: no new pods, no timeout
+  EXPECT_EQ(Phase(c), "Restarting");
+  c.FinishTerminations();
+  c.Step(kT0 + 1041);
+  EXPECT_EQ(c.status()["epochStartTime"], "2027-01-15T08:17:21Z");
+  c.Step(kT0 + 1070);
+  EXPECT_EQ(Phase(c), "Restarting");
+  c.Step(kT0 + 1071);
+  EXPECT_EQ(Phase(c), "Failed");
+  EXPECT_EQ(Condition(c.status(), "Failed")["reason"], "StartupTimeout");
+}
+
+// The sidecar waits as long as the job allows, and its startup probe does not kill it sooner.
+TEST(Reconcile, SidecarWaitsAsLongAsTheStartupTimeout) {
+  json job = MinimalJob(1);
+  job["spec"]["runPolicy"] = {{"startupTimeoutSeconds", 900}};
+  FakeCluster c(job);
+  c.Step(kT0);
+  const json& sidecar = (*c.Pod("j-worker-0"))["spec"]["initContainers"][0];
+  std::string timeout;
+  for (const json& e : sidecar["env"]) {
+    if (e["name"] == "KOROVOD_START_TIMEOUT_SECONDS") timeout = e["value"];
+  }
+  EXPECT_EQ(timeout, "900");
+  const json& probe = sidecar["startupProbe"];
+  EXPECT_GE(probe["periodSeconds"].get<int64_t>() * probe["failureThreshold"].get<int64_t>(), 900);
+}
+
+// managedBy naming another controller (Kueue's MultiKueue): the operator touches nothing.
+TEST(Reconcile, JobManagedByAnotherControllerIsLeftAlone) {
+  json job = MinimalJob(2);
+  job["spec"]["runPolicy"] = {{"managedBy", "kueue.x-k8s.io/multikueue"}};
+  FakeCluster c(job);
+  const ReconcileResult r = c.Step(kT0);
+  EXPECT_TRUE(r.actions.empty());
+  EXPECT_FALSE(r.status.has_value());
+  job["spec"]["runPolicy"]["managedBy"] = "korovod.dev/horovodjob-controller";
+  FakeCluster ours(job);
+  EXPECT_EQ(CountKind(ours.Step(kT0), Action::Kind::kCreate, "Pod"), 2);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // JobController against the in-process fake API server: informers -> queue -> reconcile ->
 // executor, end to end. Children are the job's only when they name its uid as their controller
 // (the labels are only a watch filter), so a job recreated under the name of one whose pods are
-// still there does not adopt them.
+// still there does not adopt them. Secrets are never listed or watched: the key Secret is read by
+// name.
 #include "operator/manager/job_controller.h"
 
 #include <gtest/gtest.h>
@@ -33,13 +34,34 @@ class FakeNamespace {
  public:
   FakeNamespace(json job, std::map<std::string, std::vector<json>> children)
       : job_(std::move(job)), children_(std::move(children)) {
-    for (const char* resource : {"pods", "services", "configmaps", "secrets"}) {
+    for (const char* resource : {"pods", "services", "configmaps"}) {
       streams_[resource] = std::make_unique<FakeWatchStream>(fake_);
       fake_.server().Get(std::string("/api/v1/namespaces/ns/") + resource,
                          [this, resource](const httplib::Request& req, httplib::Response& res) {
                            ServeList(resource, req, res);
                          });
     }
+    // Secrets: a GET by name only; a list or watch is recorded (and must never happen).
+    fake_.server().Get("/api/v1/namespaces/ns/secrets", [this](const httplib::Request& req,
+                                                               httplib::Response& res) {
+      std::lock_guard<std::mutex> lock(mu_);
+      secret_lists_.push_back(req.target);
+      res.status = 403;
+      res.set_content(kube::testing::StatusBody(403, "Forbidden", "no list"), "application/json");
+    });
+    fake_.server().Get("/api/v1/namespaces/ns/secrets/([^/]+)", [this](const httplib::Request& req,
+                                                                       httplib::Response& res) {
+      std::lock_guard<std::mutex> lock(mu_);
+      secret_gets_.push_back(req.matches[1]);
+      for (const json& s : children_["secrets"]) {
+        if (s["metadata"].value("name", "") == req.matches[1].str()) {
+          res.set_content(s.dump(), "application/json");
+          return;
+        }
+      }
+      res.status = 404;
+      res.set_content(kube::testing::StatusBody(404, "NotFound", "no secret"), "application/json");
+    });
     streams_["horovodjobs"] = std::make_unique<FakeWatchStream>(fake_);
     fake_.server().Get(kJobs, [this](const httplib::Request& req, httplib::Response& res) {
       ServeList("horovodjobs", req, res);
@@ -88,6 +110,14 @@ class FakeNamespace {
     std::lock_guard<std::mutex> lock(mu_);
     return deletes_;
   }
+  std::vector<std::string> secret_gets() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return secret_gets_;
+  }
+  std::vector<std::string> secret_lists() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return secret_lists_;
+  }
 
  private:
   void ServeList(const std::string& resource, const httplib::Request& req, httplib::Response& res) {
@@ -113,6 +143,8 @@ class FakeNamespace {
   std::vector<json> statuses_;
   std::vector<std::string> posts_;
   std::vector<std::string> deletes_;
+  std::vector<std::string> secret_gets_;
+  std::vector<std::string> secret_lists_;
   // Last, so it is destroyed first: the server stops and joins its threads (which may still be
   // inside a handler or Serve) before what they use goes away.
   FakeApiServer fake_;
@@ -162,7 +194,50 @@ TEST(JobController, RecreatedJobDoesNotAdoptThePodsOfItsNamesake) {
   EXPECT_TRUE(Eventually([&] { return ns.PostsTo("/api/v1/namespaces/ns/pods") == 2; }))
       << "pods created: " << ns.PostsTo("/api/v1/namespaces/ns/pods");
   EXPECT_TRUE(ns.deletes().empty()) << ns.deletes().front();
+  // The namesake's key Secret is not this job's: read by name, then a new one is created.
+  EXPECT_TRUE(Eventually([&] { return ns.PostsTo("/api/v1/namespaces/ns/secrets") >= 1; }));
+  EXPECT_TRUE(ns.secret_lists().empty()) << ns.secret_lists().front();
   controller.Stop();
+}
+
+// Runs a controller over `ns` until its first status write, then stops it.
+void RunUntilFirstStatus(FakeNamespace& ns) {
+  auto registry = std::make_unique<http::MetricsRegistry>();
+  auto metrics = OperatorMetrics::Create(*registry);
+  ASSERT_TRUE(metrics.ok()) << metrics.status().ToString();
+  kube::EventRecorder events(ns.client(), "korovod-operator");
+  JobControllerOptions options;
+  options.namespace_name = "ns";
+  options.workers = 1;
+  JobController controller(ns.client(), events, **metrics, options);
+  controller.StartInformers();
+  ASSERT_TRUE(Eventually([&] { return controller.Synced(); }));
+  controller.StartWorkers();
+  ASSERT_TRUE(Eventually([&] { return !ns.statuses().empty(); }));
+  controller.Stop();
+}
+
+TEST(JobController, ReadsTheKeySecretByNameAndNeverListsOrWatchesSecrets) {
+  // The key Secret exists and is the job's: read by name, not created again.
+  json job = testing::MinimalJob(2);
+  testing::FakeCluster existing(job);
+  existing.Settle(kT0);
+  ASSERT_EQ(existing.secrets().size(), 1u);
+  FakeNamespace with_key(job, {{"pods", existing.pods()},
+                               {"services", existing.services()},
+                               {"configmaps", existing.config_maps()},
+                               {"secrets", existing.secrets()}});
+  RunUntilFirstStatus(with_key);
+  EXPECT_EQ(with_key.PostsTo("/api/v1/namespaces/ns/secrets"), 0);
+  ASSERT_FALSE(with_key.secret_gets().empty());
+  EXPECT_EQ(with_key.secret_gets().front(), "j-key");
+  EXPECT_TRUE(with_key.secret_lists().empty()) << with_key.secret_lists().front();
+
+  // Absent (404 on the GET): created, once per reconcile that finds it missing.
+  FakeNamespace without_key(job, {});
+  RunUntilFirstStatus(without_key);
+  EXPECT_GE(without_key.PostsTo("/api/v1/namespaces/ns/secrets"), 1);
+  EXPECT_TRUE(without_key.secret_lists().empty()) << without_key.secret_lists().front();
 }
 
 }  // namespace

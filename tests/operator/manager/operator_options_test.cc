@@ -16,7 +16,7 @@ TEST(OperatorOptions, Defaults) {
   EXPECT_EQ(o->leader_election_namespace, "default");
   EXPECT_EQ(o->leader_election_id, "korovod-operator");
   EXPECT_EQ(o->workers, 2);
-  EXPECT_EQ(o->settings.coordinator_port, 29500);
+  EXPECT_EQ(o->settings.coordinator_port, 28500);
 }
 
 TEST(OperatorOptions, ValuesBothSpellings) {
@@ -50,6 +50,19 @@ TEST(OperatorOptions, WebhookIsOffUntilGivenAnAddress) {
   EXPECT_EQ(at->port, 9443);
 }
 
+TEST(OperatorOptions, OwnWebhookCertificate) {
+  auto o = ParseOperatorFlags(
+      {"--webhook-bind-address=0.0.0.0:9443", "--webhook-cert-secret=sys/rel-korovod-webhook-cert",
+       "--webhook-dns-names=a.sys.svc,a.sys,a", "--webhook-configuration=rel-korovod",
+       "--webhook-setup-timeout=30"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->webhook_cert_secret_namespace, "sys");
+  EXPECT_EQ(o->webhook_cert_secret_name, "rel-korovod-webhook-cert");
+  EXPECT_EQ(o->webhook_dns_names, (std::vector<std::string>{"a.sys.svc", "a.sys", "a"}));
+  EXPECT_EQ(o->webhook_configuration, "rel-korovod");
+  EXPECT_EQ(o->webhook_setup_timeout, std::chrono::seconds(30));
+}
+
 TEST(OperatorOptions, ErrorsNameTheFlag) {
   struct Case {
     std::vector<std::string> args;
@@ -68,6 +81,13 @@ TEST(OperatorOptions, ErrorsNameTheFlag) {
            {{"--webhook-bind-address", ":9443"},
             "--webhook-bind-address=:9443: expected HOST:PORT"},
            {{"--webhook-bind-address", "0.0.0.0:99999"}, "--webhook-bind-address=99999"},
+           {{"--webhook-cert-secret", "name"},
+            "--webhook-cert-secret=name: expected NAMESPACE/NAME"},
+           {{"--webhook-cert-secret", "ns/name"},
+            "--webhook-cert-secret needs --webhook-dns-names"},
+           {{"--webhook-cert-secret=ns/n", "--webhook-dns-names=a,,b"}, "an empty name"},
+           {{"--webhook-configuration", "c"},
+            "--webhook-configuration needs --webhook-cert-secret"},
        }) {
     auto o = ParseOperatorFlags(c.args);
     ASSERT_FALSE(o.ok()) << c.args[0];

@@ -81,7 +81,7 @@ TEST(SidecarInjector, StatefulSetPodIsWiredLikeAHorovodJobWorker) {
   EXPECT_EQ(EnvValue(trainer, "KOROVOD_RANK"), "2");
   EXPECT_EQ(EnvValue(trainer, "KOROVOD_SIZE"), "4");
   EXPECT_EQ(EnvValue(trainer, "KOROVOD_COORDINATOR"),
-            "bert-0.bert-workers.ml.svc.cluster.local:29500");
+            "bert-0.bert-workers.ml.svc.cluster.local:28500");
   EXPECT_EQ(EnvValue(trainer, "KOROVOD_SOCKET"), "/var/run/korovod/sidecar.sock");
   EXPECT_EQ(EnvValue(trainer, "EPOCHS"), "3");               // the template's own env stays
   EXPECT_EQ(EnvValue(trainer, "KOROVOD_EPOCH"), "<unset>");  // HorovodJob pods only
@@ -185,7 +185,7 @@ TEST(SidecarInjector, IndexedJobPodTakesItsCompletionIndex) {
   const json injected = Apply(pod, plan.patch);
   EXPECT_EQ(EnvValue(injected["spec"]["containers"][1], "KOROVOD_RANK"), "1");
   EXPECT_EQ(EnvValue(injected["spec"]["containers"][1], "KOROVOD_COORDINATOR"),
-            "train-0.train-svc.ml.svc.cluster.local:29500");
+            "train-0.train-svc.ml.svc.cluster.local:28500");
   EXPECT_EQ(injected["spec"]["containers"][0].count("env"), 0u);  // only the trainer is configured
   const json& sidecar = injected["spec"]["initContainers"][0];
   EXPECT_EQ(sidecar["image"], "reg/sidecar:9");

@@ -1,0 +1,33 @@
+// WorkerPorts: the ports a worker's sidecar listens on (its data port is ephemeral and exchanged
+// at rendezvous, so it needs none here).
+//
+// In the pod's own network namespace the operator's fixed ports (--coordinator-port,
+// --sidecar-metrics-port) serve every pod. Under hostNetwork the pods share the node's ports with
+// each other, with other jobs and with the node's daemons: a fixed metrics port would be a
+// hostPort (one worker per node) and every job's rank 0 would want the same coordinator port.
+// There each world takes a block of the range [host_network_port_min, host_network_port_max],
+// placed by a hash of its identity (a job's uid): the coordinator at the block's base, worker
+// i's metrics at base + 1 + i (wrapping inside the range). The pod builder declares them as
+// containerPorts, which hostNetwork turns into hostPorts, so the scheduler never puts two pods
+// wanting one port on a node: a hash collision between two jobs costs placement freedom, never
+// a failed bind.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "operator/controller/operator_settings.h"
+
+namespace korovod::k8s_operator {
+
+struct WorkerPorts {
+  int coordinator = 0;  // rank 0 listens here; every rank dials it
+  int metrics = 0;      // this worker's /metrics, /healthz, /readyz
+};
+
+// `world_id` names the world uniquely and stably (a HorovodJob's uid, an injected workload's
+// namespace/kind/name).
+WorkerPorts PortsFor(std::string_view world_id, int64_t rank, bool host_network,
+                     const OperatorSettings& settings);
+
+}  // namespace korovod::k8s_operator
