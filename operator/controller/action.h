@@ -1,6 +1,7 @@
-// Action and ReconcileResult: what Reconcile asks the executor to do. Only creates and deletes
-// (plus events and the job's own deletion), so the executor never merges or patches: a stale
-// child is deleted and recreated on a later reconcile once it is gone.
+// Action and ReconcileResult: what Reconcile asks the executor to do. Creates and deletes (plus
+// events and the job's own deletion), so the executor never merges or patches: a stale child is
+// deleted and recreated on a later reconcile once it is gone. The one write of another's object:
+// a Kueue Workload's status (kReplaceStatus).
 #pragma once
 
 #include <cstdint>
@@ -12,11 +13,14 @@
 namespace korovod::k8s_operator {
 
 struct Action {
-  enum class Kind { kCreate, kDelete, kEvent, kDeleteJob };
+  enum class Kind { kCreate, kDelete, kEvent, kDeleteJob, kReplaceStatus };
   Kind kind = Kind::kEvent;
   // kCreate: the full object (apiVersion, kind, metadata.name/namespace/labels/ownerReferences,
   // ...). kDelete and kDeleteJob: apiVersion, kind, metadata.name, metadata.namespace,
-  // metadata.uid (delete with a uid precondition). kEvent: empty.
+  // metadata.uid (delete with a uid precondition). kEvent: empty. kReplaceStatus: a child as
+  // observed (metadata.resourceVersion included, so a concurrent writer makes it fail and the
+  // reconcile retry) with a new status, written through its /status subresource: only for a
+  // Kueue Workload, whose status the job controller shares with Kueue.
   nlohmann::json object;
   std::string event_type;  // kEvent: "Normal" | "Warning"
   // kEvent: the event reason (CamelCase) and message. kDeleteJob: reason TTLExpired and a

@@ -1,9 +1,11 @@
 #include "operator/controller/kueue_workload.h"
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <set>
 
+#include "common/rfc3339.h"
 #include "operator/controller/child_metadata.h"
 #include "operator/controller/json_access.h"
 #include "operator/controller/worker_pod_builder.h"
@@ -53,16 +55,32 @@ std::string WorkloadName(const HorovodJob& job) {
   return "horovodjob-" + name + "-" + job.metadata.uid.substr(0, 5);
 }
 
-json BuildWorkload(const HorovodJob& job, const OperatorSettings& settings) {
+json WorkloadPriorityClassOf(const HorovodJob& job) {
+  const auto it = job.metadata.labels.find(std::string(kKueuePriorityClassLabel));
+  if (it != job.metadata.labels.end() && !it->second.empty()) {
+    return json{
+        {"group", "kueue.x-k8s.io"}, {"kind", "WorkloadPriorityClass"}, {"name", it->second}};
+  }
+  const std::string& name = job.spec.scheduling_policy.priority_class_name;
+  if (name.empty()) return nullptr;
+  return json{{"group", "scheduling.k8s.io"}, {"kind", "PriorityClass"}, {"name", name}};
+}
+
+json BuildWorkload(const HorovodJob& job, const json& priority, const OperatorSettings& settings) {
   json metadata = ChildMetadata(job, WorkloadName(job));
   metadata["labels"][std::string(kKueueJobUidLabel)] = job.metadata.uid;
   json spec = {{"queueName", QueueName(job)},
                {"podSets", json::array({{{"name", std::string(kWorkerPodSetName)},
                                          {"count", job.spec.replicas},
                                          {"template", WorkerTemplate(job, settings)}}})}};
-  if (!job.spec.scheduling_policy.priority_class_name.empty()) {
-    spec["priorityClassName"] = job.spec.scheduling_policy.priority_class_name;
-    spec["priorityClassSource"] = "scheduling.k8s.io/priorityclass";
+  // v1beta2 requires the value beside the reference; the caller resolved it.
+  const std::optional<int64_t> value =
+      priority.is_object() ? IntAt(priority, {"value"}) : std::nullopt;
+  if (value) {
+    spec["priorityClassRef"] = {{"group", StringAt(priority, {"group"})},
+                                {"kind", StringAt(priority, {"kind"})},
+                                {"name", StringAt(priority, {"name"})}};
+    spec["priority"] = *value;
   }
   return json{{"apiVersion", std::string(kWorkloadApiVersion)},
               {"kind", std::string(kWorkloadKind)},
@@ -135,45 +153,56 @@ void ApplyFlavors(json& pod_template, const std::vector<json>& flavors) {
   }
 }
 
-json WorkloadStatusWith(const json& workload, std::string_view type, bool value,
-                        std::string_view reason, const std::string& message,
-                        const std::string& now_rfc3339, bool clear_admission) {
-  json status = workload.contains("status") && workload["status"].is_object() ? workload["status"]
-                                                                              : json::object();
-  json conditions = status.contains("conditions") && status["conditions"].is_array()
-                        ? status["conditions"]
-                        : json::array();
+json WorkloadWithCondition(const json& workload, std::string_view type, bool value,
+                           std::string_view reason, const std::string& message, int64_t now_unix,
+                           bool clear_admission) {
+  const std::string now =
+      FormatRfc3339(std::chrono::system_clock::time_point(std::chrono::seconds(now_unix)));
+  json out = workload;
+  if (!out.contains("status") || !out["status"].is_object()) out["status"] = json::object();
+  json& status = out["status"];
+  if (!status.contains("conditions") || !status["conditions"].is_array()) {
+    status["conditions"] = json::array();
+  }
+  json& conditions = status["conditions"];
+  const int64_t generation = IntAt(workload, {"metadata", "generation"}).value_or(0);
   auto set = [&](std::string_view t, bool v, std::string_view r, const std::string& m) {
     const std::string s = v ? "True" : "False";
     for (json& c : conditions) {
       if (!c.is_object() || StringAt(c, {"type"}) != t) continue;
-      if (StringAt(c, {"status"}) != s) c["lastTransitionTime"] = now_rfc3339;
+      if (StringAt(c, {"status"}) != s) c["lastTransitionTime"] = now;
       c["status"] = s;
       c["reason"] = std::string(r);
       c["message"] = m;
+      c["observedGeneration"] = generation;
       return;
     }
     conditions.push_back({{"type", std::string(t)},
                           {"status", s},
                           {"reason", std::string(r)},
                           {"message", m},
-                          {"lastTransitionTime", now_rfc3339}});
+                          {"observedGeneration", generation},
+                          {"lastTransitionTime", now}});
   };
   set(type, value, reason, message);
   if (clear_admission) {
     status.erase("admission");
     set("QuotaReserved", false, "Pending", message);
-    for (json& c : conditions) {
-      if (StringAt(c, {"type"}) == "Admitted" && StringAt(c, {"status"}) == "True") {
-        c["status"] = "False";
-        c["reason"] = "NoReservation";
-        c["message"] = "The workload has no reservation";
-        c["lastTransitionTime"] = now_rfc3339;
+    if (IsTrue(workload, "Admitted")) {
+      // As Kueue does: the time it ran so far counts toward its past execution time.
+      const json* admitted = WorkloadCondition(workload, "Admitted");
+      const auto since = ParseRfc3339(StringAt(*admitted, {"lastTransitionTime"}));
+      if (since.ok()) {
+        const int64_t ran =
+            now_unix -
+            std::chrono::floor<std::chrono::seconds>(since.value().time_since_epoch()).count();
+        const int64_t before = IntAt(status, {"accumulatedPastExecutionTimeSeconds"}).value_or(0);
+        status["accumulatedPastExecutionTimeSeconds"] = before + std::max<int64_t>(ran, 0);
       }
+      set("Admitted", false, "NoReservation", "The workload has no reservation");
     }
   }
-  status["conditions"] = std::move(conditions);
-  return status;
+  return out;
 }
 
 }  // namespace korovod::k8s_operator

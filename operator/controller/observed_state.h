@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,13 @@ struct ObservedState {
   // Children in the job's namespace labelled korovod.dev/job-name=<job>. Items of a List response
   // may lack apiVersion/kind; the reconciler does not need them.
   std::vector<nlohmann::json> pods, services, config_maps, secrets, pod_groups;
+  // Kueue (kueue_workload.h), for a job labelled kueue.x-k8s.io/queue-name: its Workload when it
+  // exists, the ResourceFlavors the Workload's admission names, and the job's priority as Kueue
+  // wants it in the Workload ({group, kind, name, value} of its WorkloadPriorityClass or
+  // PriorityClass; null when it has none).
+  std::optional<nlohmann::json> workload;
+  std::vector<nlohmann::json> resource_flavors;
+  nlohmann::json workload_priority;
   int64_t now_unix = 0;       // seconds since the epoch
   std::string fresh_key_hex;  // 64 hex chars; used only when the key Secret must be created
   OperatorSettings settings;

@@ -28,6 +28,11 @@ inline constexpr std::string_view kReasonStartupTimeout = "StartupTimeout";
 inline constexpr std::string_view kReasonAllWorkersSucceeded = "AllWorkersSucceeded";
 inline constexpr std::string_view kReasonSuspended = "JobSuspended";
 inline constexpr std::string_view kReasonResumed = "JobResumed";
+// Kueue: the job waits in its LocalQueue for its Workload's admission; Kueue evicted it
+// (preemption, a deactivated Workload); Kueue admitted it.
+inline constexpr std::string_view kReasonQueued = "Queued";
+inline constexpr std::string_view kReasonEvictedByKueue = "EvictedByKueue";
+inline constexpr std::string_view kReasonAdmitted = "AdmittedByKueue";
 inline constexpr std::string_view kReasonTtlExpired = "TTLExpired";
 // The Warning event when a worker pod is first seen unable to start. The WorkersNotStarting
 // condition itself carries the Kubernetes reason (ImagePullBackOff, ErrImagePull,

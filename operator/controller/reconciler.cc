@@ -18,6 +18,7 @@
 #include "operator/controller/child_names.h"
 #include "operator/controller/job_key_secret.h"
 #include "operator/controller/json_access.h"
+#include "operator/controller/kueue_workload.h"
 #include "operator/controller/pod_group.h"
 #include "operator/controller/reasons.h"
 #include "operator/controller/worker_pod_builder.h"
@@ -171,6 +172,7 @@ class JobReconciler {
     } else {
       ReconcileActive();
     }
+    if (Finished()) FinishKueueWorkload();
     SetStatusIfChanged(observed_.job, status_, out_);
     return std::move(out_);
   }
@@ -400,7 +402,9 @@ class JobReconciler {
     }
   }
 
-  void Suspend() {
+  // The job holds: no pods, no PodGroup, phase Suspended. `reason` and `message` say why: the
+  // user's spec.runPolicy.suspend, or Kueue (waiting for admission, or evicted).
+  void Suspend(std::string_view reason, const std::string& message) {
     for (const json& pod : pods_) DeletePod(pod, "job suspended");
     for (const json& group : SortedByName(observed_.pod_groups)) {
       Delete(group,
@@ -408,9 +412,9 @@ class JobReconciler {
                  job_.spec.scheduling_policy.gang.provider.value_or(GangProvider::kVolcano)),
              kPodGroupKind, "job suspended");
     }
-    if (status_.phase != JobPhase::kSuspended) {
-      Event(kEventNormal, kReasonSuspended,
-            "job suspended: its worker pods are deleted until spec.runPolicy.suspend is false");
+    const Condition* before = FindCondition(status_.conditions, kConditionSuspended);
+    if (status_.phase != JobPhase::kSuspended || before == nullptr || before->reason != reason) {
+      Event(kEventNormal, reason, message);
     }
     status_.phase = JobPhase::kSuspended;
     // As for Kubernetes Jobs: the active deadline counts from the resume, not the first start.
@@ -419,10 +423,99 @@ class JobReconciler {
     status_.succeeded_workers = status_.failed_workers = 0;
     status_.workers.clear();
     status_.rank_summary.clear();
-    Mark(kConditionSuspended, true, kReasonSuspended, "the job is suspended");
-    MarkIfPresent(kConditionRunning, false, kReasonSuspended, "the job is suspended");
-    MarkIfPresent(kConditionRestarting, false, kReasonSuspended, "the job is suspended");
-    MarkIfPresent(kConditionWorkersNotStarting, false, kReasonSuspended, "the job is suspended");
+    Mark(kConditionSuspended, true, reason, message);
+    MarkIfPresent(kConditionRunning, false, reason, message);
+    MarkIfPresent(kConditionRestarting, false, reason, message);
+    MarkIfPresent(kConditionWorkersNotStarting, false, reason, message);
+  }
+
+  // ---- Kueue (kueue_workload.h) ---------------------------------------------------------------
+
+  // For a job in a LocalQueue: "" when its Workload is admitted (the pods then carry the
+  // admitted flavors), else why the job holds, with kueue_hold_reason_ set. Creates the Workload
+  // and replaces one that no longer describes the job's pods (once they are gone). A Workload
+  // sends no event the operator watches, so while it matters the job is looked at again soon.
+  std::string GateOnKueue() {
+    const std::string queue = QueueName(job_);
+    const std::string waiting =
+        "waiting for Kueue to admit Workload " + WorkloadName(job_) + " (LocalQueue " + queue + ")";
+    kueue_hold_reason_ = kReasonQueued;
+    if (!observed_.workload) {
+      Create(BuildWorkload(job_, observed_.workload_priority, settings_),
+             "Kueue Workload in LocalQueue " + queue);
+      Requeue(out_, kKueueWaitPollSeconds);
+      return waiting;
+    }
+    workload_ = ObserveWorkload(*observed_.workload, job_, settings_);
+    Requeue(out_, kKueueWaitPollSeconds);
+    if (workload_->evicted) {
+      kueue_hold_reason_ = kReasonEvictedByKueue;
+      return "evicted by Kueue (" + workload_->evicted_reason + ": " + workload_->evicted_message +
+             "); its workers are stopped until Kueue admits it again";
+    }
+    if (!workload_->matches) {
+      // The spec changed (replicas, the template): the Workload's quota no longer covers the
+      // pods. Stop them, then replace the Workload, which Kueue admits anew.
+      if (pods_.empty()) {
+        Delete(*observed_.workload, kWorkloadApiVersion, kWorkloadKind,
+               "the job's spec changed; a new Workload follows");
+      }
+      return "the spec changed: replacing Workload " + WorkloadName(job_) +
+             ", then waiting for Kueue to admit it (LocalQueue " + queue + ")";
+    }
+    if (!workload_->admitted) return waiting;
+    std::vector<json> flavors;
+    for (const std::string& name : workload_->flavors) {
+      if (const json* f = FindByName(observed_.resource_flavors, name)) flavors.push_back(*f);
+    }
+    ApplyFlavors(job_.spec.pod_template, flavors);
+    json& meta = job_.spec.pod_template["metadata"];
+    if (!meta.is_object()) meta = json::object();
+    if (!meta.contains("labels") || !meta["labels"].is_object()) meta["labels"] = json::object();
+    if (!meta.contains("annotations") || !meta["annotations"].is_object()) {
+      meta["annotations"] = json::object();
+    }
+    meta["labels"][std::string(kKueuePodSetLabel)] = std::string(kWorkerPodSetName);
+    meta["annotations"][std::string(kKueueWorkloadAnnotation)] = WorkloadName(job_);
+    out_.requeue_after_seconds.reset();
+    Requeue(out_, kKueueRunPollSeconds);  // an eviction sends no event either
+    return "";
+  }
+
+  // After an eviction, once no worker pod remains, the quota goes back to Kueue (and the Workload
+  // back into its queue when preempted), as Kueue's jobframework does for its own job kinds.
+  void ReleaseKueueQuotaIfStopped() {
+    if (!workload_ || !workload_->evicted || !workload_->quota_reserved) return;
+    if (!pods_.empty()) return;  // their deletions wake the next reconcile
+    const bool requeue =
+        workload_->evicted_reason == "Preempted" || workload_->evicted_reason == "NodeFailures";
+    ReplaceWorkloadStatus(
+        WorkloadWithCondition(*observed_.workload, "Requeued", requeue, workload_->evicted_reason,
+                              workload_->evicted_message, observed_.now_unix,
+                              /*clear_admission=*/true),
+        "the job stopped after its eviction: quota released");
+  }
+
+  // A finished job's Workload is marked Finished, which releases its quota.
+  void FinishKueueWorkload() {
+    if (QueueName(job_).empty() || !observed_.workload) return;
+    if (ObserveWorkload(*observed_.workload, job_, settings_).finished) return;
+    const bool succeeded = status_.phase == JobPhase::kSucceeded;
+    const Condition* c =
+        FindCondition(status_.conditions, succeeded ? kConditionSucceeded : kConditionFailed);
+    ReplaceWorkloadStatus(
+        WorkloadWithCondition(*observed_.workload, "Finished", true,
+                              succeeded ? "Succeeded" : "Failed",
+                              c != nullptr ? c->message : std::string("the job finished"),
+                              observed_.now_unix, /*clear_admission=*/false),
+        "the job finished");
+  }
+
+  void ReplaceWorkloadStatus(json workload, std::string why) {
+    workload["apiVersion"] = std::string(kWorkloadApiVersion);
+    workload["kind"] = std::string(kWorkloadKind);
+    out_.actions.push_back(
+        Action{Action::Kind::kReplaceStatus, std::move(workload), "", std::move(why), ""});
   }
 
   // Starts a new epoch: every existing pod becomes stale and is deleted before the new ones
@@ -454,13 +547,23 @@ class JobReconciler {
 
   void ReconcileActive() {
     EnsureSharedChildren();
+    const std::string held = QueueName(job_).empty() ? "" : GateOnKueue();
     if (job_.spec.run_policy.suspend) {
-      Suspend();
+      Suspend(kReasonSuspended,
+              "job suspended: its worker pods are deleted until spec.runPolicy.suspend is false");
+      return;
+    }
+    if (!held.empty()) {
+      Suspend(kueue_hold_reason_, held);
+      ReleaseKueueQuotaIfStopped();
       return;
     }
     if (status_.phase == JobPhase::kSuspended) {
-      Mark(kConditionSuspended, false, kReasonResumed, "the job was resumed");
-      Event(kEventNormal, kReasonResumed, "job resumed: creating the worker pods");
+      const std::string why = workload_ ? "admitted by Kueue (Workload " + WorkloadName(job_) + ")"
+                                        : std::string("the job was resumed");
+      Mark(kConditionSuspended, false, workload_ ? kReasonAdmitted : kReasonResumed, why);
+      Event(kEventNormal, workload_ ? kReasonAdmitted : kReasonResumed,
+            "job resumed: " + why + "; creating the worker pods");
       status_.phase = JobPhase::kPending;
       NewEpoch();
     } else if (!status_.phase) {
@@ -748,6 +851,8 @@ class JobReconciler {
   std::set<std::string> deleted_;
   bool key_ready_ = true;
   bool pod_group_ready_ = true;
+  std::optional<WorkloadState> workload_;  // a queued job's Workload, as observed
+  std::string_view kueue_hold_reason_;
   ReconcileResult out_;
 };
 

@@ -18,6 +18,11 @@ namespace korovod::k8s_operator {
 // kubelet time to kill the containers and confirm, and absorbs clock skew with the API server.
 inline constexpr int64_t kStuckTerminationMarginSeconds = 60;
 
+// How soon a job in a Kueue LocalQueue is looked at again while it waits for admission, and while
+// it runs (an eviction): the operator does not watch Workloads.
+inline constexpr int64_t kKueueWaitPollSeconds = 2;
+inline constexpr int64_t kKueueRunPollSeconds = 5;
+
 ReconcileResult Reconcile(const ObservedState& observed);
 
 }  // namespace korovod::k8s_operator

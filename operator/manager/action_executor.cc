@@ -71,6 +71,21 @@ Status ActionExecutor::Execute(const nlohmann::json& job, const Action& action) 
         metrics_.events->Increment();
       return OkStatus();
     }
+    case Action::Kind::kReplaceStatus: {
+      KV_ASSIGN_OR_RETURN(kube::ResourceRef ref, ResourceOf(action.object.value("apiVersion", ""),
+                                                            action.object.value("kind", "")));
+      const nlohmann::json meta = action.object.value("metadata", nlohmann::json::object());
+      kube::ApiResult r = client_.Replace(
+          ref.Path(meta.value("namespace", ""), meta.value("name", ""), "status"), action.object);
+      // A 409 (Kueue wrote meanwhile) fails the reconcile, which reads the object again.
+      if (!r.ok()) {
+        return r.status().WithContext("update the status of " + Describe(action.object) + " (" +
+                                      action.reason + ")");
+      }
+      KV_LOG(kInfo, kOperator, "updated the status of %s (%s)", Describe(action.object).c_str(),
+             action.reason.c_str());
+      return OkStatus();
+    }
   }
   return Internal("unknown action kind");
 }

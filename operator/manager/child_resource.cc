@@ -14,6 +14,9 @@ StatusOr<kube::ResourceRef> ResourceOf(const std::string& api_version, const std
     const std::string group = api_version.substr(0, slash);
     const std::string version = api_version.substr(slash + 1);
     if (kind == "PodGroup") return kube::ResourceRef{group, version, "podgroups", true};
+    if (kind == "Workload" && group == "kueue.x-k8s.io") {
+      return kube::ResourceRef{group, version, "workloads", true};
+    }
     if (kind == "HorovodJob" && group == kHorovodJobs.group) return kHorovodJobs;
   }
   return InvalidArgument("the operator does not write " + kind + " (" + api_version + ")");

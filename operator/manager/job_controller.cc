@@ -11,6 +11,8 @@
 #include "operator/api/json.h"
 #include "operator/controller/child_metadata.h"
 #include "operator/controller/child_names.h"
+#include "operator/controller/json_access.h"
+#include "operator/controller/kueue_workload.h"
 #include "operator/controller/observed_state.h"
 #include "operator/controller/pod_group.h"
 #include "operator/controller/reasons.h"
@@ -66,6 +68,49 @@ std::string GangApiVersion(const nlohmann::json& job) {
   const GangSpec& gang = parsed->spec.scheduling_policy.gang;
   if (!gang.enabled || !gang.provider) return "";
   return std::string(PodGroupApiVersion(*gang.provider));
+}
+
+// Kueue's objects for a job in a LocalQueue (kueue_workload.h): its Workload, read by name (a
+// namesake's is not its own), the ResourceFlavors the Workload's admission names, and, while
+// the Workload is still to be created, the value of the job's priority class (v1beta2 wants it
+// beside the reference). Without Kueue installed the Workload's create fails naming the API.
+Status ObserveKueue(const kube::ApiClient& client, const nlohmann::json& job,
+                    ObservedState& observed) {
+  StatusOr<HorovodJob> parsed = HorovodJobFromJson(job);
+  if (!parsed.ok() || QueueName(*parsed).empty()) return OkStatus();
+  const std::string& ns = parsed->metadata.namespace_name;
+  kube::ApiResult got = client.Get(kWorkloads.Path(ns, WorkloadName(*parsed)));
+  if (got.ok()) {
+    nlohmann::json workload = std::move(got).value();
+    if (ControlledBy(workload, parsed->metadata.uid)) observed.workload = std::move(workload);
+  } else if (!kube::IsNotFound(got)) {
+    return got.status().WithContext("read Kueue Workload " + ns + "/" + WorkloadName(*parsed));
+  }
+  if (observed.workload) {
+    const WorkloadState state = ObserveWorkload(*observed.workload, *parsed, observed.settings);
+    for (const std::string& name : state.flavors) {
+      kube::ApiResult flavor = client.Get(kResourceFlavors.Path("", name));
+      if (flavor.ok()) {
+        observed.resource_flavors.push_back(std::move(flavor).value());
+      } else if (!kube::IsNotFound(flavor)) {
+        return flavor.status().WithContext("read Kueue ResourceFlavor " + name);
+      }
+    }
+    return OkStatus();
+  }
+  nlohmann::json priority = WorkloadPriorityClassOf(*parsed);
+  if (!priority.is_object()) return OkStatus();
+  const std::string name = priority.value("name", "");
+  const bool kueue_class = priority.value("kind", "") == "WorkloadPriorityClass";
+  kube::ApiResult pc =
+      client.Get((kueue_class ? kWorkloadPriorityClasses : kPriorityClasses).Path("", name));
+  if (!pc.ok()) {
+    return pc.status().WithContext("read the " + priority.value("kind", "") + " " + name +
+                                   " of the job's Kueue Workload");
+  }
+  priority["value"] = IntAt(pc.value(), {"value"}).value_or(0);
+  observed.workload_priority = std::move(priority);
+  return OkStatus();
 }
 
 }  // namespace
@@ -238,6 +283,8 @@ Status JobController::ReconcileKey(const std::string& key,
       return pg.status();
     }
   }
+
+  KV_RETURN_IF_ERROR(ObserveKueue(client_, job, observed));
 
   ReconcileResult result = Reconcile(observed);
   Status first_error;

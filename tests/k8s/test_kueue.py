@@ -12,12 +12,18 @@ HorovodJobs (an external framework: HorovodJob.v1alpha1.korovod.dev), which
 test_external_framework_workload plays by hand: Workloads owned by HorovodJobs, one preempted by
 a higher-priority one and its quota handed back through the Workload's status, as the operator
 must, and Finished releasing the quota."""
+import json
 import time
 import uuid
 
 import pytest
 
-from jobs import apply, crd, job_doc  # noqa: F401  (crd: the HorovodJob CRD fixture)
+from fake_kubelet import FakeKubelet
+from jobs import apply, crd, job_doc, pods, wait_phase  # noqa: F401  (crd: the CRD fixture)
+from jobs import condition as hvd_condition
+from jobs import get_job as get_hvdjob
+from operator_process import OperatorProcess
+from test_operator_auth import USER, calls, chart_rbac
 from kueue import API, JOB_UID_LABEL, QUEUE_LABEL, condition, condition_true
 from kueue import kueue  # noqa: F401  (the module-scoped fixture)
 
@@ -262,4 +268,99 @@ def test_external_framework_workload(cluster, crd, kueue, ns, queue):  # noqa: F
         assert c["status"] == "False" and c["reason"] == "QuotaReserved", c
         assert c["message"].startswith("Previously: ")
     assert kueue.workload_of(ns, high)["status"]["admission"]["clusterQueue"] == cq
+    assert kueue.alive()
+
+
+def horovod_job(name, queue, cpu, priority_class=None, replicas=2):
+    doc = json.loads(job_doc(name, replicas=replicas))
+    doc["metadata"]["labels"] = {QUEUE_LABEL: queue}
+    if priority_class:
+        doc["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = priority_class
+    doc["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": cpu, "memory": "100Mi"}}
+    return json.dumps(doc)
+
+
+def test_operator_runs_horovodjobs_through_kueue(cluster, crd, kueue, ns, queue,  # noqa: F811
+                                                 tmp_path_factory):
+    """The korovod operator with a real Kueue: a HorovodJob in a LocalQueue stays Suspended
+    (no pods) until Kueue admits the Workload the operator created for it; admitted, its pods
+    carry the flavor's node labels and run; a higher-priority job preempts it: its workers are
+    stopped (Suspended, reason EvictedByKueue, not a failure: restartCount 0), its quota is handed
+    back, the preemptor runs, and when the preemptor succeeds (its Workload Finished) the first
+    job is admitted again and runs as a new epoch."""
+    _, flavor = queue
+    cq = "cq-hj-" + uuid.uuid4().hex[:6]
+    kueue.cluster_queue(cq, flavor, cpu="2", memory="2Gi",
+                        preemption={"withinClusterQueue": "LowerPriority"})
+    kueue.local_queue(ns, "lq-hj", cq)
+    kueue.wait_queue_active(ns, "lq-hj", cq)
+    for name, value in (("korovod-hj-low", 10), ("korovod-hj-high", 1000)):
+        if not cluster.get(API + "/workloadpriorityclasses/" + name):
+            kueue.workload_priority_class(name, value)
+
+    # Pods need the namespace's default ServiceAccount (no controller-manager makes it here).
+    crd.wait_for(lambda: crd.request("POST", "/api/v1/namespaces/%s/serviceaccounts" % ns,
+                                     {"metadata": {"name": "default"}})[0] in (201, 409),
+                 "service account default in " + ns, 30)
+    # The operator runs as the certificate's user under the chart's own RBAC: its Kueue grants
+    # suffice, and each is used (the audit log below).
+    for doc in chart_rbac(ns):
+        crd.kubectl("apply", "-f", "-", input=json.dumps(doc))
+    logdir = str(tmp_path_factory.mktemp("operator-kueue"))
+    # Only this namespace: test_external_framework_workload's HorovodJobs are its own.
+    operator = OperatorProcess(crd, logdir, "operator-kueue", ["--namespace", ns],
+                               kubeconfig=crd.cert_kubeconfig).start()
+    outcome = {"high": "run"}
+    try:
+        crd.wait_for(lambda: operator.http("/readyz")[0] == 200, "operator /readyz", 60)
+        with FakeKubelet(crd, ns, outcome=lambda p: outcome["high"] if p["metadata"]["name"]
+                         .startswith("high-") else "run"):
+            started = time.monotonic()
+            apply(crd, ns, horovod_job("low", "lq-hj", "500m", "korovod-hj-low"))
+            low = crd.wait_for(lambda: get_hvdjob(crd, ns, "low"), "HorovodJob low", 10)
+            uid = low["metadata"]["uid"]
+            wl = kueue.wait_workload(ns, uid, "admitted", admitted)
+            assert wl["metadata"]["ownerReferences"][0]["kind"] == "HorovodJob"
+            assert wl["spec"]["priority"] == 10
+            assert wl["spec"]["podSets"][0]["count"] == 2
+            low = wait_phase(crd, ns, "low", "Running", 60)
+            print("kueue: apply to Running through admission %.1fs" % (time.monotonic() - started))
+            for p in pods(crd, ns, "low"):
+                assert p["spec"]["nodeSelector"] == NODE_LABELS, p["spec"].get("nodeSelector")
+                assert p["metadata"]["annotations"]["kueue.x-k8s.io/workload"] == \
+                    wl["metadata"]["name"]
+
+            # A higher-priority job that does not fit beside it (2 x 1 CPU): Kueue preempts low.
+            apply(crd, ns, horovod_job("high", "lq-hj", "1", "korovod-hj-high"))
+            low = wait_phase(crd, ns, "low", "Suspended", 60)
+            assert hvd_condition(low, "Suspended")["reason"] == "EvictedByKueue", low["status"]
+            assert "Preempted" in hvd_condition(low, "Suspended")["message"]
+            assert low["status"]["restartCount"] == 0
+            crd.wait_for(lambda: not pods(crd, ns, "low"), "low's pods deleted", 30)
+            wl = kueue.wait_workload(ns, uid, "quota released and requeued",
+                                     lambda w: condition_true(w, "Requeued")
+                                     and not condition_true(w, "QuotaReserved"))
+            assert "admission" not in wl["status"]
+            wait_phase(crd, ns, "high", "Running", 60)
+            assert hvd_condition(get_hvdjob(crd, ns, "low"), "Failed") is None
+
+            # The preemptor succeeds: its Workload is Finished, and low runs again (epoch 2).
+            outcome["high"] = "succeed"
+            high = wait_phase(crd, ns, "high", "Succeeded", 60)
+            kueue.wait_workload(ns, high["metadata"]["uid"], "Finished",
+                                lambda w: condition_true(w, "Finished"))
+            low = wait_phase(crd, ns, "low", "Running", 90)
+            assert low["status"]["epoch"] == 2 and low["status"]["restartCount"] == 0
+            assert hvd_condition(low, "Suspended")["reason"] == "AdmittedByKueue"
+        made = calls(crd.audit_events(USER))
+        for grant in [("create", "kueue.x-k8s.io", "workloads"),
+                      ("get", "kueue.x-k8s.io", "workloads"),
+                      ("update", "kueue.x-k8s.io", "workloads/status"),
+                      ("get", "kueue.x-k8s.io", "resourceflavors"),
+                      ("get", "kueue.x-k8s.io", "workloadpriorityclasses")]:
+            assert grant in made, "the operator never made %s" % (grant,)
+        assert "HTTP 403" not in operator.log().split("caches synced")[-1], operator.log()[-3000:]
+    finally:
+        assert operator.stop() == 0, operator.log()[-3000:]
     assert kueue.alive()

@@ -27,6 +27,9 @@ ObservedState FakeCluster::Observe(int64_t now) const {
   o.config_maps = config_maps_;
   o.secrets = secrets_;
   o.pod_groups = pod_groups_;
+  if (!workloads_.empty()) o.workload = workloads_.front();
+  o.resource_flavors = resource_flavors_;
+  o.workload_priority = workload_priority_;
   o.now_unix = now;
   o.fresh_key_hex = kTestKeyHex;
   return o;
@@ -59,6 +62,7 @@ std::vector<json>* FakeCluster::ListFor(const std::string& kind) {
   if (kind == "ConfigMap") return &config_maps_;
   if (kind == "Secret") return &secrets_;
   if (kind == "PodGroup") return &pod_groups_;
+  if (kind == "Workload") return &workloads_;
   return nullptr;
 }
 
@@ -71,9 +75,12 @@ void FakeCluster::Apply(const ReconcileResult& result) {
         json object = a.object;
         object["metadata"]["uid"] = "uid-" + std::to_string(next_uid_++);
         if (object["kind"] == "Pod") object["status"] = {{"phase", "Pending"}};
-        // The API server's List drops apiVersion/kind from items; so does this one.
-        object.erase("apiVersion");
-        object.erase("kind");
+        // The API server's List drops apiVersion/kind from items; so does this one. (A
+        // Workload is read with a GET, which keeps them.)
+        if (object["kind"] != "Workload") {
+          object.erase("apiVersion");
+          object.erase("kind");
+        }
         list->push_back(std::move(object));
         break;
       }
@@ -107,6 +114,12 @@ void FakeCluster::Apply(const ReconcileResult& result) {
       case Action::Kind::kDeleteJob:
         job_deleted_ = true;
         break;
+      case Action::Kind::kReplaceStatus:
+        for (json& w : workloads_) {
+          if (w["metadata"]["name"] == a.object["metadata"]["name"]) w = a.object;
+        }
+        status_writes_.push_back(a);
+        break;
     }
   }
   if (result.status) job_["status"] = *result.status;
@@ -124,7 +137,8 @@ void FakeCluster::Settle(int64_t now, int max_steps) {
 }
 
 void FakeCluster::FinishTerminations() {
-  for (std::vector<json>* list : {&pods_, &services_, &config_maps_, &secrets_, &pod_groups_}) {
+  for (std::vector<json>* list :
+       {&pods_, &services_, &config_maps_, &secrets_, &pod_groups_, &workloads_}) {
     std::erase_if(*list, [](const json& o) { return o["metadata"].contains("deletionTimestamp"); });
   }
 }

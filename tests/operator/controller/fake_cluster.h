@@ -50,6 +50,12 @@ class FakeCluster {
   std::vector<nlohmann::json>& config_maps() { return config_maps_; }
   std::vector<nlohmann::json>& secrets() { return secrets_; }
   std::vector<nlohmann::json>& pod_groups() { return pod_groups_; }
+  // Kueue's side: the Workload (at most one), the ResourceFlavors, the priority the executor
+  // resolved, and every status the reconciler wrote to the Workload.
+  std::vector<nlohmann::json>& workloads() { return workloads_; }
+  std::vector<nlohmann::json>& resource_flavors() { return resource_flavors_; }
+  void set_workload_priority(nlohmann::json p) { workload_priority_ = std::move(p); }
+  const std::vector<Action>& status_writes() const { return status_writes_; }
   // The pod of that name, or nullptr.
   nlohmann::json* Pod(const std::string& name);
   std::vector<std::string> PodNames() const;
@@ -77,6 +83,9 @@ class FakeCluster {
 
  private:
   std::vector<nlohmann::json>* ListFor(const std::string& kind);
+  std::vector<nlohmann::json> workloads_, resource_flavors_;
+  nlohmann::json workload_priority_;
+  std::vector<Action> status_writes_;
 
   nlohmann::json job_;
   std::vector<nlohmann::json> pods_, services_, config_maps_, secrets_, pod_groups_;

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "operator/api/json.h"
+#include "operator/controller/kueue_workload.h"
 #include "operator/controller/worker_pod_state.h"
 #include "tests/operator/controller/fake_cluster.h"
 
@@ -1007,6 +1009,171 @@ TEST(Reconcile, JobManagedByAnotherControllerIsLeftAlone) {
   job["spec"]["runPolicy"]["managedBy"] = "korovod.dev/horovodjob-controller";
   FakeCluster ours(job);
   EXPECT_EQ(CountKind(ours.Step(kT0), Action::Kind::kCreate, "Pod"), 2);
+}
+
+// --- Kueue ------------------------------------------------------------------------------------
+
+json QueuedJob(int replicas) {
+  json job = MinimalJob(replicas);
+  job["metadata"]["labels"] = {{"kueue.x-k8s.io/queue-name", "team-a"}};
+  return job;
+}
+
+// What Kueue's scheduler writes when it admits the Workload into flavor `flavor`.
+void Admit(FakeCluster& c, const std::string& flavor) {
+  json& w = c.workloads().at(0);
+  w["status"]["admission"] = {
+      {"clusterQueue", "cq"},
+      {"podSetAssignments",
+       json::array({{{"name", "worker"}, {"flavors", {{"cpu", flavor}}}, {"count", 2}}})}};
+  w["status"]["conditions"] = json::array({{{"type", "QuotaReserved"},
+                                            {"status", "True"},
+                                            {"reason", "QuotaReserved"},
+                                            {"lastTransitionTime", "2027-01-15T08:00:05Z"}},
+                                           {{"type", "Admitted"},
+                                            {"status", "True"},
+                                            {"reason", "Admitted"},
+                                            {"lastTransitionTime", "2027-01-15T08:00:05Z"}}});
+}
+
+json WorkloadCondition(const json& w, const std::string& type) {
+  return Condition(w.value("status", json::object()), type);
+}
+
+// A job in a LocalQueue has no pods until Kueue admits its Workload; then its pods carry the
+// flavor's node labels and tolerations; a preemption stops it (not a failure) and hands the quota
+// back once its pods are gone; readmitted it runs as a new epoch; its end marks the Workload
+// Finished.
+TEST(Kueue, QueuedJobRunsOnlyWhileAdmittedAndGivesTheQuotaBack) {
+  FakeCluster c(QueuedJob(2));
+  c.resource_flavors().push_back(json::parse(R"({"metadata": {"name": "spot"},
+      "spec": {"nodeLabels": {"pool": "spot"},
+               "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}]}})"));
+  ReconcileResult r = c.Step(kT0);
+  ASSERT_EQ(c.workloads().size(), 1u);
+  const json& w = c.workloads()[0];
+  EXPECT_EQ(w["apiVersion"], "kueue.x-k8s.io/v1beta2");
+  EXPECT_EQ(w["metadata"]["name"], "horovodjob-j-job-u");
+  EXPECT_EQ(w["metadata"]["labels"]["kueue.x-k8s.io/job-uid"], "job-uid");
+  EXPECT_EQ(w["metadata"]["ownerReferences"][0]["uid"], "job-uid");
+  EXPECT_EQ(w["spec"]["queueName"], "team-a");
+  EXPECT_EQ(w["spec"]["podSets"][0]["name"], "worker");
+  EXPECT_EQ(w["spec"]["podSets"][0]["count"], 2);
+  // The quota counts the pod as it runs: trainer and sidecar.
+  EXPECT_EQ(w["spec"]["podSets"][0]["template"]["spec"]["initContainers"][0]["name"],
+            "korovod-sidecar");
+  EXPECT_FALSE(w["spec"].contains("priorityClassRef"));
+  EXPECT_TRUE(c.pods().empty());
+  EXPECT_EQ(Phase(c), "Suspended");
+  EXPECT_EQ(Condition(c.status(), "Suspended")["reason"], "Queued");
+  EXPECT_EQ(Condition(c.status(), "Suspended")["message"],
+            "waiting for Kueue to admit Workload horovodjob-j-job-u (LocalQueue team-a)");
+  EXPECT_EQ(r.requeue_after_seconds, std::optional<int64_t>(kKueueWaitPollSeconds));
+  c.Step(kT0 + 1);
+  EXPECT_TRUE(c.pods().empty());
+  EXPECT_EQ(c.workloads().size(), 1u);  // not created twice
+
+  Admit(c, "spot");
+  r = c.Step(kT0 + 5);
+  ASSERT_EQ(c.pods().size(), 2u);
+  const json& pod = c.pods()[0];
+  EXPECT_EQ(pod["spec"]["nodeSelector"], json::parse(R"({"pool": "spot"})"));
+  EXPECT_EQ(pod["spec"]["tolerations"][0]["key"], "spot");
+  EXPECT_EQ(pod["metadata"]["labels"]["kueue.x-k8s.io/podset"], "worker");
+  EXPECT_EQ(pod["metadata"]["annotations"]["kueue.x-k8s.io/workload"], "horovodjob-j-job-u");
+  EXPECT_EQ(Condition(c.status(), "Suspended")["status"], "False");
+  EXPECT_EQ(Condition(c.status(), "Suspended")["reason"], "AdmittedByKueue");
+  EXPECT_EQ(r.requeue_after_seconds, std::optional<int64_t>(kKueueRunPollSeconds));
+  c.SetAllPodsPhase("Running");
+  c.Step(kT0 + 6);
+  EXPECT_EQ(Phase(c), "Running");
+  EXPECT_TRUE(c.status_writes().empty());
+
+  // Preempted: Kueue sets only Evicted; the operator stops the workers, then releases the quota.
+  c.workloads()[0]["status"]["conditions"].push_back(
+      {{"type", "Evicted"},
+       {"status", "True"},
+       {"reason", "Preempted"},
+       {"message", "Preempted to accommodate a workload (UID: x) due to prioritization"},
+       {"lastTransitionTime", "2027-01-15T08:01:00Z"}});
+  c.set_graceful_deletes(true);
+  r = c.Step(kT0 + 60);
+  EXPECT_EQ(Names(r, Action::Kind::kDelete, "Pod"),
+            (std::vector<std::string>{"j-worker-0", "j-worker-1"}));
+  EXPECT_EQ(Phase(c), "Suspended");
+  EXPECT_EQ(Condition(c.status(), "Suspended")["reason"], "EvictedByKueue");
+  EXPECT_EQ(c.status()["restartCount"], 0);
+  EXPECT_TRUE(c.status_writes().empty());  // its pods still terminate: the quota stays
+  c.FinishTerminations();
+  c.Step(kT0 + 61);
+  ASSERT_EQ(c.status_writes().size(), 1u);
+  const json& released = c.workloads()[0];
+  EXPECT_FALSE(released["status"].contains("admission"));
+  EXPECT_EQ(WorkloadCondition(released, "QuotaReserved")["status"], "False");
+  EXPECT_EQ(WorkloadCondition(released, "QuotaReserved")["reason"], "Pending");
+  EXPECT_EQ(WorkloadCondition(released, "Admitted")["status"], "False");
+  EXPECT_EQ(WorkloadCondition(released, "Admitted")["reason"], "NoReservation");
+  EXPECT_EQ(WorkloadCondition(released, "Requeued")["status"], "True");
+  EXPECT_EQ(WorkloadCondition(released, "Requeued")["reason"], "Preempted");
+  EXPECT_EQ(released["status"]["accumulatedPastExecutionTimeSeconds"], 56);  // 08:00:05-08:01:01
+  c.Step(kT0 + 62);
+  EXPECT_EQ(c.status_writes().size(), 1u);  // released once
+
+  // Admitted again (Kueue turns Evicted False): a new epoch; then success marks it Finished.
+  Admit(c, "spot");
+  c.Step(kT0 + 70);
+  ASSERT_EQ(c.pods().size(), 2u);
+  EXPECT_EQ(Epoch(c.pods()[0]), "2");
+  c.SetAllPodsPhase("Succeeded");
+  c.Step(kT0 + 80);
+  EXPECT_EQ(Phase(c), "Succeeded");
+  ASSERT_EQ(c.status_writes().size(), 2u);
+  EXPECT_EQ(WorkloadCondition(c.workloads()[0], "Finished")["status"], "True");
+  EXPECT_EQ(WorkloadCondition(c.workloads()[0], "Finished")["reason"], "Succeeded");
+  EXPECT_TRUE(c.workloads()[0]["status"].contains("admission"));  // Finished alone releases
+  c.Step(kT0 + 81);
+  EXPECT_EQ(c.status_writes().size(), 2u);
+}
+
+// A resize of an admitted job: the Workload's quota no longer covers the pods, so the workers
+// stop, the Workload is replaced by one of the new size, and the job waits for its admission.
+TEST(Kueue, ResizeReplacesTheWorkload) {
+  FakeCluster c(QueuedJob(2));
+  c.Step(kT0);
+  Admit(c, "default");
+  c.Step(kT0 + 5);
+  ASSERT_EQ(c.pods().size(), 2u);
+  c.spec()["replicas"] = 3;
+  ReconcileResult r = c.Step(kT0 + 10);
+  EXPECT_EQ(CountKind(r, Action::Kind::kDelete, "Pod"), 2);
+  EXPECT_EQ(CountKind(r, Action::Kind::kDelete, "Workload"), 0);  // not while pods remain
+  EXPECT_EQ(Phase(c), "Suspended");
+  r = c.Step(kT0 + 11);
+  EXPECT_EQ(CountKind(r, Action::Kind::kDelete, "Workload"), 1);
+  c.Step(kT0 + 12);
+  ASSERT_EQ(c.workloads().size(), 1u);
+  EXPECT_EQ(c.workloads()[0]["spec"]["podSets"][0]["count"], 3);
+  EXPECT_TRUE(c.pods().empty());
+}
+
+// The job's priority reaches its Workload as v1beta2 wants it: the reference and the value.
+TEST(Kueue, WorkloadCarriesThePriority) {
+  json job = QueuedJob(1);
+  job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "high";
+  FakeCluster c(job);
+  c.set_workload_priority({{"group", "kueue.x-k8s.io"},
+                           {"kind", "WorkloadPriorityClass"},
+                           {"name", "high"},
+                           {"value", 1000}});
+  c.Step(kT0);
+  ASSERT_EQ(c.workloads().size(), 1u);
+  EXPECT_EQ(c.workloads()[0]["spec"]["priorityClassRef"],
+            json::parse(R"({"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass",
+                            "name": "high"})"));
+  EXPECT_EQ(c.workloads()[0]["spec"]["priority"], 1000);
+  StatusOr<HorovodJob> parsed = HorovodJobFromJson(job);
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(WorkloadPriorityClassOf(*parsed)["kind"], "WorkloadPriorityClass");
 }
 
 }  // namespace
