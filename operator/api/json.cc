@@ -214,6 +214,10 @@ Status ParseRunPolicy(const ObjectReader& r, RunPolicy& out) {
   KV_RETURN_IF_ERROR(r.OptInt("ttlSecondsAfterFinished", out.ttl_seconds_after_finished, 0));
   KV_RETURN_IF_ERROR(
       r.Int("startupTimeoutSeconds", out.startup_timeout_seconds, kMinStartupTimeoutSeconds));
+  if (out.startup_timeout_seconds > kMaxStartupTimeoutSeconds) {
+    return Bad(r.PathOf("startupTimeoutSeconds"),
+               "must be <= " + std::to_string(kMaxStartupTimeoutSeconds));
+  }
   KV_RETURN_IF_ERROR(r.String("managedBy", out.managed_by));
   return r.Bool("suspend", out.suspend);
 }

@@ -41,6 +41,7 @@ inline constexpr int64_t kMinGangMinAvailable = 1;
 // take minutes; a wait without a bound is a job that shows Pending for ever.
 inline constexpr int64_t kDefaultStartupTimeoutSeconds = 600;
 inline constexpr int64_t kMinStartupTimeoutSeconds = 1;
+inline constexpr int64_t kMaxStartupTimeoutSeconds = 86400;  // the sidecar's bound, a day
 // spec.runPolicy.managedBy: absent or this value means this operator reconciles the job; any
 // other value (Kueue's MultiKueue sets "kueue.x-k8s.io/multikueue") hands the job to that
 // controller and the operator leaves it, status included, alone.

@@ -478,6 +478,17 @@ TEST_F(CrdSchema, MinimumsMatch) {
   EXPECT_EQ(Field("spec.replicas")["minimum"], kMinReplicas);
   EXPECT_EQ(Field("spec.runPolicy.activeDeadlineSeconds")["minimum"], kMinActiveDeadlineSeconds);
   EXPECT_EQ(Field("spec.schedulingPolicy.gang.minAvailable")["minimum"], kMinGangMinAvailable);
+  EXPECT_EQ(Field("spec.runPolicy.startupTimeoutSeconds")["minimum"], kMinStartupTimeoutSeconds);
+  EXPECT_EQ(Field("spec.runPolicy.startupTimeoutSeconds")["maximum"], kMaxStartupTimeoutSeconds);
+  EXPECT_EQ(Field("spec.runPolicy.startupTimeoutSeconds")["default"],
+            kDefaultStartupTimeoutSeconds);
+  EXPECT_EQ(RunPolicy{}.startup_timeout_seconds, kDefaultStartupTimeoutSeconds);
+  // Beyond the sidecar's bound is refused naming the field (the schema does the same).
+  json too_long = MinimalJob();
+  too_long["spec"]["runPolicy"] = {{"startupTimeoutSeconds", kMaxStartupTimeoutSeconds + 1}};
+  auto parsed = HorovodJobFromJson(too_long);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status().message(), "spec.runPolicy.startupTimeoutSeconds: must be <= 86400");
   for (const char* f :
        {"spec.worker.gpus", "spec.worker.rdma.count", "spec.sidecar.engine.fusionThresholdBytes",
         "spec.runPolicy.backoffLimit", "spec.runPolicy.ttlSecondsAfterFinished"}) {
