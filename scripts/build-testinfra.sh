@@ -11,9 +11,17 @@
 #                            tests/k8s/testinfra/kueue/go.mod (a module of its own, for
 #                            tests/k8s/kueue.py), with that module's CRDs copied into the
 #                            git-ignored .testinfra/kueue-crds (generated files of the module)
+#   kube-scheduler-plugins   sigs.k8s.io/scheduler-plugins/cmd/scheduler (kube-scheduler with the
+#                            Coscheduling plugin) and, as kube-scheduler-plugins-controller, its
+#                            cmd/controller (sets PodGroups' status), pinned in
+#                            tests/k8s/testinfra/scheduler-plugins/go.mod (a module of its own, for
+#                            the gang-scheduling tests: tests/k8s/test_gang_scheduling.py), with
+#                            its CRDs (PodGroup, ElasticQuota) copied into the git-ignored
+#                            .testinfra/scheduler-plugins-crds
 # etcd comes from Debian (etcd-server, installed by install-deps). Go is test infrastructure only;
 # the product stays C++. Each build has a stamp (a hash of its go.mod, go.sum and build recipe:
-# .stamp for the Kubernetes binaries, .stamp-helm for helm, .stamp-kueue for kueue) and is skipped
+# .stamp for the Kubernetes binaries, .stamp-helm for helm, .stamp-kueue for kueue,
+# .stamp-scheduler-plugins for kube-scheduler-plugins) and is skipped
 # when it is up to date, so editing one build's recipe does not rebuild the other.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -23,6 +31,8 @@ SRC="$ROOT/tests/k8s/testinfra"
 HELM_SRC="$SRC/helm"
 KUEUE_SRC="$SRC/kueue"
 KUEUE_CRDS="$ROOT/.testinfra/kueue-crds"
+SP_SRC="$SRC/scheduler-plugins"
+SP_CRDS="$ROOT/.testinfra/scheduler-plugins-crds"
 
 VERSION="$(sed -n 's/^require k8s.io\/kubernetes \(v[0-9.]*\)$/\1/p' "$SRC/go.mod")"
 [ -n "$VERSION" ] || { echo "build-testinfra: no 'require k8s.io/kubernetes vX.Y.Z' in $SRC/go.mod" >&2; exit 1; }
@@ -31,6 +41,9 @@ HELM_VERSION="$(sed -n 's/^require helm.sh\/helm\/v[0-9]* \(v[0-9.]*\)$/\1/p' "$
 HELM_MODULE="helm.sh/helm/$(echo "$HELM_VERSION" | cut -d. -f1)"
 KUEUE_VERSION="$(sed -n 's/^require sigs.k8s.io\/kueue \(v[0-9.]*\)$/\1/p' "$KUEUE_SRC/go.mod")"
 [ -n "$KUEUE_VERSION" ] || { echo "build-testinfra: no 'require sigs.k8s.io/kueue vX.Y.Z' in $KUEUE_SRC/go.mod" >&2; exit 1; }
+# (a -devel tag too: v0.35.4-devel is scheduler-plugins' tag built on Kubernetes v1.35.4)
+SP_VERSION="$(sed -n 's/^require sigs.k8s.io\/scheduler-plugins \(v[0-9A-Za-z.-]*\)$/\1/p' "$SP_SRC/go.mod")"
+[ -n "$SP_VERSION" ] || { echo "build-testinfra: no 'require sigs.k8s.io/scheduler-plugins vX.Y.Z' in $SP_SRC/go.mod" >&2; exit 1; }
 
 # The version stamps make `kubectl version` and /version report the pinned release instead of
 # v0.0.0-master, and `helm version` the pinned release instead of a -dev version (helm's Makefile
@@ -48,6 +61,16 @@ HELM_PKG="$HELM_MODULE/cmd/helm"
 # Kueue's Makefile sets the same -X (its log's "Initializing" line shows it).
 KUEUE_LDFLAGS="-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
 KUEUE_PKG="sigs.k8s.io/kueue/cmd/kueue"
+# component-base's version is the Kubernetes release it is built on (as for the binaries above):
+# its emulation-version check refuses scheduler-plugins' own v0.x (which its Makefile sets).
+SP_K8S_VERSION="$(sed -n 's/^\tk8s.io\/kubernetes => k8s.io\/kubernetes \(v[0-9.]*\)$/\1/p' "$SP_SRC/go.mod")"
+[ -n "$SP_K8S_VERSION" ] || { echo "build-testinfra: no 'k8s.io/kubernetes => k8s.io/kubernetes vX.Y.Z' in $SP_SRC/go.mod" >&2; exit 1; }
+SP_LDFLAGS="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  SP_LDFLAGS+=" -X $pkg.gitVersion=$SP_K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$(echo "$SP_K8S_VERSION" | cut -d. -f2)"
+done
+SP_PKG="sigs.k8s.io/scheduler-plugins/cmd/scheduler"
+SP_CONTROLLER_PKG="sigs.k8s.io/scheduler-plugins/cmd/controller"
 
 stamp() {  # stamp DIR RECIPE...
   local dir="$1"; shift
@@ -56,9 +79,11 @@ stamp() {  # stamp DIR RECIPE...
 STAMP="$(stamp "$SRC" "$K8S_LDFLAGS" "$K8S_PKGS")"
 HELM_STAMP="$(stamp "$HELM_SRC" CGO_ENABLED=0 "$HELM_LDFLAGS" "$HELM_PKG")"
 KUEUE_STAMP="$(stamp "$KUEUE_SRC" CGO_ENABLED=0 "$KUEUE_LDFLAGS" "$KUEUE_PKG" crd-bases)"
+SP_STAMP="$(stamp "$SP_SRC" CGO_ENABLED=0 "$SP_LDFLAGS" "$SP_PKG" "$SP_CONTROLLER_PKG" config/crd/bases)"
 K8S_OK=0
 HELM_OK=0
 KUEUE_OK=0
+SP_OK=0
 k8s_built() {
   local c
   for c in $K8S_CMDS; do [ -x "$OUT/$c" ] || return 1; done
@@ -77,7 +102,13 @@ if [ -x "$OUT/kueue" ] && [ -f "$KUEUE_CRDS/kueue.x-k8s.io_workloads.yaml" ] &&
   echo "build-testinfra: kueue $KUEUE_VERSION is up to date in $OUT"
   KUEUE_OK=1
 fi
-[ "$K8S_OK$HELM_OK$KUEUE_OK" = 111 ] && exit 0
+if [ -x "$OUT/kube-scheduler-plugins" ] && [ -x "$OUT/kube-scheduler-plugins-controller" ] &&
+   [ -f "$SP_CRDS/scheduling.x-k8s.io_podgroups.yaml" ] &&
+   [ "$(cat "$OUT/.stamp-scheduler-plugins" 2>/dev/null)" = "$SP_STAMP" ]; then
+  echo "build-testinfra: kube-scheduler-plugins $SP_VERSION is up to date in $OUT"
+  SP_OK=1
+fi
+[ "$K8S_OK$HELM_OK$KUEUE_OK$SP_OK" = 1111 ] && exit 0
 
 [ -x /usr/local/go/bin/go ] && PATH="$PATH:/usr/local/go/bin"
 command -v go >/dev/null || { echo "build-testinfra: Go is needed (https://go.dev/dl); none on PATH" >&2; exit 1; }
@@ -111,4 +142,22 @@ if [ "$KUEUE_OK" = 0 ]; then
   chmod u+w "$KUEUE_CRDS"/*.yaml
   echo "$KUEUE_STAMP" > "$OUT/.stamp-kueue"
   echo "build-testinfra: kueue $KUEUE_VERSION, $(ls "$KUEUE_CRDS" | wc -l) CRDs in $KUEUE_CRDS"
+fi
+if [ "$SP_OK" = 0 ]; then
+  echo "build-testinfra: building kube-scheduler-plugins $SP_VERSION (first time: a few" \
+       "modules beyond the Kubernetes build's, ~3 CPU-minutes after it)"
+  (cd "$SP_SRC" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "$SP_LDFLAGS" \
+    -o "$OUT/kube-scheduler-plugins" "$SP_PKG")
+  (cd "$SP_SRC" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "$SP_LDFLAGS" \
+    -o "$OUT/kube-scheduler-plugins-controller" "$SP_CONTROLLER_PKG")
+  # The CRDs (scheduling.x-k8s.io/v1alpha1 PodGroup, which Coscheduling and the controller watch;
+  # ElasticQuota, which the controller also watches) are files of the module: copied from the
+  # module cache (read-only there), not committed. config/crd/bases, not manifests/crds: those
+  # are symbolic links in the repository, which module zips leave out.
+  SP_DIR="$(cd "$SP_SRC" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' sigs.k8s.io/scheduler-plugins)"
+  rm -rf "$SP_CRDS" && mkdir -p "$SP_CRDS"
+  cp "$SP_DIR"/config/crd/bases/scheduling.x-k8s.io_*.yaml "$SP_CRDS/"
+  chmod u+w "$SP_CRDS"/*.yaml
+  echo "$SP_STAMP" > "$OUT/.stamp-scheduler-plugins"
+  echo "build-testinfra: kube-scheduler-plugins $SP_VERSION, $(ls "$SP_CRDS" | wc -l) CRDs in $SP_CRDS"
 fi

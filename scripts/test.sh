@@ -2,18 +2,22 @@
 # Installs what is needed, builds, and runs every test: the Release build (all tests, NCCL backend
 # compiled and linked when its libraries are available; the operator's tests against a real
 # kube-apiserver + etcd) and an ASan+UBSan build of the runtime (data plane and engine) and sidecar
-# tests. This is the README's test command and what .ci/run calls.
+# tests. This is the README's test command and what .ci/run calls. The e2e tests on a real node
+# (tests/k8s/test_real_e2e.py) run the container images scripts/build-images.sh makes from the
+# Release build; tests/README.md has the cold and warm times.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 JOBS="${JOBS:-2}"
 
-bash scripts/install-deps.sh --cuda --k8s
+bash scripts/install-deps.sh --cuda --k8s --images
 
 step() { printf '\n==== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
 
-# kube-apiserver, kubectl and helm build from the Go module proxy while the C++ builds (the module
-# download overlaps the compiles); the operator's and the chart's k8s tests need them.
-step "kube-apiserver + kubectl + helm for the k8s tests (background, log in build-testinfra.log)"
+# kube-apiserver, kubectl, the node's binaries (kube-scheduler, kube-controller-manager, kubelet),
+# helm, Kueue and the scheduler-plugins (Coscheduling) scheduler build from the Go module proxy
+# while the C++ builds (the module download overlaps the compiles); the k8s tests need them.
+# Stamped: a warm run skips them.
+step "Go test infrastructure for the k8s tests (background, log in build-testinfra.log)"
 bash scripts/build-testinfra.sh > build-testinfra.log 2>&1 &
 TESTINFRA_PID=$!
 
@@ -21,7 +25,13 @@ step "configure + build (Release)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKOROVOD_WITH_NCCL=AUTO >/dev/null
 cmake --build build -j"$JOBS"
 
-step "wait for kube-apiserver + kubectl + helm"
+# The operator, sidecar, trainer-pytorch and pause images from that build (podman, no registry),
+# as archives in .testinfra/images that the real-node tests import into the node's containerd.
+# Cached: the debootstrap base and the Debian runtime layers are built once per machine.
+step "container images from build/ (scripts/build-images.sh)"
+bash scripts/build-images.sh build
+
+step "wait for the Go test infrastructure"
 if ! wait "$TESTINFRA_PID"; then
   cat build-testinfra.log >&2
   echo "scripts/build-testinfra.sh failed: the k8s tests cannot run" >&2
@@ -38,7 +48,8 @@ if [ -f "$HOROVOD_TESTS/parallel/test_torch.py" ]; then
 else
   echo "Horovod's test_torch.py NOT FOUND at $HOROVOD_TESTS: horovod_torch_suite_2ranks is SKIPPED"
 fi
-# A missing kube-apiserver, kubectl, helm or etcd fails the k8s tests here instead of skipping them.
+# A missing kube-apiserver, kubectl, helm, etcd, node binary or image archive fails the k8s tests
+# here instead of skipping them.
 KOROVOD_REQUIRE_K8S=1 ctest --test-dir build -j"$JOBS" --output-on-failure --timeout 900
 
 if [ "${KOROVOD_SKIP_SANITIZERS:-0}" != 1 ]; then

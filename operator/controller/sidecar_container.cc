@@ -19,9 +19,12 @@ std::string FormatDouble(double v) {
   return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
 }
 
+// timeoutSeconds 5, not the default 1: an engine busy with a large allreduce on a loaded node
+// may answer late, and three late answers would restart a sidecar in mid-training.
 json HttpProbe(std::string_view path, int64_t period_seconds, int64_t failure_threshold) {
   return json{{"httpGet", {{"path", std::string(path)}, {"port", std::string(kMetricsPortName)}}},
               {"periodSeconds", period_seconds},
+              {"timeoutSeconds", 5},
               {"failureThreshold", failure_threshold}};
 }
 
@@ -97,9 +100,11 @@ json BuildSidecarContainer(const HorovodJobSpec& spec, const WorkerIdentity& id,
   // The health server starts once the world is connected, so the startup probe waits as long as
   // the rendezvous may (plus a margin for the link probe); then the sidecar exits with the cause
   // itself, and the operator fails the job at the same bound (StartupTimeout).
-  constexpr int64_t kStartupProbePeriod = 2;
+  // Every second: the trainer (a native sidecar's follower) starts at the first success, so a
+  // longer period is start-up latency every job pays.
+  constexpr int64_t kStartupProbePeriod = 1;
   const int64_t startup_failures =
-      std::max<int64_t>(id.start_timeout_seconds, 1) / kStartupProbePeriod + 15;
+      std::max<int64_t>(id.start_timeout_seconds, 1) / kStartupProbePeriod + 30;
 
   return json{
       {"name", std::string(kSidecarContainerName)},

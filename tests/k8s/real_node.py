@@ -36,6 +36,14 @@ What this machine needs, and why each setting is what it is:
     the kubelet (logs, exec) with a client certificate in system:masters, and checks the kubelet's
     serving certificate (also from the test CA, for the node's IP). kube-scheduler and
     kube-controller-manager use the admin kubeconfig.
+  * gang scheduling (RealNodeCluster(coscheduling="beside" or "instead")): the scheduler-plugins
+    kube-scheduler (.testinfra/bin/kube-scheduler-plugins, scripts/build-testinfra.sh) with a
+    KubeSchedulerConfiguration whose profile enables Coscheduling (queueSort, preFilter,
+    postFilter, permit, reserve), either as a second scheduler beside the default one (its
+    profile's schedulerName is COSCHEDULER_NAME: pods choose it with spec.schedulerName) or as
+    the only one (profile default-scheduler). Its PodGroup and ElasticQuota CRDs
+    (.testinfra/scheduler-plugins-crds) are applied first, and scheduler-plugins' controller
+    (.testinfra/bin/kube-scheduler-plugins-controller) sets PodGroups' status (phase, running).
 
 Teardown (stop) kills every process it started, the containers (through containerd, then any
 shim left), unmounts what is mounted under its folders, removes the bridge, the cgroups and the
@@ -54,7 +62,8 @@ import tarfile
 import tempfile
 import time
 
-from cluster import REPO, Cluster, _kubeconfig, binaries, free_port, issue_cert
+from cluster import (REPO, TESTINFRA_BIN, Cluster, _kubeconfig, binaries, free_port,
+                     issue_cert)
 from cluster_dns import ClusterDNS
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"   # the pause tag of the images the repo builds
@@ -99,6 +108,42 @@ CONTROLLERS = ("garbage-collector-controller", "job-controller", "statefulset-co
 KUBELET_SYSCTLS = {"vm/overcommit_memory": "1", "vm/panic_on_oom": "0", "kernel/panic": "10",
                    "kernel/panic_on_oops": "1", "kernel/keys/root_maxkeys": "1000000",
                    "kernel/keys/root_maxbytes": "25000000"}
+
+
+# The scheduler-plugins kube-scheduler (Coscheduling) and its PodGroup controller, for
+# RealNodeCluster(coscheduling=...); their CRDs are copied beside them by build-testinfra.sh.
+SCHEDULER_PLUGINS_BINARIES = ("kube-scheduler-plugins", "kube-scheduler-plugins-controller")
+SCHEDULER_PLUGINS_CRDS = os.path.join(REPO, ".testinfra", "scheduler-plugins-crds")
+# The schedulerName of the Coscheduling profile when it runs beside the default scheduler (the name
+# scheduler-plugins' own Helm chart gives its second scheduler).
+COSCHEDULER_NAME = "scheduler-plugins-scheduler"
+COSCHEDULING_MODES = (None, "beside", "instead")
+
+
+def scheduler_plugins_binaries():
+    """The paths of kube-scheduler-plugins and kube-scheduler-plugins-controller, or a message
+    naming what is missing (the CRDs included)."""
+    paths = {n: os.path.join(TESTINFRA_BIN, n) for n in SCHEDULER_PLUGINS_BINARIES}
+    missing = [n for n, p in paths.items() if not os.access(p, os.X_OK)]
+    if missing:
+        return None, ("missing %s in %s: run scripts/build-testinfra.sh (it builds them from "
+                      "sigs.k8s.io/scheduler-plugins)" % (", ".join(missing), TESTINFRA_BIN))
+    crd = os.path.join(SCHEDULER_PLUGINS_CRDS, "scheduling.x-k8s.io_podgroups.yaml")
+    if not os.path.isfile(crd):
+        return None, "missing %s: run scripts/build-testinfra.sh" % crd
+    return paths, ""
+
+
+def require_scheduler_plugins():
+    """Skips the calling test without the scheduler-plugins build, or fails it under
+    KOROVOD_REQUIRE_K8S=1. Returns the paths."""
+    import pytest
+    paths, why = scheduler_plugins_binaries()
+    if not paths:
+        if os.environ.get("KOROVOD_REQUIRE_K8S") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    return paths
 
 
 def node_binaries():
@@ -264,6 +309,12 @@ def pause_image_archive(workdir):
                            {"/pause": (exe, 0o755)}, entrypoint=["/pause"])
 
 
+def _podman_env():
+    """podman's environment as scripts/build-images.sh sets it (its containers.conf, when there)."""
+    conf = os.path.join(REPO, ".testinfra", "images", "containers.conf")
+    return dict(os.environ, **({"CONTAINERS_CONF": conf} if os.path.exists(conf) else {}))
+
+
 def _k8s_version():
     with open(os.path.join(REPO, "tests", "k8s", "testinfra", "go.mod")) as f:
         for line in f:
@@ -272,17 +323,47 @@ def _k8s_version():
     raise RuntimeError("no k8s.io/kubernetes in tests/k8s/testinfra/go.mod")
 
 
+def processes():
+    """(pid, argv as bytes) of every process still there when read."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                yield int(pid), f.read().split(b"\0")
+        except OSError:
+            continue
+
+
 # --- the cluster with a node ---------------------------------------------------------------------
+
 class RealNodeCluster(Cluster):
     def __init__(self, workdir, node="real-node", extra_apiserver_args=(), audit_users=(),
-                 pods_reach_apiserver=True):
+                 pods_reach_apiserver=True, coscheduling=None, permit_waiting_s=10,
+                 kubelet_config=None):
         """workdir: the test's folder (logs, kubeconfigs, PKI); the node's state goes to a short
         folder under /tmp that stop() removes. pods_reach_apiserver: kube-apiserver listens on
         all addresses (not only 127.0.0.1) and advertises the gateway address, and a DNAT rule
         sends pods' connections to the `kubernetes` Service's ClusterIP (KUBERNETES_SERVICE_HOST,
         kubernetes.default.svc) there, as kube-proxy would: in-cluster clients (an operator in a
-        pod) work with their service-account token."""
+        pod) work with their service-account token.
+        coscheduling: None (the default: the pinned kube-scheduler alone), "beside" (the
+        scheduler-plugins kube-scheduler as a second scheduler, schedulerName COSCHEDULER_NAME)
+        or "instead" (it replaces kube-scheduler, as default-scheduler); permit_waiting_s: its
+        Coscheduling permitWaitingTimeSeconds (how long the gang's first pods wait at Permit for
+        the rest). kubelet_config: entries merged into the KubeletConfiguration (e.g.
+        {"systemReserved": {"cpu": "1"}} to shrink the node's allocatable CPU)."""
+        if coscheduling not in COSCHEDULING_MODES:
+            raise ValueError("coscheduling must be one of %s" % (COSCHEDULING_MODES,))
         super().__init__(workdir, extra_apiserver_args, audit_users)
+        self.coscheduling = coscheduling
+        self.permit_waiting_s = permit_waiting_s
+        self.kubelet_config = dict(kubelet_config or {})
+        self.scheduler_plugins_paths = {}
+        if coscheduling:
+            self.scheduler_plugins_paths, why = scheduler_plugins_binaries()
+            if not self.scheduler_plugins_paths:
+                raise RuntimeError(why)
         self.pods_reach_apiserver = pods_reach_apiserver
         self.node_paths, why = node_binaries()
         if not self.node_paths:
@@ -426,11 +507,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
     def _start_controllers(self):
         pki = os.path.join(self.dir, "pki")
-        self._spawn("kube-scheduler", [
-            self.node_paths["kube-scheduler"], "--kubeconfig=" + self.admin_kubeconfig,
-            "--authentication-kubeconfig=" + self.admin_kubeconfig,
-            "--authorization-kubeconfig=" + self.admin_kubeconfig,
-            "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0"])
+        if self.coscheduling != "instead":
+            self._spawn("kube-scheduler", [
+                self.node_paths["kube-scheduler"], "--kubeconfig=" + self.admin_kubeconfig,
+                "--authentication-kubeconfig=" + self.admin_kubeconfig,
+                "--authorization-kubeconfig=" + self.admin_kubeconfig,
+                "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0"])
+        if self.coscheduling:
+            self._start_coscheduling()
         self._spawn("kube-controller-manager", [
             self.node_paths["kube-controller-manager"], "--kubeconfig=" + self.admin_kubeconfig,
             "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0",
@@ -440,6 +524,53 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             "--cluster-cidr=" + POD_SUBNET, "--allocate-node-cidrs=false",
             # Pods of a deleted owner go within a second or two, not a minute.
             "--concurrent-gc-syncs=5"])
+
+    def _start_coscheduling(self):
+        """The scheduler-plugins CRDs, its PodGroup controller and its kube-scheduler with a
+        Coscheduling profile (see coscheduling in __init__)."""
+        self.kubectl("apply", "--server-side", "-f", SCHEDULER_PLUGINS_CRDS)
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                     "crd/podgroups.scheduling.x-k8s.io", "crd/elasticquotas.scheduling.x-k8s.io")
+        # controller-runtime's --kubeconfig; its metrics and probes on ports of their own.
+        self._spawn("kube-scheduler-plugins-controller", [
+            self.scheduler_plugins_paths["kube-scheduler-plugins-controller"],
+            "--kubeconfig=" + self.admin_kubeconfig,
+            "--metricsAddr=127.0.0.1:%d" % free_port(), "--probeAddr=127.0.0.1:%d" % free_port()])
+        name = COSCHEDULER_NAME if self.coscheduling == "beside" else "default-scheduler"
+        # Coscheduling sorts the queue (a gang's pods together) and takes part at every extension
+        # point where it acts (scheduler-plugins' manifests/coscheduling/scheduler-config.yaml
+        # does the same with multiPoint): preFilter rejects a pod whose group has fewer than
+        # minMember pods, permit holds the gang's placed pods until minMember are, postFilter
+        # and reserve's unreserve reject the whole gang when one cannot be placed.
+        config = os.path.join(self.dir, "coscheduling-scheduler.yaml")
+        with open(config, "w") as f:
+            json.dump({
+                "apiVersion": "kubescheduler.config.k8s.io/v1",
+                "kind": "KubeSchedulerConfiguration",
+                "leaderElection": {"leaderElect": False},
+                "clientConnection": {"kubeconfig": self.admin_kubeconfig},
+                "profiles": [{
+                    "schedulerName": name,
+                    "plugins": {
+                        "queueSort": {"enabled": [{"name": "Coscheduling"}],
+                                      "disabled": [{"name": "*"}]},
+                        **{point: {"enabled": [{"name": "Coscheduling"}]}
+                           for point in ("preFilter", "postFilter", "permit", "reserve")}},
+                    "pluginConfig": [{"name": "Coscheduling", "args": {
+                        "permitWaitingTimeSeconds": self.permit_waiting_s}}]}],
+            }, f, indent=1)
+        self.coscheduler_name = name
+        # Coscheduling asks for its rejected pods to be retried only when a pod is added or a
+        # PodGroup added or updated (its EventsToRegister): a gang whose pods were all last
+        # turned away by Coscheduling itself (at Permit or by a sibling's PostFilter) is not
+        # retried when a pod is deleted and frees room, until the scheduler's flush of
+        # unschedulable pods, 5 minutes by default. Here it is 10 s (the flush runs every 30 s).
+        self._spawn("kube-scheduler-plugins", [
+            self.scheduler_plugins_paths["kube-scheduler-plugins"], "--config=" + config,
+            "--authentication-kubeconfig=" + self.admin_kubeconfig,
+            "--authorization-kubeconfig=" + self.admin_kubeconfig,
+            "--bind-address=127.0.0.1", "--secure-port=0",
+            "--pod-max-in-unschedulable-pods-duration=10s"])
 
     def _start_kubelet(self):
         s, pki = self.state, os.path.join(self.dir, "pki")
@@ -488,6 +619,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                 "serializeImagePulls": False, "maxPods": 50,
                 "nodeStatusUpdateFrequency": "2s", "syncFrequency": "5s",
                 "fileCheckFrequency": "5s", "httpCheckFrequency": "5s",
+                **self.kubelet_config,
             }, f, indent=1)
         sysctl_dir = os.path.join(s, "sysctl")
         binds = []
@@ -563,8 +695,27 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     def import_image(self, archive, deadline_s=600):
         """Imports an image archive (docker-archive or OCI layout tar, as podman save or
         write_oci_image make) into the node's containerd and unpacks it; pods use it with
-        imagePullPolicy Never or IfNotPresent (a tag other than latest). Returns ctr's output."""
-        return self.ctr("images", "import", archive, timeout=deadline_s).stdout
+        imagePullPolicy Never or IfNotPresent (a tag other than latest). archive may also be
+        "podman:<reference>": an image of podman's local storage, streamed (podman save |
+        ctr images import -) without an archive on disk. Returns ctr's output."""
+        if not archive.startswith("podman:"):
+            return self.ctr("images", "import", archive, timeout=deadline_s).stdout
+        ref = archive[len("podman:"):]
+        with tempfile.TemporaryFile() as err:
+            save = subprocess.Popen(["podman", "save", "--quiet", "--format", "docker-archive",
+                                     ref], stdout=subprocess.PIPE, stderr=err, env=_podman_env())
+            try:
+                r = subprocess.run([self.node_paths["ctr"], "-a", self.containerd_sock, "-n",
+                                    "k8s.io", "images", "import", "-"], stdin=save.stdout,
+                                   capture_output=True, text=True, timeout=deadline_s)
+            finally:
+                save.stdout.close()
+                if save.wait(60) != 0 or r.returncode != 0:
+                    err.seek(0)
+                    raise RuntimeError("podman save %s | ctr images import - failed (%s, %s): "
+                                       "%s%s" % (ref, save.returncode, r.returncode,
+                                                 err.read().decode(errors="replace"), r.stderr))
+        return r.stdout
 
     def wait_pod_phase(self, name, phases=("Succeeded",), namespace="default", deadline_s=120):
         """Waits for pod `name` to reach one of `phases`; fails at once on a phase it cannot leave
@@ -651,17 +802,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         pids = []
         if not self.containerd_sock:
             return pids
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                with open("/proc/%s/cmdline" % pid, "rb") as f:
-                    argv = f.read().split(b"\0")
-            except OSError:
-                continue
+        for pid, argv in processes():
             if argv and argv[0].endswith(b"containerd-shim-runc-v2") and \
                     self.containerd_sock.encode() in argv:
-                pids.append(int(pid))
+                pids.append(pid)
         return pids
 
     @staticmethod

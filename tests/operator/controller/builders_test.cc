@@ -133,6 +133,12 @@ TEST(WorkerPod, NativeSidecar) {
   EXPECT_EQ(sc["livenessProbe"]["httpGet"]["path"], "/healthz");
   EXPECT_EQ(sc["startupProbe"]["httpGet"]["path"], "/healthz");
   EXPECT_EQ(sc["startupProbe"]["httpGet"]["port"], "metrics");
+  // The trainer starts at the first startup success: probed every second. Late answers of a busy
+  // engine are not failures within 5 s.
+  EXPECT_EQ(sc["startupProbe"]["periodSeconds"], 1);
+  for (const char* probe : {"startupProbe", "livenessProbe", "readinessProbe"}) {
+    EXPECT_EQ(sc[probe]["timeoutSeconds"], 5) << probe;
+  }
   const json& sec = sc["securityContext"];
   EXPECT_EQ(sec["runAsNonRoot"], true);
   // The kubelet takes only the uid of an image without a passwd entry: the group is explicit.
