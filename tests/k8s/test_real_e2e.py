@@ -33,7 +33,8 @@ import pytest
 import yaml
 
 from cluster import REPO, require_binaries
-from real_node import processes, require_node_binaries, running
+from real_node import (COSCHEDULER_NAME, processes, require_node_binaries,
+                       require_scheduler_plugins, running)
 
 IMAGES_DIR = os.environ.get("KOROVOD_IMAGES_DIR") or os.path.join(REPO, ".testinfra", "images")
 ARCHIVES = ("operator", "sidecar", "trainer-pytorch")
@@ -72,13 +73,14 @@ def _require_images():
 def node():
     paths = require_binaries("helm")
     require_node_binaries()
+    require_scheduler_plugins()  # the gang sample's Coscheduling scheduler, beside the default
     archives = _require_images()
     keep = os.environ.get("KOROVOD_REAL_E2E_LOGS")  # a folder to keep the logs in
     with tempfile.TemporaryDirectory(prefix="korovod-real-e2e-") as tmp:
         d = keep or tmp
         os.makedirs(d, exist_ok=True)
         t0 = time.monotonic()
-        with running(d, images=archives) as c:
+        with running(d, images=archives, coscheduling="beside") as c:
             print("\nreal node Ready in %.1f s, images imported in %.1f s"
                   % (c.start_seconds, time.monotonic() - t0 - c.start_seconds))
             c.helm_path = paths["helm"]
@@ -499,3 +501,35 @@ def test_cpu_job_sample_runs(node, operator):
     accuracies = re.findall(r"test accuracy ([0-9.]+)%", log)
     assert len(accuracies) == 15 and float(accuracies[-1]) >= 90.0, log
     assert status["succeededWorkers"] == 4, status
+
+
+def test_gang_cpu_sample_runs(node, operator):
+    """crds/samples/gang-cpu-job.yaml (images pinned to the built tag): the operator makes its
+    scheduler-plugins PodGroup, the Coscheduling scheduler places both workers, and they train."""
+    ns = _namespace(node)
+    with open(os.path.join(REPO, "crds", "samples", "gang-cpu-job.yaml")) as f:
+        doc = yaml.safe_load(f)
+    name = doc["metadata"]["name"]
+    spec = doc["spec"]
+    assert spec["schedulingPolicy"]["schedulerName"] == COSCHEDULER_NAME
+    trainer = spec["template"]["spec"]["containers"][0]
+    trainer["image"] = trainer["image"].rsplit(":", 1)[0] + ":" + TAG
+    spec["sidecar"]["image"] = spec["sidecar"]["image"].rsplit(":", 1)[0] + ":" + TAG
+    trainer["resources"]["requests"] = {"cpu": "100m", "memory": "256Mi"}
+    node.kubectl("-n", ns, "apply", "-f", "-", input=json.dumps(doc))
+    try:
+        node.wait_for(lambda: (_job(node, ns, name) or {}).get("status", {}).get("phase")
+                      in ("Succeeded", "Failed"), "job %s finished" % name, 600)
+    except AssertionError as e:
+        raise AssertionError("%s\n%s" % (e, _diagnose(node, ns))) from None
+    status = _job(node, ns, name)["status"]
+    assert status["phase"] == "Succeeded", (status, _diagnose(node, ns))
+    group = node.get("/apis/scheduling.x-k8s.io/v1alpha1/namespaces/%s/podgroups/%s" % (ns, name))
+    assert group["spec"]["minMember"] == 2, group
+    for p in node.get("/api/v1/namespaces/%s/pods?labelSelector=korovod.dev/job-name=%s"
+                      % (ns, name))["items"]:
+        assert p["spec"]["schedulerName"] == COSCHEDULER_NAME
+        assert p["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == name
+    log = node.kubectl("-n", ns, "logs", name + "-worker-0", "-c", "trainer", check=False).stdout
+    accuracies = re.findall(r"test accuracy ([0-9.]+)%", log)
+    assert len(accuracies) == 5 and float(accuracies[-1]) >= 85.0, log

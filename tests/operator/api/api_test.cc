@@ -547,7 +547,8 @@ TEST_P(Sample, ParsesAndValidates) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Crds, Sample,
-                         ::testing::Values("cpu-job.yaml", "gpu-rdma-job.yaml", "gang-job.yaml"),
+                         ::testing::Values("cpu-job.yaml", "gpu-rdma-job.yaml", "gang-job.yaml",
+                                           "gang-cpu-job.yaml"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
                            std::string n = info.param;
                            n = n.substr(0, n.find('.'));

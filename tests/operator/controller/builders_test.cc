@@ -515,7 +515,7 @@ TEST(Samples, ProduceValidPods) {
     }
     EXPECT_EQ(static_cast<int64_t>(pods.size()), parsed.spec.replicas);
   }
-  EXPECT_EQ(samples, 3);
+  EXPECT_EQ(samples, 4);
 }
 
 TEST(Samples, GpuRdmaSampleDetails) {
