@@ -47,16 +47,22 @@ def binaries(extra=()):
     return paths, ""
 
 
+def unavailable(why):
+    """Skips the calling test for want of `why`, or fails it under KOROVOD_REQUIRE_K8S=1 (CI,
+    where scripts/test.sh installs and builds everything first)."""
+    import pytest
+    if os.environ.get("KOROVOD_REQUIRE_K8S") == "1":
+        pytest.fail(why)
+    pytest.skip(why)
+
+
 def require_binaries(*extra):
     """Skips the calling test when the binaries (etcd, kube-apiserver, kubectl and `extra`, e.g.
-    "helm") are missing, or fails it under KOROVOD_REQUIRE_K8S=1 (CI, where scripts/test.sh
-    builds them first). Returns their paths."""
-    import pytest
+    "helm") are missing, or fails it under KOROVOD_REQUIRE_K8S=1 (unavailable). Returns their
+    paths."""
     paths, why = binaries(extra)
     if not paths:
-        if os.environ.get("KOROVOD_REQUIRE_K8S") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
+        unavailable(why)
     return paths
 
 

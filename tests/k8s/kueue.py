@@ -35,7 +35,7 @@ import urllib.request
 
 import pytest
 
-from cluster import REPO, binaries, free_port, require_binaries
+from cluster import REPO, binaries, free_port, require_binaries, unavailable
 
 KUEUE_CRDS = os.environ.get("KOROVOD_KUEUE_CRDS", os.path.join(REPO, ".testinfra", "kueue-crds"))
 NAMESPACE = "kueue-system"
@@ -63,10 +63,7 @@ def require_kueue():
     or fails it under KOROVOD_REQUIRE_K8S=1 (like cluster.require_binaries)."""
     paths = require_binaries("kueue")
     if not any(os.path.basename(f) == "kueue.x-k8s.io_workloads.yaml" for f in crd_files()):
-        why = "missing Kueue's CRDs in %s: run scripts/build-testinfra.sh" % KUEUE_CRDS
-        if os.environ.get("KOROVOD_REQUIRE_K8S") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
+        unavailable("missing Kueue's CRDs in %s: run scripts/build-testinfra.sh" % KUEUE_CRDS)
     return paths
 
 

@@ -63,7 +63,7 @@ import tempfile
 import time
 
 from cluster import (REPO, TESTINFRA_BIN, Cluster, _kubeconfig, binaries, free_port,
-                     issue_cert)
+                     issue_cert, unavailable)
 from cluster_dns import ClusterDNS
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"   # the pause tag of the images the repo builds
@@ -137,12 +137,9 @@ def scheduler_plugins_binaries():
 def require_scheduler_plugins():
     """Skips the calling test without the scheduler-plugins build, or fails it under
     KOROVOD_REQUIRE_K8S=1. Returns the paths."""
-    import pytest
     paths, why = scheduler_plugins_binaries()
     if not paths:
-        if os.environ.get("KOROVOD_REQUIRE_K8S") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
+        unavailable(why)
     return paths
 
 
@@ -172,12 +169,9 @@ def node_binaries():
 def require_node_binaries():
     """Skips the calling test when a real node cannot run here, or fails it under
     KOROVOD_REQUIRE_K8S=1. Returns the paths."""
-    import pytest
     paths, why = node_binaries()
     if not paths:
-        if os.environ.get("KOROVOD_REQUIRE_K8S") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
+        unavailable(why)
     return paths
 
 

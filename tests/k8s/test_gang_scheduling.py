@@ -28,7 +28,7 @@ import uuid
 
 import pytest
 
-from cluster import require_binaries
+from cluster import require_binaries, unavailable
 from jobs import CRD
 from operator_process import OperatorProcess, operator_binary
 from real_node import (COSCHEDULER_NAME, require_node_binaries, require_scheduler_plugins,
@@ -47,9 +47,7 @@ def _require(fn, *args):
     try:
         return fn(*args)
     except RuntimeError as e:
-        if os.environ.get("KOROVOD_REQUIRE_K8S") == "1":
-            pytest.fail(str(e))
-        pytest.skip(str(e))
+        unavailable(str(e))
 
 
 @pytest.fixture(scope="module")
@@ -60,10 +58,7 @@ def node():
     _require(operator_binary)
     busybox = shutil.which("busybox")
     if not busybox:
-        why = "no /bin/busybox (busybox-static) for the test images"
-        if os.environ.get("KOROVOD_REQUIRE_K8S") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
+        unavailable("no /bin/busybox (busybox-static) for the test images")
     with tempfile.TemporaryDirectory(prefix="korovod-gang-") as d:
         links = {"/bin/" + a: "busybox" for a in BUSYBOX_APPLETS}
         trainer = write_oci_image(os.path.join(d, "busybox.tar"), BUSYBOX,

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -150,6 +151,26 @@ class FakeNamespace {
   FakeApiServer fake_;
 };
 
+// Runs a controller over `ns` until its first status write, then `then` (more waits and checks
+// while it still runs), then stops it.
+void RunUntilFirstStatus(
+    FakeNamespace& ns, const std::function<void()>& then = [] {}) {
+  auto registry = std::make_unique<http::MetricsRegistry>();
+  auto metrics = OperatorMetrics::Create(*registry);
+  ASSERT_TRUE(metrics.ok()) << metrics.status().ToString();
+  kube::EventRecorder events(ns.client(), "korovod-operator");
+  JobControllerOptions options;
+  options.namespace_name = "ns";
+  options.workers = 1;
+  JobController controller(ns.client(), events, **metrics, options);
+  controller.StartInformers();
+  ASSERT_TRUE(Eventually([&] { return controller.Synced(); }));
+  controller.StartWorkers();
+  ASSERT_TRUE(Eventually([&] { return !ns.statuses().empty(); }));
+  then();
+  controller.Stop();
+}
+
 TEST(JobController, RecreatedJobDoesNotAdoptThePodsOfItsNamesake) {
   // Job "j" with uid A ran to completion; its pods (and other children) are still there, e.g.
   // terminating or awaiting the garbage collector, when "j" is deleted and created again.
@@ -171,50 +192,21 @@ TEST(JobController, RecreatedJobDoesNotAdoptThePodsOfItsNamesake) {
                              {"configmaps", old_cluster.config_maps()},
                              {"secrets", old_cluster.secrets()}});
 
-  auto registry = std::make_unique<http::MetricsRegistry>();
-  auto metrics = OperatorMetrics::Create(*registry);
-  ASSERT_TRUE(metrics.ok()) << metrics.status().ToString();
-  kube::EventRecorder events(ns.client(), "korovod-operator");
-  JobControllerOptions options;
-  options.namespace_name = "ns";
-  options.workers = 1;
-  JobController controller(ns.client(), events, **metrics, options);
-  controller.StartInformers();
-  ASSERT_TRUE(Eventually([&] { return controller.Synced(); }));
-  controller.StartWorkers();
-
-  ASSERT_TRUE(Eventually([&] { return !ns.statuses().empty(); }));
-  for (const json& status : ns.statuses()) {
-    EXPECT_NE(status.value("phase", ""), "Succeeded")
-        << "the new job reported the old job's result: " << status.dump();
-    EXPECT_EQ(status.value("succeededWorkers", 0), 0) << status.dump();
-  }
-  // It creates its own workers (the API server would answer AlreadyExists while the old ones
-  // terminate; their deletion brings the job back), and leaves the old ones to the collector.
-  EXPECT_TRUE(Eventually([&] { return ns.PostsTo("/api/v1/namespaces/ns/pods") == 2; }))
-      << "pods created: " << ns.PostsTo("/api/v1/namespaces/ns/pods");
-  EXPECT_TRUE(ns.deletes().empty()) << ns.deletes().front();
-  // The namesake's key Secret is not this job's: read by name, then a new one is created.
-  EXPECT_TRUE(Eventually([&] { return ns.PostsTo("/api/v1/namespaces/ns/secrets") >= 1; }));
-  EXPECT_TRUE(ns.secret_lists().empty()) << ns.secret_lists().front();
-  controller.Stop();
-}
-
-// Runs a controller over `ns` until its first status write, then stops it.
-void RunUntilFirstStatus(FakeNamespace& ns) {
-  auto registry = std::make_unique<http::MetricsRegistry>();
-  auto metrics = OperatorMetrics::Create(*registry);
-  ASSERT_TRUE(metrics.ok()) << metrics.status().ToString();
-  kube::EventRecorder events(ns.client(), "korovod-operator");
-  JobControllerOptions options;
-  options.namespace_name = "ns";
-  options.workers = 1;
-  JobController controller(ns.client(), events, **metrics, options);
-  controller.StartInformers();
-  ASSERT_TRUE(Eventually([&] { return controller.Synced(); }));
-  controller.StartWorkers();
-  ASSERT_TRUE(Eventually([&] { return !ns.statuses().empty(); }));
-  controller.Stop();
+  RunUntilFirstStatus(ns, [&] {
+    for (const json& status : ns.statuses()) {
+      EXPECT_NE(status.value("phase", ""), "Succeeded")
+          << "the new job reported the old job's result: " << status.dump();
+      EXPECT_EQ(status.value("succeededWorkers", 0), 0) << status.dump();
+    }
+    // It creates its own workers (the API server would answer AlreadyExists while the old ones
+    // terminate; their deletion brings the job back), and leaves the old ones to the collector.
+    EXPECT_TRUE(Eventually([&] { return ns.PostsTo("/api/v1/namespaces/ns/pods") == 2; }))
+        << "pods created: " << ns.PostsTo("/api/v1/namespaces/ns/pods");
+    EXPECT_TRUE(ns.deletes().empty()) << ns.deletes().front();
+    // The namesake's key Secret is not this job's: read by name, then a new one is created.
+    EXPECT_TRUE(Eventually([&] { return ns.PostsTo("/api/v1/namespaces/ns/secrets") >= 1; }));
+    EXPECT_TRUE(ns.secret_lists().empty()) << ns.secret_lists().front();
+  });
 }
 
 TEST(JobController, ReadsTheKeySecretByNameAndNeverListsOrWatchesSecrets) {
