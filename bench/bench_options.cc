@@ -284,6 +284,7 @@ std::optional<BenchOptions> ParseArgs(int argc, char** argv, UsageError* error, 
       return std::nullopt;
     } else if (a == "--no-loop") {
       o.loop = false;
+      continue;
     } else if (a == "--table") {
       o.table = true;
       continue;

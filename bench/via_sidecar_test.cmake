@@ -70,6 +70,19 @@ if(MODE STREQUAL "rows")
     expect("row ${i} is not verified: ${row}" NOT no_verified AND verified)
     expect("row ${i} has an error (${error_text}): ${row}" no_error)
     expect("row ${i} has no busbw_gbps: ${row}" NOT no_busbw)
+    string(JSON loop_us ERROR_VARIABLE no_loop GET "${row}" time_us_loop)
+    expect("row ${i} has no time_us_loop (the loop is on by default): ${row}" NOT no_loop)
+  endforeach()
+
+  # --no-loop is accepted and skips the back-to-back loop: no row carries its time.
+  run_bench(out err rc ${common} --transport shm --no-loop)
+  expect("--no-loop: korovod-bench exited with ${rc}:\n${err}" rc EQUAL 0)
+  json_rows(rows "${out}")
+  list(LENGTH rows count)
+  expect("--no-loop: expected 2 rows, got ${count}:\n${out}" count EQUAL 2)
+  foreach(row IN LISTS rows)
+    string(JSON loop_us ERROR_VARIABLE no_loop GET "${row}" time_us_loop)
+    expect("--no-loop: the row carries time_us_loop: ${row}" no_loop)
   endforeach()
 
   # The verification through the sidecar is live: a corrupted element turns every row into an error.

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs everything korovod needs to build and test on Debian bookworm (run as root or with sudo).
 #   scripts/install-deps.sh            build + test dependencies
-#   scripts/install-deps.sh --bench    also the peer baselines (Open MPI, Gloo, torch) for bench/
+#   scripts/install-deps.sh --bench    also the peer baselines (Open MPI, Gloo, torch) for bench/,
+#                                      and Horovod 0.28.1 itself (built from the Python package
+#                                      index for Debian's torch, CPU + Gloo, into
+#                                      $KOROVOD_DEPS_DIR/horovod-venv; ~15 min on 2 cores, once)
 #   scripts/install-deps.sh --cuda     also CUDA runtime + NCCL, for the optional GPU backend
 #   scripts/install-deps.sh --k8s      also etcd, for the operator's API-server tests (the API
 #                                      server and kubectl come from scripts/build-testinfra.sh),
@@ -49,7 +52,9 @@ PKGS=(g++ make cmake ninja-build pkg-config libgtest-dev libssl-dev nlohmann-jso
       python3-grpcio python3-sklearn python3-numpy python3-torch pybind11-dev python3-pytest
       python3-yaml python3-mock python3-cloudpickle)
 if [ "$WITH_BENCH" = 1 ]; then
-  PKGS+=(libopenmpi-dev openmpi-bin libgloo-dev python3-torch)
+  # libtorch-dev: python3-torch ships its C++ headers as symlinks into it; Horovod's torch
+  # extension compiles against them.
+  PKGS+=(libopenmpi-dev openmpi-bin libgloo-dev python3-torch libtorch-dev)
 fi
 if [ "$WITH_IMAGES" = 1 ]; then
   # runc, not crun: Debian 12's crun rejects hybrid cgroup v1 hosts (scripts/build-images.sh
@@ -80,6 +85,34 @@ if [ "${#missing[@]}" -gt 0 ]; then
   $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DEPS="${KOROVOD_DEPS_DIR:-$REPO/.deps}"
+
+# ---- Horovod itself, the peer of bench/horovod_peer ---------------------------------------------
+# In its own virtualenv (with Debian's site packages, for torch) so that its `horovod` package never
+# shadows korovod's on the system path. Built once; the stamp names the version.
+HOROVOD_VERSION=0.28.1
+install_horovod() {
+  local venv="$DEPS/horovod-venv"
+  if [ -f "$venv/.korovod-stamp" ] && [ "$(cat "$venv/.korovod-stamp")" = "$HOROVOD_VERSION" ]; then
+    echo "install-deps.sh: Horovod $HOROVOD_VERSION already in $venv"
+    return 0
+  fi
+  rm -rf "$venv"
+  /usr/bin/python3 -m venv --system-site-packages "$venv"
+  echo "install-deps.sh: building Horovod $HOROVOD_VERSION into $venv (about 15 min on 2 cores)"
+  # No build isolation: the build must see Debian's torch, not a fresh one from the index.
+  "$venv/bin/pip" install --quiet --disable-pip-version-check cmake wheel packaging
+  HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
+    HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_CPU_OPERATIONS=gloo \
+    MAKEFLAGS="-j$(nproc)" \
+    "$venv/bin/pip" install --no-build-isolation --no-cache-dir --disable-pip-version-check \
+    "horovod==$HOROVOD_VERSION"
+  "$venv/bin/python" -c 'import horovod.torch as hvd; assert hvd.gloo_built()'
+  echo "$HOROVOD_VERSION" >"$venv/.korovod-stamp"
+}
+if [ "$WITH_BENCH" = 1 ]; then install_horovod; fi
+
 [ "$WITH_CUDA" = 1 ] || exit 0
 
 # ---- CUDA runtime + NCCL ------------------------------------------------------------------------
@@ -91,8 +124,7 @@ CU12_CUDA=(nvidia-cuda-runtime-cu12==12.9.79 nvidia-cuda-nvcc-cu12==12.9.86
            nvidia-cuda-cccl-cu12==12.9.27)
 CU12_NCCL=(nvidia-nccl-cu12==2.32.3)
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PREFIX="${KOROVOD_DEPS_DIR:-$REPO/.deps}/cuda"
+PREFIX="$DEPS/cuda"
 PY=/usr/bin/python3
 
 # Root of a system-wide toolkit, or empty.

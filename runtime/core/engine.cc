@@ -1,6 +1,7 @@
 #include "runtime/core/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <thread>
 
@@ -57,6 +58,7 @@ struct Engine::Impl {
   mutable std::mutex mu;
   std::condition_variable wake;
   std::vector<std::unique_ptr<PendingOp>> incoming;
+  std::atomic<uint64_t> submitted{0};  // ops ever submitted: the gather window watches it
   Admission admission;
   bool shutdown_requested = false;
   bool stopped = false;
@@ -230,7 +232,10 @@ struct Engine::Impl {
 
   // ---- one process set's cycle ----
   // Returns a data plane failure; sets *stop when the engine must stop after this cycle.
-  Status RunSetCycle(SetState& s, bool world, bool* stop, std::string* stop_reason);
+  // *again: this rank has ops in flight in the set and the next cycle should start at once (see
+  // "When a cycle starts" in docs/engine.md).
+  Status RunSetCycle(SetState& s, bool world, bool* stop, std::string* stop_reason, bool* again);
+  void WaitForCycle(std::unique_lock<std::mutex>& lock, Clock::time_point next);
   void InspectStalls(SetState& s, const std::vector<bool>& joined);
   void ApplyTuning(const TunableParams& tuning);
   Status ExecuteResponses(SetState& s, const CycleResponses& cycle, bool any_joined);
@@ -245,7 +250,8 @@ struct Engine::Impl {
 };
 
 // The steps are those of "One cycle" in docs/engine.md.
-Status Engine::Impl::RunSetCycle(SetState& s, bool world, bool* stop, std::string* stop_reason) {
+Status Engine::Impl::RunSetCycle(SetState& s, bool world, bool* stop, std::string* stop_reason,
+                                 bool* again) {
   const bool busy = !s.pending.empty();
   const Clock::time_point t0 = Clock::now();
 
@@ -292,6 +298,11 @@ Status Engine::Impl::RunSetCycle(SetState& s, bool world, bool* stop, std::strin
     stats.execution_ns += ElapsedNs(t1);
   }
 
+  // With ops in flight, this rank waits for the others inside the next exchange, so that the last
+  // rank to submit completes it at once, unless every rank is waiting and nothing moved (then the
+  // cycle time paces the ranks, and the next submit wakes its engine).
+  const bool moved = !cycle.responses.empty() || x.any_payload || x.news;
+  *again = !s.pending.empty() && (moved || !x.all_pending);
   if (x.shutdown_rank >= 0) {
     *stop = true;
     *stop_reason = "the engine was shut down by " + s.DescribeRank(*comm, x.shutdown_rank);
@@ -465,13 +476,46 @@ void Engine::Impl::RecordAutotuneSample() {
   if (autotuner->Record(cycle_bytes, secs)) to_announce.tuning = autotuner->current();
 }
 
+// Waits for the next cycle (with `mu` held): until the cycle time is up, the engine is shut down,
+// or an op is submitted; then, while ops keep arriving, until none has for `gather_time_us`, so
+// that a burst lands in one cycle and fuses. Short windows are polled, not slept: a timed sleep
+// of a few microseconds costs the kernel's timer slack (~50 us) and would tax every lone op.
+void Engine::Impl::WaitForCycle(std::unique_lock<std::mutex>& lock, Clock::time_point next) {
+  wake.wait_until(lock, next, [&] { return shutdown_requested || !incoming.empty(); });
+  if (shutdown_requested || incoming.empty() || config.gather_time_us <= 0) return;
+  const auto quiet = std::chrono::microseconds(config.gather_time_us);
+  constexpr auto kPollUpTo = std::chrono::microseconds(100);
+  uint64_t seen = submitted.load(std::memory_order_acquire);
+  Clock::time_point last_change = Clock::now();
+  while (!shutdown_requested) {
+    const Clock::time_point now = Clock::now();
+    const Clock::time_point until = std::min(next, last_change + quiet);
+    if (now >= until) return;
+    if (quiet <= kPollUpTo) {
+      lock.unlock();
+      std::this_thread::yield();
+      lock.lock();
+    } else {
+      wake.wait_until(lock, until, [&] {
+        return shutdown_requested || submitted.load(std::memory_order_acquire) != seen;
+      });
+    }
+    const uint64_t n = submitted.load(std::memory_order_acquire);
+    if (n != seen) {
+      seen = n;
+      last_change = Clock::now();
+    }
+  }
+}
+
 void Engine::Impl::Loop() {
   Clock::time_point next = Clock::now();
   std::string stop_reason;
+  bool again = false;  // the previous cycle asks for the next one at once
   while (true) {
-    {
+    if (!again) {
       std::unique_lock<std::mutex> lock(mu);
-      wake.wait_until(lock, next, [&] { return shutdown_requested; });
+      WaitForCycle(lock, next);
     }
     const Clock::time_point start = Clock::now();
     next = start + std::chrono::microseconds(static_cast<int64_t>(cycle_time_ms * 1000));
@@ -485,9 +529,12 @@ void Engine::Impl::Loop() {
     bool stop = false;
     Status failure;
     cycle_bytes = 0;
+    again = false;
     for (auto& [id, st] : sets) {
       if (!st->set.contains_me()) continue;
-      failure = RunSetCycle(*st, id == 0, &stop, &stop_reason);
+      bool set_again = false;
+      failure = RunSetCycle(*st, id == 0, &stop, &stop_reason, &set_again);
+      again = again || set_again;
       if (!failure.ok() || stop) break;  // shutdown is agreed in the world's cycle, first
     }
     if (!failure.ok()) {
@@ -501,6 +548,11 @@ void Engine::Impl::Loop() {
       FailEverything(Aborted(stop_reason));
       timeline.reset();
       return;
+    }
+    {
+      // Ops submitted during this cycle have waited long enough.
+      std::lock_guard<std::mutex> lock(mu);
+      again = again || !incoming.empty();
     }
   }
 }
@@ -576,17 +628,21 @@ StatusOr<std::vector<OpHandle>> Engine::SubmitGroup(std::vector<OpRequest> reque
                            std::to_string(requests.size()) + " requests");
   }
   Impl& im = *impl_;
-  std::lock_guard<std::mutex> lock(im.mu);
-  if (!im.health.ok() || im.stopped) {
-    return im.health.ok() ? FailedPrecondition("the engine has shut down") : im.health;
-  }
-  KV_ASSIGN_OR_RETURN(auto ops, im.admission.Admit(std::move(requests), std::move(done)));
   std::vector<OpHandle> handles;
-  handles.reserve(ops.size());
-  for (auto& op : ops) {
-    handles.emplace_back(op->state);
-    im.incoming.push_back(std::move(op));
+  {
+    std::lock_guard<std::mutex> lock(im.mu);
+    if (!im.health.ok() || im.stopped) {
+      return im.health.ok() ? FailedPrecondition("the engine has shut down") : im.health;
+    }
+    KV_ASSIGN_OR_RETURN(auto ops, im.admission.Admit(std::move(requests), std::move(done)));
+    handles.reserve(ops.size());
+    for (auto& op : ops) {
+      handles.emplace_back(op->state);
+      im.incoming.push_back(std::move(op));
+    }
+    im.submitted.fetch_add(handles.size(), std::memory_order_release);
   }
+  im.wake.notify_one();  // outside the lock: the engine thread must not wake into a held mutex
   return handles;
 }
 

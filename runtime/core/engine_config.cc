@@ -19,7 +19,12 @@ const std::vector<EngineVariable>& EngineVariables() {
       {env::kFusionTensorMax, "1M",
        "tensors of at least this many bytes run alone, in place, never copied into the fusion "
        "buffer; 0: no limit"},
-      {env::kCycleTime, "1", "background cycle time in milliseconds (> 0)"},
+      {env::kCycleTime, "1",
+       "the longest an idle engine waits before it reports to the other ranks, milliseconds "
+       "(> 0); a submit wakes it sooner"},
+      {env::kGatherTimeUs, "5",
+       "an idle engine woken by a submit starts its cycle once no new op has arrived for this "
+       "many microseconds (at most the cycle time), so a burst fuses; 0: at once"},
       {env::kCacheCapacity, "1024", "response cache entries; 0 disables the cache"},
       {env::kStallCheckTimeSeconds, "60",
        "report tensors submitted by some ranks but not others after this long; 0 disables"},
@@ -49,6 +54,8 @@ StatusOr<EngineConfig> EngineConfig::FromEnvironment(const Getenv& getenv) {
   // The upper bound is Validate()'s, which words its own error for values set in code.
   KV_ASSIGN_OR_RETURN(c.cycle_time_ms, settings.Number(env::kCycleTime, c.cycle_time_ms, 1e-9, 1e9,
                                                        "expected milliseconds > 0"));
+  KV_ASSIGN_OR_RETURN(c.gather_time_us,
+                      settings.Int(env::kGatherTimeUs, c.gather_time_us, 0, 60'000'000));
   KV_ASSIGN_OR_RETURN(c.cache_capacity,
                       settings.Int(env::kCacheCapacity, c.cache_capacity, 0, kMaxCount));
   KV_ASSIGN_OR_RETURN(c.stall_check, settings.Seconds(env::kStallCheckTimeSeconds, c.stall_check));
@@ -90,6 +97,10 @@ Status EngineConfig::Validate() const {
   if (!(cycle_time_ms > 0) || cycle_time_ms > 60000) {
     return InvalidArgument("cycle time (" + Name(env::kCycleTime) +
                            ") must be in (0, 60000] ms, got " + std::to_string(cycle_time_ms));
+  }
+  if (gather_time_us < 0 || gather_time_us > 60'000'000) {
+    return InvalidArgument(Name(env::kGatherTimeUs) + " must be in [0, 60000000] us, got " +
+                           std::to_string(gather_time_us));
   }
   if (cache_capacity < 0 || cache_capacity > (1 << 20)) {
     return InvalidArgument("cache capacity (" + Name(env::kCacheCapacity) +

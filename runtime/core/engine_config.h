@@ -21,8 +21,13 @@ struct EngineConfig {
   // Tensors of at least this many bytes are never staged in the fusion buffer (they run alone, in
   // place: for them the two copies cost more than the latency fusion saves); 0: no limit.
   int64_t fusion_tensor_max_bytes = 1 << 20;
-  // Background cycle: how often ranks report ready tensors to the coordinator.
+  // Background cycle: the longest an idle engine waits before it reports to the other ranks (a
+  // submit wakes it sooner).
   double cycle_time_ms = 1.0;
+  // An idle engine woken by a submit waits until no new op has arrived for this long (at most
+  // until the cycle time is up), so that a burst of tensors submitted together fuses; 0: it starts
+  // the cycle at once.
+  int gather_time_us = 5;
   // Response cache entries (tensor names negotiated once, then agreed by bit vector); 0 disables.
   int cache_capacity = 1024;
   // Stall inspector: report tensors some ranks submitted and others not after this long; 0

@@ -13,6 +13,7 @@ namespace {
 constexpr uint64_t kFlagShutdown = 1;  // this rank asked the engine to stop
 constexpr uint64_t kFlagJoined = 2;    // this rank has joined the set
 constexpr uint64_t kFlagNews = 4;      // the coordinator has something to announce
+constexpr uint64_t kFlagPending = 8;   // this rank has ops in flight in this set
 constexpr int kHeaderWords = 2;        // flags, request payload bytes
 
 int CacheWords(int cache_capacity) { return (cache_capacity + 63) / 64; }
@@ -31,6 +32,7 @@ std::string WriteOwnState(SetState& s, int words, bool shutdown, bool news) {
   for (int b : s.invalid_bits) invalid_bits[b / 64] |= uint64_t{1} << (b % 64);
   s.invalid_bits.clear();
   if (s.coordinator && news) s.state[0] |= kFlagNews;
+  if (!s.pending.empty()) s.state[0] |= kFlagPending;
   std::string payload;
   if (!s.unsent.empty()) {
     std::vector<Request> reqs;
@@ -152,6 +154,7 @@ StatusOr<StateExchange> ExchangeStates(Communicator& comm, SetState& s, bool shu
   }
   x.all = s.all_states.data();
   x.joined.assign(n, false);
+  x.all_pending = true;
   for (int r = 0; r < n; ++r) {
     const uint64_t* st = x.all + static_cast<size_t>(r) * x.stride;
     x.joined[r] = (st[0] & kFlagJoined) != 0;
@@ -159,6 +162,7 @@ StatusOr<StateExchange> ExchangeStates(Communicator& comm, SetState& s, bool shu
     if ((st[0] & kFlagShutdown) != 0 && x.shutdown_rank < 0) x.shutdown_rank = r;
     x.news = x.news || (st[0] & kFlagNews) != 0;
     x.any_payload = x.any_payload || st[1] > 0;
+    x.all_pending = x.all_pending && (st[0] & kFlagPending) != 0;
   }
   return x;
 }

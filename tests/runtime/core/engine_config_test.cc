@@ -28,6 +28,7 @@ StatusOr<EngineConfig> Parse(const Env& env, std::set<std::string>* asked = null
 void ExpectSameConfig(const EngineConfig& want, const EngineConfig& got) {
   EXPECT_EQ(want.fusion_threshold_bytes, got.fusion_threshold_bytes);
   EXPECT_EQ(want.cycle_time_ms, got.cycle_time_ms);
+  EXPECT_EQ(want.gather_time_us, got.gather_time_us);
   EXPECT_EQ(want.cache_capacity, got.cache_capacity);
   EXPECT_EQ(want.stall_check, got.stall_check);
   EXPECT_EQ(want.stall_shutdown, got.stall_shutdown);
@@ -82,6 +83,8 @@ std::vector<VariableCase> EveryVariable() {
       {"KOROVOD_FUSION_TENSOR_MAX", "256K",
        [](const EngineConfig& c) { EXPECT_EQ(c.fusion_tensor_max_bytes, 256 << 10); }},
       {"KOROVOD_CYCLE_TIME", "2.5", [](const EngineConfig& c) { EXPECT_EQ(c.cycle_time_ms, 2.5); }},
+      {"KOROVOD_GATHER_TIME_US", "250",
+       [](const EngineConfig& c) { EXPECT_EQ(c.gather_time_us, 250); }},
       {"KOROVOD_CACHE_CAPACITY", "77",
        [](const EngineConfig& c) { EXPECT_EQ(c.cache_capacity, 77); }},
       {"KOROVOD_STALL_CHECK_TIME_SECONDS", "12.5",
@@ -222,6 +225,12 @@ TEST(EngineConfigTest, BadHorovodValueNamesTheHorovodVariable) {
 TEST(EngineConfigTest, BadCycleTimes) {
   for (const char* bad : {"abc", "-1", "0", "-0", "1ms", "nan", "inf", "1e999"}) {
     ExpectRejected("KOROVOD_CYCLE_TIME", bad);
+  }
+}
+
+TEST(EngineConfigTest, BadGatherTimes) {
+  for (const char* bad : {"abc", "-1", "1.5", "5us", "60000001"}) {
+    ExpectRejected("KOROVOD_GATHER_TIME_US", bad);
   }
 }
 

@@ -193,6 +193,47 @@ TEST(EngineFusion, BurstIsFusedAndFusionOffIsNot) {
   }
 }
 
+// The cycle time is only an upper bound: with a 60 s cycle, cached ops that every rank has
+// submitted still complete at once (each wait below would fail long before a cycle ran out), the
+// rank that submits last completes the exchange the others wait in, and idle engines do not spin.
+TEST(EngineCycle, OpsRunOnSubmitNotOnTheCycleTimer) {
+  EngineWorldSpec spec = Spec(3);
+  spec.config.cycle_time_ms = 60000;
+  auto reports = RunEngineRanks(spec, [&](EngineRank& c) -> Status {
+    auto run = [&](const std::string& name, std::vector<float>& in, std::vector<float>& out) {
+      auto h = c.engine().Submit(Allreduce(name, in, out));
+      if (!h.ok()) return h.status();
+      return h->Wait(Deadline::After(20s));
+    };
+    std::vector<float> in(16, static_cast<float>(c.rank() + 1)), out;
+    KV_RETURN_IF_ERROR(EngineBarrier(c.engine(), "start"));
+    for (int step = 0; step < 20; ++step) {
+      KV_RETURN_IF_ERROR(run("w", in, out));
+      c.Check(out[0] == 6.0f, "step " + std::to_string(step) + ": sum " + std::to_string(out[0]));
+    }
+    c.Check(c.engine().stats().cache_hits >= 19, "the steps after the first hit the cache");
+
+    // Idle: no cycles while nothing is submitted (the next timer is a minute away).
+    uint64_t cycles = c.engine().stats().cycles;
+    std::this_thread::sleep_for(300ms);
+    c.Check(c.engine().stats().cycles - cycles <= 1,
+            "an idle engine cycled " + std::to_string(c.engine().stats().cycles - cycles) +
+                " times in 300 ms");
+
+    // Rank 2 submits 300 ms after the others: they wait in the exchange without spinning, and the
+    // op completes once rank 2 has submitted.
+    cycles = c.engine().stats().cycles;
+    if (c.rank() == 2) std::this_thread::sleep_for(300ms);
+    KV_RETURN_IF_ERROR(run("w", in, out));
+    c.Check(out[0] == 6.0f, "late rank: sum " + std::to_string(out[0]));
+    c.Check(c.engine().stats().cycles - cycles <= 4,
+            "waiting for a late rank took " + std::to_string(c.engine().stats().cycles - cycles) +
+                " cycles");
+    return OkStatus();
+  });
+  ExpectEnginesOk(reports);
+}
+
 TEST(EngineFusion, FusedAllgatherWithUnevenFirstDimensions) {
   EngineWorldSpec spec = Spec(3);
   spec.config.cycle_time_ms = 100;

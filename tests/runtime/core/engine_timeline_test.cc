@@ -63,6 +63,7 @@ TEST(EngineTimeline, EveryRankRecordsNegotiationFusionAndPhasesAndTheFilesMerge)
   spec.size = 2;
   spec.config.stall_check = 0ms;
   spec.config.cycle_time_ms = 100;  // the burst after the barrier lands in one cycle: fused
+  spec.config.gather_time_us = 100000;
   spec.config.timeline_path = dir + "/tl.{rank}.json";
   spec.config.timeline_mark_cycles = true;
   auto reports = RunEngineRanks(spec, [&](EngineRank& c) -> Status {
