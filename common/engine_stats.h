@@ -17,6 +17,13 @@ struct EngineStats {
   uint64_t cache_hits = 0;         // ops agreed through the response cache
   uint64_t negotiated = 0;         // ops that went through the coordinator
   uint64_t full_negotiations = 0;  // cycles that gathered request lists
+  // Who waits for whom (runtime/core/straggler_monitor.h), this rank's share, from the world's
+  // state exchanges.
+  uint64_t waited_for_others_ns = 0;     // it had ops in flight and waited for other ranks
+  uint64_t others_waited_for_me_ns = 0;  // other ranks waited for it
+  uint64_t waited_before_first_ns = 0;   // ... of which before its first op of a step
+  uint64_t steps = 0;                    // busy periods of the world
+  uint64_t straggler_steps = 0;          // steps in which it was the one the others waited for
   int64_t fusion_threshold_bytes = 0;
   double cycle_time_ms = 0;
 };

@@ -17,6 +17,7 @@
 #include "runtime/core/set_state.h"
 #include "runtime/core/settings_agreement.h"
 #include "runtime/core/stall_inspector.h"
+#include "runtime/core/straggler_monitor.h"
 #include "runtime/core/timeline/timeline.h"
 
 namespace korovod {
@@ -82,6 +83,10 @@ struct Engine::Impl {
   uint64_t cycle_bytes = 0;
   int64_t fusion_threshold = 0;
   double cycle_time_ms = 1;
+  // The world's who-waits-for-whom (guarded by `mu`: stats() and StragglerLine() read it), and
+  // this rank's current activity in the timeline's "waits" lane (empty: none).
+  std::unique_ptr<StragglerMonitor> stragglers;
+  std::string waits_lane;
   std::thread thread;
 
   explicit Impl(std::unique_ptr<Communicator> c, const EngineConfig& cfg)
@@ -207,6 +212,8 @@ struct Engine::Impl {
     if (!start && !stop) return;
     Status result;
     if (stop || start) {
+      if (timeline && !waits_lane.empty()) timeline->End("waits");
+      waits_lane.clear();
       timeline.reset();
       executor.set_timeline(nullptr);
     }
@@ -243,6 +250,7 @@ struct Engine::Impl {
   void CompleteJoin(SetState& s, const Response& head, std::unique_ptr<PendingOp> op);
   void CreateProcessSet(const Response& head, std::unique_ptr<PendingOp> op);
   Status RunCollective(SetState& s, const FusedOp& f, const CycleResponses& cycle, bool any_joined);
+  void ObserveWaits(const StateExchange& x, const CacheAgreement& agreed);
   void Executed(SetState& s, const Response& r, int cache_bit, OpExecutor::Item& item,
                 bool any_joined);
   void RecordAutotuneSample();
@@ -263,6 +271,7 @@ Status Engine::Impl::RunSetCycle(SetState& s, bool world, bool* stop, std::strin
   KV_ASSIGN_OR_RETURN(const StateExchange x,
                       ExchangeStates(*comm, s, shutdown, world && to_announce.any()));
   const CacheAgreement agreed = AgreeOnCache(s, x);
+  if (world && stragglers) ObserveWaits(x, agreed);
   CycleResponses cycle = CachedResponses(*comm, s, x, agreed);
   if (s.stall) WatchCachedStalls(s, x, agreed, cycle.responses);
   ResponseList list;
@@ -312,6 +321,39 @@ Status Engine::Impl::RunSetCycle(SetState& s, bool world, bool* stop, std::strin
     *stop_reason = list.shutdown_reason;
   }
   return OkStatus();
+}
+
+// The world's exchange into the straggler monitor, this rank's totals into the stats, and this
+// rank's activity into the timeline's "waits" lane.
+void Engine::Impl::ObserveWaits(const StateExchange& x, const CacheAgreement& agreed) {
+  const std::vector<StragglerMonitor::RankView> views = RankViews(x, agreed);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stragglers->Observe(Clock::now(), views);
+    const StragglerMonitor::RankTotals& t = stragglers->totals(rank());
+    stats.waited_for_others_ns = static_cast<uint64_t>(t.waited_for_others_s * 1e9);
+    stats.others_waited_for_me_ns = static_cast<uint64_t>(t.others_waited_for_me_s * 1e9);
+    stats.waited_before_first_ns = static_cast<uint64_t>(t.waited_before_first_s * 1e9);
+    stats.steps = stragglers->steps();
+    stats.straggler_steps = t.last_steps;
+  }
+  if (!timeline) return;
+  const StragglerMonitor::RankView& me = views[rank()];
+  bool anyone_in_flight = false, other_idle = false;
+  for (int r = 0; r < static_cast<int>(views.size()); ++r) {
+    anyone_in_flight = anyone_in_flight || views[r].in_flight;
+    other_idle = other_idle || (r != rank() && !views[r].in_flight);
+  }
+  std::string now;
+  if ((!me.in_flight && anyone_in_flight) || (me.in_flight && me.lacks)) {
+    now = "OTHERS_WAIT_FOR_ME";
+  } else if (me.in_flight && (me.holds || other_idle)) {
+    now = "WAIT_FOR_OTHERS";
+  }
+  if (now == waits_lane) return;
+  if (!waits_lane.empty()) timeline->End("waits");
+  if (!now.empty()) timeline->Start("waits", now);
+  waits_lane = now;
 }
 
 // On the coordinator: a stall report is logged here; a stall shutdown is announced to every rank in
@@ -482,7 +524,10 @@ void Engine::Impl::RecordAutotuneSample() {
 // of a few microseconds costs the kernel's timer slack (~50 us) and would tax every lone op.
 void Engine::Impl::WaitForCycle(std::unique_lock<std::mutex>& lock, Clock::time_point next) {
   wake.wait_until(lock, next, [&] { return shutdown_requested || !incoming.empty(); });
-  if (shutdown_requested || incoming.empty() || config.gather_time_us <= 0) return;
+  // A world of one rank has nothing to gain from fusing: every op completes at once.
+  if (shutdown_requested || incoming.empty() || config.gather_time_us <= 0 || comm->size() == 1) {
+    return;
+  }
   const auto quiet = std::chrono::microseconds(config.gather_time_us);
   constexpr auto kPollUpTo = std::chrono::microseconds(100);
   uint64_t seen = submitted.load(std::memory_order_acquire);
@@ -577,6 +622,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::Start(std::unique_ptr<Communicator> co
   KV_ASSIGN_OR_RETURN(impl->clock_offset_ns, MeasureClockOffset(c, 8, c.OpDeadline()));
 
   impl->AddSet(0, ProcessSet::World(c.size(), c.rank()));
+  if (c.size() > 1) {
+    impl->stragglers = std::make_unique<StragglerMonitor>(
+        c.size(),
+        std::chrono::duration_cast<std::chrono::microseconds>(config.straggler_threshold));
+  }
   if (!config.timeline_path.empty()) {
     const bool every_rank = config.timeline_path.find("{rank}") != std::string::npos;
     if (every_rank || c.rank() == 0) {
@@ -714,6 +764,13 @@ EngineStats Engine::stats() const {
   s.fusion_threshold_bytes = impl_->fusion_threshold;
   s.cycle_time_ms = impl_->cycle_time_ms;
   return s;
+}
+
+std::string Engine::StragglerLine(uint64_t min_steps) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (!impl_->stragglers) return {};
+  return impl_->stragglers->StragglerLine(min_steps,
+                                          [this](int r) { return impl_->comm->DescribePeer(r); });
 }
 
 Status Engine::health() const {

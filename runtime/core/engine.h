@@ -75,6 +75,9 @@ class Engine {
   Status StopTimeline();
 
   EngineStats stats() const;
+  // One line naming the rank the others waited for in most of at least `min_steps` steps, and
+  // whether it is input- or compute-bound (runtime/core/straggler_monitor.h); empty if none.
+  std::string StragglerLine(uint64_t min_steps = 10) const;
   // The error that stopped the engine (peer failure, stall shutdown), or OK while running.
   Status health() const;
 

@@ -25,6 +25,9 @@ const std::vector<EngineVariable>& EngineVariables() {
       {env::kGatherTimeUs, "5",
        "an idle engine woken by a submit starts its cycle once no new op has arrived for this "
        "many microseconds (at most the cycle time), so a burst fuses; 0: at once"},
+      {env::kStragglerThresholdMs, "5",
+       "a step's straggler is the rank the others waited for longest, if longer than this many "
+       "milliseconds"},
       {env::kCacheCapacity, "1024", "response cache entries; 0 disables the cache"},
       {env::kStallCheckTimeSeconds, "60",
        "report tensors submitted by some ranks but not others after this long; 0 disables"},
@@ -56,6 +59,10 @@ StatusOr<EngineConfig> EngineConfig::FromEnvironment(const Getenv& getenv) {
                                                        "expected milliseconds > 0"));
   KV_ASSIGN_OR_RETURN(c.gather_time_us,
                       settings.Int(env::kGatherTimeUs, c.gather_time_us, 0, 60'000'000));
+  KV_ASSIGN_OR_RETURN(
+      const int64_t straggler_ms,
+      settings.Int(env::kStragglerThresholdMs, c.straggler_threshold.count(), 0, 3'600'000));
+  c.straggler_threshold = std::chrono::milliseconds(straggler_ms);
   KV_ASSIGN_OR_RETURN(c.cache_capacity,
                       settings.Int(env::kCacheCapacity, c.cache_capacity, 0, kMaxCount));
   KV_ASSIGN_OR_RETURN(c.stall_check, settings.Seconds(env::kStallCheckTimeSeconds, c.stall_check));

@@ -28,6 +28,8 @@ struct EngineConfig {
   // until the cycle time is up), so that a burst of tensors submitted together fuses; 0: it starts
   // the cycle at once.
   int gather_time_us = 5;
+  // A step's straggler is the rank the others waited for longest, if longer than this.
+  std::chrono::milliseconds straggler_threshold{5};
   // Response cache entries (tensor names negotiated once, then agreed by bit vector); 0 disables.
   int cache_capacity = 1024;
   // Stall inspector: report tensors some ranks submitted and others not after this long; 0

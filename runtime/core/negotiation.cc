@@ -154,6 +154,7 @@ StatusOr<StateExchange> ExchangeStates(Communicator& comm, SetState& s, bool shu
   }
   x.all = s.all_states.data();
   x.joined.assign(n, false);
+  x.in_flight.assign(n, false);
   x.all_pending = true;
   for (int r = 0; r < n; ++r) {
     const uint64_t* st = x.all + static_cast<size_t>(r) * x.stride;
@@ -162,7 +163,8 @@ StatusOr<StateExchange> ExchangeStates(Communicator& comm, SetState& s, bool shu
     if ((st[0] & kFlagShutdown) != 0 && x.shutdown_rank < 0) x.shutdown_rank = r;
     x.news = x.news || (st[0] & kFlagNews) != 0;
     x.any_payload = x.any_payload || st[1] > 0;
-    x.all_pending = x.all_pending && (st[0] & kFlagPending) != 0;
+    x.in_flight[r] = (st[0] & kFlagPending) != 0;
+    x.all_pending = x.all_pending && x.in_flight[r];
   }
   return x;
 }
@@ -239,6 +241,28 @@ CycleResponses CachedResponses(const Communicator& comm, const SetState& s, cons
     for (int b : bits) run_cached(b);
   }
   return out;
+}
+
+std::vector<StragglerMonitor::RankView> RankViews(const StateExchange& x,
+                                                  const CacheAgreement& agreed) {
+  const int n = static_cast<int>(x.in_flight.size());
+  std::vector<StragglerMonitor::RankView> views(n);
+  for (int w = 0; w < x.words; ++w) {
+    uint64_t any = 0;
+    for (int r = 0; r < n; ++r) {
+      if (!x.joined[r]) any |= x.ready_bits(r)[w];
+    }
+    const uint64_t partial = any & ~agreed.ready[w] & ~agreed.stale[w];
+    if (partial == 0) continue;
+    for (int r = 0; r < n; ++r) {
+      if (x.joined[r]) continue;
+      const uint64_t mine = x.ready_bits(r)[w];
+      views[r].lacks = views[r].lacks || (partial & ~mine) != 0;
+      views[r].holds = views[r].holds || (partial & mine) != 0;
+    }
+  }
+  for (int r = 0; r < n; ++r) views[r].in_flight = x.in_flight[r];
+  return views;
 }
 
 void WatchCachedStalls(SetState& s, const StateExchange& x, const CacheAgreement& agreed,

@@ -18,6 +18,7 @@
 #include "runtime/core/negotiation_messages.h"
 #include "runtime/core/set_state.h"
 #include "runtime/core/stall_inspector.h"
+#include "runtime/core/straggler_monitor.h"
 #include "runtime/core/timeline/timeline.h"
 #include "runtime/world/communicator.h"
 
@@ -47,6 +48,7 @@ struct StateExchange {
   bool any_payload = false;  // some rank has new requests
   bool news = false;         // the coordinator has something to announce
   bool all_pending = false;  // every rank had ops in flight in the set
+  std::vector<bool> in_flight;  // per set rank: it had ops in flight in the set
   int shutdown_rank = -1;    // the first set rank that asked the engine to stop, or -1
   // Every rank's words, valid until the set's next exchange (they live in SetState::all_states).
   const uint64_t* all = nullptr;
@@ -80,6 +82,11 @@ struct CycleResponses {
 // soon as some rank has it ready.
 CycleResponses CachedResponses(const Communicator& comm, const SetState& s, const StateExchange& x,
                                const CacheAgreement& agreed);
+
+// Who waits for whom in this exchange: per set rank, whether it has ops in flight, lacks a cached
+// tensor another (not joined) rank has submitted, or holds one another lacks.
+std::vector<StragglerMonitor::RankView> RankViews(const StateExchange& x,
+                                                  const CacheAgreement& agreed);
 
 // On the coordinator: cached tensors some ranks have ready and others not are watched for stalls;
 // those that run now are resolved.

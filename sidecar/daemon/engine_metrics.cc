@@ -45,6 +45,24 @@ Status EngineMetrics::Init() {
   KV_ASSIGN_OR_RETURN(full_negotiations_,
                       r.GetCounter("korovod_full_negotiations_total",
                                    "Cycles that gathered request lists from every rank."));
+  KV_ASSIGN_OR_RETURN(
+      steps_, r.GetCounter("korovod_steps_total", "Busy periods of the world (training steps)."));
+  KV_ASSIGN_OR_RETURN(
+      waited_for_others_seconds_,
+      r.GetCounter("korovod_waited_for_others_seconds_total",
+                   "Seconds this rank had ops in flight that waited for other ranks."));
+  KV_ASSIGN_OR_RETURN(
+      others_waited_for_me_seconds_,
+      r.GetCounter("korovod_others_waited_for_me_seconds_total",
+                   "Seconds other ranks had ops in flight that waited for this rank."));
+  KV_ASSIGN_OR_RETURN(waited_before_first_seconds_,
+                      r.GetCounter("korovod_waited_before_first_op_seconds_total",
+                                   "Of the others' wait for this rank, the seconds before its "
+                                   "first op of a step (input-bound when it dominates)."));
+  KV_ASSIGN_OR_RETURN(straggler_steps_,
+                      r.GetCounter("korovod_straggler_steps_total",
+                                   "Steps in which the others waited for this rank longest "
+                                   "(longer than KOROVOD_STRAGGLER_THRESHOLD_MS)."));
   KV_ASSIGN_OR_RETURN(fusion_ratio_,
                       r.GetGauge("korovod_fusion_ratio",
                                  "Ops completed per data collective run (tensors / collectives)."));
@@ -84,6 +102,11 @@ void EngineMetrics::UpdateFromStats(const EngineStats& s) {
   cache_hits_->Set(static_cast<double>(s.cache_hits));
   negotiated_->Set(static_cast<double>(s.negotiated));
   full_negotiations_->Set(static_cast<double>(s.full_negotiations));
+  steps_->Set(static_cast<double>(s.steps));
+  waited_for_others_seconds_->Set(static_cast<double>(s.waited_for_others_ns) * 1e-9);
+  others_waited_for_me_seconds_->Set(static_cast<double>(s.others_waited_for_me_ns) * 1e-9);
+  waited_before_first_seconds_->Set(static_cast<double>(s.waited_before_first_ns) * 1e-9);
+  straggler_steps_->Set(static_cast<double>(s.straggler_steps));
   fusion_ratio_->Set(s.collectives == 0
                          ? 0.0
                          : static_cast<double>(s.tensors) / static_cast<double>(s.collectives));

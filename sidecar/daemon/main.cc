@@ -133,6 +133,22 @@ std::unique_ptr<grpc::Server> ServeTrainers(const std::string& socket_path,
   return server;
 }
 
+// The end-of-run summary korovodrun shows: this rank's waits, and on rank 0 the straggler, if
+// one rank was the one the others waited for in most steps.
+void LogEndOfRun(int rank, const Engine& engine) {
+  const EngineStats s = engine.stats();
+  if (s.steps == 0) return;
+  KV_LOG(kInfo, kEngine,
+         "korovod: rank %d end of run: %llu steps; waited for others %.3f s; others waited for "
+         "it %.3f s (%.3f s of that before its first op of a step); the straggler in %llu steps",
+         rank, static_cast<unsigned long long>(s.steps), s.waited_for_others_ns * 1e-9,
+         s.others_waited_for_me_ns * 1e-9, s.waited_before_first_ns * 1e-9,
+         static_cast<unsigned long long>(s.straggler_steps));
+  if (rank != 0) return;
+  const std::string line = engine.StragglerLine();
+  if (!line.empty()) KV_LOG(kWarning, kEngine, "korovod: %s", line.c_str());
+}
+
 // Until SIGTERM, SIGINT or a trainer's Shutdown; an engine failure turns /readyz red and is
 // logged once, and the sidecar stays up so that trainers get the error with their ops.
 void WaitForShutdown(const sigset_t& signals, const std::atomic<bool>& shutdown_requested,
@@ -240,6 +256,7 @@ int Main() {
   WaitForShutdown(signals, shutdown_requested, **engine, health->get());
 
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  LogEndOfRun(cfg.rank, **engine);
   // Engine first: ops in flight fail and are answered while the op loop still serves the arena.
   (*engine)->Shutdown();
   loop.Stop();

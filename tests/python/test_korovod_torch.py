@@ -188,3 +188,39 @@ def test_vgg16_trains_with_default_settings():
 def test_process_sets_dtypes_and_join(np_, mode):
     out = run(np_, os.path.join(HERE, "process_sets_worker.py"), mode)
     assert_each_rank(out, np_, "process sets %s OK" % mode)
+
+
+def _lane(path, lane):
+    """The activities recorded in timeline `path`'s lane named `lane`."""
+    with open(path) as f:
+        events = json.load(f)
+    tids = {e["tid"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"
+            and e.get("args", {}).get("name") == lane}
+    return [e["name"] for e in events if e.get("tid") in tids and e.get("ph") == "B"]
+
+
+@pytest.mark.parametrize("mode", ["input", "compute", "none"])
+def test_straggler_is_named_with_its_cause(mode, tmp_path):
+    """Rank 2 slowed on purpose: korovodrun's end-of-run summary names it in one line, input-bound
+    when it starts its steps late and compute-bound when it submits its gradients slowly; every
+    rank reports its waits; the timeline's "waits" lane shows who waited for whom. Nobody slowed:
+    no straggler is named."""
+    tl = str(tmp_path / "tl-{rank}.json")
+    p = subprocess.run([KOROVODRUN, "-np", "3", "--timeline", tl, PYTHON,
+                        os.path.join(HERE, "straggler_worker.py"), "--mode", mode],
+                       env=_env(), capture_output=True, text=True, timeout=300)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-4000:]
+    for r in range(3):
+        assert re.search(r"korovod: rank %d end of run: \d+ steps; waited for others [0-9.]+ s; "
+                         r"others waited for it [0-9.]+ s" % r, out), out[-4000:]
+    lines = [l for l in out.splitlines() if "korovod: straggler:" in l]
+    if mode == "none":
+        assert lines == [], lines
+        return
+    assert len(lines) == 1, out[-4000:]
+    assert re.search(r"straggler: rank 2 \(127\.0\.0\.1:\d+\) arrived last in \d+ of \d+ steps",
+                     lines[0]), lines[0]
+    assert ("%s-bound" % mode) in lines[0], lines[0]
+    assert "OTHERS_WAIT_FOR_ME" in _lane(str(tmp_path / "tl-2.json"), "waits")
+    assert "WAIT_FOR_OTHERS" in _lane(str(tmp_path / "tl-0.json"), "waits")

@@ -29,6 +29,7 @@ void ExpectSameConfig(const EngineConfig& want, const EngineConfig& got) {
   EXPECT_EQ(want.fusion_threshold_bytes, got.fusion_threshold_bytes);
   EXPECT_EQ(want.cycle_time_ms, got.cycle_time_ms);
   EXPECT_EQ(want.gather_time_us, got.gather_time_us);
+  EXPECT_EQ(want.straggler_threshold, got.straggler_threshold);
   EXPECT_EQ(want.cache_capacity, got.cache_capacity);
   EXPECT_EQ(want.stall_check, got.stall_check);
   EXPECT_EQ(want.stall_shutdown, got.stall_shutdown);
@@ -83,6 +84,8 @@ std::vector<VariableCase> EveryVariable() {
       {"KOROVOD_FUSION_TENSOR_MAX", "256K",
        [](const EngineConfig& c) { EXPECT_EQ(c.fusion_tensor_max_bytes, 256 << 10); }},
       {"KOROVOD_CYCLE_TIME", "2.5", [](const EngineConfig& c) { EXPECT_EQ(c.cycle_time_ms, 2.5); }},
+      {"KOROVOD_STRAGGLER_THRESHOLD_MS", "250",
+       [](const EngineConfig& c) { EXPECT_EQ(c.straggler_threshold, 250ms); }},
       {"KOROVOD_GATHER_TIME_US", "250",
        [](const EngineConfig& c) { EXPECT_EQ(c.gather_time_us, 250); }},
       {"KOROVOD_CACHE_CAPACITY", "77",

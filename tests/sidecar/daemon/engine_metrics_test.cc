@@ -28,6 +28,11 @@ TEST(EngineMetricsTest, MirrorsEngineStats) {
   s.full_negotiations = 3;
   s.fusion_threshold_bytes = 64 << 20;
   s.cycle_time_ms = 5;
+  s.steps = 7;
+  s.waited_for_others_ns = 2'000'000'000;
+  s.others_waited_for_me_ns = 500'000'000;
+  s.waited_before_first_ns = 125'000'000;
+  s.straggler_steps = 4;
   (*m)->UpdateFromStats(s);
   std::string text = r.Render();
   EXPECT_TRUE(Contains(text,
@@ -47,6 +52,11 @@ TEST(EngineMetricsTest, MirrorsEngineStats) {
       << text;
   EXPECT_TRUE(Contains(text, "\nkorovod_fusion_threshold_bytes 67108864\n")) << text;
   EXPECT_TRUE(Contains(text, "\nkorovod_cycle_time_seconds 0.005\n")) << text;
+  EXPECT_TRUE(Contains(text, "\nkorovod_steps_total 7\n")) << text;
+  EXPECT_TRUE(Contains(text, "\nkorovod_waited_for_others_seconds_total 2\n")) << text;
+  EXPECT_TRUE(Contains(text, "\nkorovod_others_waited_for_me_seconds_total 0.5\n")) << text;
+  EXPECT_TRUE(Contains(text, "\nkorovod_waited_before_first_op_seconds_total 0.125\n")) << text;
+  EXPECT_TRUE(Contains(text, "\nkorovod_straggler_steps_total 4\n")) << text;
 }
 
 TEST(EngineMetricsTest, FusionRatioIsZeroBeforeAnyCollective) {
