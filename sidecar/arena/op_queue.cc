@@ -134,11 +134,16 @@ Status RecordRing::Push(const void* record, Deadline deadline) {
   }
 }
 
-Status RecordRing::Pop(void* record, Deadline deadline) {
+void RecordRing::WakeConsumer() { Ring(control_->consumer_bell); }
+
+Status RecordRing::Pop(void* record, Deadline deadline, const std::atomic<bool>* interrupt) {
   IdleWaiter idle(wait_);
   for (;;) {
     if (TryPop(record)) return OkStatus();
     if (!broken_.ok()) return broken_;
+    if (interrupt != nullptr && interrupt->load(std::memory_order_acquire)) {
+      return DeadlineExceeded("waiting on the " + name_ + " was interrupted");
+    }
     // Records pushed before the close still come out: look once more after seeing the flag.
     if (closed()) return TryPop(record) ? OkStatus() : status();
     if (deadline.Expired()) {

@@ -14,6 +14,7 @@
 // but never make this side touch memory outside the ring.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -39,7 +40,11 @@ class RecordRing {
   bool TryPush(const void* record);
   bool TryPop(void* record);
   Status Push(const void* record, Deadline deadline);
-  Status Pop(void* record, Deadline deadline);
+  // `interrupt` (optional): once it is set and the consumer woken (WakeConsumer), Pop returns
+  // DeadlineExceeded as if its deadline had passed.
+  Status Pop(void* record, Deadline deadline, const std::atomic<bool>* interrupt = nullptr);
+  // Wakes a consumer sleeping in Pop (it re-checks its interrupt flag).
+  void WakeConsumer();
   void Close() { CloseQueue(*control_); }
   bool closed() const;
   // Why TryPush/TryPop returned false other than full/empty: Aborted once closed,
@@ -105,7 +110,10 @@ class OpQueue {
   bool TryPop(Record* out) { return ring_.TryPop(out); }
   // Wait for space/a record until the deadline: DeadlineExceeded, Aborted once closed.
   Status Push(const Record& r, Deadline d) { return ring_.Push(&r, d); }
-  Status Pop(Record* out, Deadline d) { return ring_.Pop(out, d); }
+  Status Pop(Record* out, Deadline d, const std::atomic<bool>* interrupt = nullptr) {
+    return ring_.Pop(out, d, interrupt);
+  }
+  void WakeConsumer() { ring_.WakeConsumer(); }
   void Close() { ring_.Close(); }
   bool closed() const { return ring_.closed(); }
   Status status() const { return ring_.status(); }

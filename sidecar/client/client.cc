@@ -59,7 +59,25 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
     c.arena_tensors = arena_tensors_.load(std::memory_order_relaxed);
     return c;
   }
-  CompletionQueue& completions() { return completions_; }  // the completion thread only
+  // Completions are popped by one thread at a time, the holder of poll_mu(): the completion
+  // thread, or a thread waiting in ClientHandle::Wait, which then completes its own op without a
+  // thread switch (a wake-up costs several microseconds on a VM). The completion thread stands
+  // aside while such a waiter exists.
+  std::timed_mutex& poll_mu() { return poll_mu_; }
+  // With poll_mu() held: pops what arrives before `deadline` (or until `interrupt` is set) and
+  // completes it. Returns false once the queue is finished (closed, or the sidecar is gone): every
+  // op still pending has then failed with the reason.
+  bool PollOnce(Deadline deadline, const std::atomic<bool>* interrupt);
+  bool finished() const { return finished_.load(std::memory_order_acquire); }
+  // Waits for `st` to complete, polling the completions itself when no other thread does.
+  Status WaitFor(HandleState& st, Deadline deadline);
+  int direct_waiters() const { return direct_waiters_.load(std::memory_order_acquire); }
+  // The completion thread stands aside while a waiter polls and for a while after the last one
+  // left: a training loop waits again soon, and taking the queue back and forth would cost the
+  // very wake-ups that waiting directly saves.
+  bool waiters_active() const;
+  void StandAside(std::chrono::milliseconds slice);
+  std::atomic<bool>& reader_interrupt() { return reader_interrupt_; }
 
   // Registers `state` under a fresh op id and pushes the record.
   Status Submit(SubmissionRecord& r, std::shared_ptr<HandleState> state);
@@ -93,6 +111,13 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   std::atomic<uint64_t> staged_out_bytes_{0};
   std::atomic<uint64_t> staged_tensors_{0};
   std::atomic<uint64_t> arena_tensors_{0};
+  // Completion polling (see poll_mu()).
+  void Complete(const CompletionRecord& c);
+  std::timed_mutex poll_mu_;
+  std::atomic<int> direct_waiters_{0};
+  std::atomic<int64_t> last_waiter_left_ns_{0};  // steady clock
+  std::atomic<bool> reader_interrupt_{false};
+  std::atomic<bool> finished_{false};
 };
 
 struct HandleState {
@@ -250,6 +275,7 @@ bool ClientHandle::Poll() const {
 }
 
 Status ClientHandle::Wait(Deadline deadline) const {
+  if (state_->core != nullptr) return state_->core->WaitFor(*state_, deadline);
   std::unique_lock<std::mutex> lock(state_->mu);
   while (!state_->done) {
     if (deadline.Expired()) {
@@ -277,7 +303,6 @@ struct Client::Impl {
   std::atomic<int64_t> allocation_timeout_ms{kDefaultAllocationTimeout.count()};
 
   void RunCompletions();
-  void Complete(const CompletionRecord& c);
   // Waits for heap space up to the allocation timeout (Client::Allocate).
   StatusOr<ArenaBuffer> Allocate(uint64_t bytes);
 
@@ -307,34 +332,103 @@ struct Client::Impl {
 };
 
 void Client::Impl::RunCompletions() {
-  CompletionQueue& q = core->completions();
   while (!stop.load()) {
-    CompletionRecord c;
-    Status s = q.Pop(&c, Deadline::After(std::chrono::milliseconds(100)));
-    if (s.ok()) {
-      Complete(c);
+    if (core->finished()) {  // nothing more will come
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
       continue;
     }
-    if (s.code() == StatusCode::kDeadlineExceeded) {
-      if (core->arena().peer_alive()) continue;
-      // The sidecar may have pushed its last completions right before it went: read them first.
-      while (q.TryPop(&c)) Complete(c);
-      s = Unavailable("the sidecar has shut down");
+    if (core->waiters_active()) {
+      core->StandAside(std::chrono::milliseconds(2));
+      continue;
     }
-    for (auto& st : core->TakeAll())
-      st->Finish(s.WithContext("sidecar arena " + core->arena().name()));
-    if (s.code() == StatusCode::kAborted || s.code() == StatusCode::kUnavailable) {
-      // The queue is closed: nothing more will come.
-      while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      return;
-    }
+    std::lock_guard<std::timed_mutex> lock(core->poll_mu());
+    // Cleared before looking for waiters: a waiter that comes later sets it after this (seq_cst),
+    // so Pop sees it.
+    core->reader_interrupt().store(false);
+    if (core->direct_waiters() > 0) continue;
+    (void)core->PollOnce(Deadline::After(std::chrono::milliseconds(100)),
+                         &core->reader_interrupt());
   }
 }
 
-void Client::Impl::Complete(const CompletionRecord& c) {
-  auto state = core->Take(c.op_id);
+bool ClientCore::PollOnce(Deadline deadline, const std::atomic<bool>* interrupt) {
+  CompletionQueue& q = completions_;
+  CompletionRecord c;
+  Status s = q.Pop(&c, deadline, interrupt);
+  if (s.ok()) {
+    Complete(c);
+    while (q.TryPop(&c)) Complete(c);
+    return true;
+  }
+  if (s.code() == StatusCode::kDeadlineExceeded) {
+    if (arena().peer_alive()) return true;
+    // The sidecar may have pushed its last completions right before it went: read them first.
+    while (q.TryPop(&c)) Complete(c);
+    s = Unavailable("the sidecar has shut down");
+  }
+  const bool over = s.code() == StatusCode::kAborted || s.code() == StatusCode::kUnavailable;
+  // The queue is closed: nothing more will come.
+  if (over) finished_.store(true, std::memory_order_release);
+  for (auto& st : TakeAll()) st->Finish(s.WithContext("sidecar arena " + arena().name()));
+  return !over;
+}
+
+bool ClientCore::waiters_active() const {
+  if (direct_waiters() > 0) return true;
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  return now - last_waiter_left_ns_.load() < 5'000'000;  // 5 ms
+}
+
+void ClientCore::StandAside(std::chrono::milliseconds slice) { std::this_thread::sleep_for(slice); }
+
+Status ClientCore::WaitFor(HandleState& st, Deadline deadline) {
+  direct_waiters_.fetch_add(1);
+  Status result;
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(st.mu);
+      if (st.done) {
+        result = st.status;
+        break;
+      }
+    }
+    if (deadline.Expired()) {
+      result = DeadlineExceeded("op " + st.name + " did not complete before the deadline");
+      break;
+    }
+    const auto slice = std::chrono::milliseconds(std::min(deadline.RemainingMs(), 100));
+    if (finished()) {  // every pending op has failed or is about to: no one polls any more
+      std::unique_lock<std::mutex> lock(st.mu);
+      st.cv.wait_for(lock, slice, [&] { return st.done; });
+      continue;
+    }
+    if (!poll_mu_.try_lock()) {
+      // The completion thread may be asleep in Pop: it stands aside once woken. Another waiter
+      // may be polling: it lets go after each batch it completes, ours included.
+      reader_interrupt_.store(true);
+      completions_.WakeConsumer();
+      if (!poll_mu_.try_lock_for(slice)) continue;
+    }
+    std::lock_guard<std::timed_mutex> poll(poll_mu_, std::adopt_lock);
+    {
+      std::lock_guard<std::mutex> lock(st.mu);
+      if (st.done) continue;
+    }
+    (void)PollOnce(Deadline::After(slice), nullptr);
+  }
+  last_waiter_left_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch())
+                                 .count());
+  direct_waiters_.fetch_sub(1);
+  return result;
+}
+
+void ClientCore::Complete(const CompletionRecord& c) {
+  auto state = Take(c.op_id);
   if (state == nullptr) return;
-  Status s = ValidateCompletion(c, core->arena().layout());
+  Status s = ValidateCompletion(c, arena_->layout());
   if (s.ok()) s = StatusOf(c);
   if (!s.ok()) {
     // Answered: the sidecar no longer reads or writes them.
@@ -343,7 +437,7 @@ void Client::Impl::Complete(const CompletionRecord& c) {
     state->Finish(std::move(s));
     return;
   }
-  Arena& arena = core->arena();
+  Arena& arena = *arena_;
   const bool in_results = (c.flags & kCompleteOutputInResultHeap) != 0;
   std::byte* base = in_results ? arena.result_heap().data() : arena.client_heap().data();
   state->shape.assign(c.dims, c.dims + c.ndims);
@@ -356,7 +450,7 @@ void Client::Impl::Complete(const CompletionRecord& c) {
     const auto* p =
         reinterpret_cast<const int64_t*>(arena.result_heap().data() + c.received_splits_offset);
     state->splits.assign(p, p + c.num_received_splits);
-    core->Release(c.received_splits_offset);
+    Release(c.received_splits_offset);
   } else {
     state->splits.assign(c.received_splits, c.received_splits + c.num_received_splits);
   }
@@ -364,7 +458,7 @@ void Client::Impl::Complete(const CompletionRecord& c) {
   if (state->copy_out != nullptr) {
     const uint64_t n = std::min<uint64_t>(state->copy_bytes, state->output.size());
     std::memcpy(state->copy_out, state->output.data(), n);
-    core->CountStagedOut(n);
+    CountStagedOut(n);
     state->output = {static_cast<const std::byte*>(state->copy_out), n};
   }
   // The sidecar is done with the staging blocks: give the space back now rather than when the

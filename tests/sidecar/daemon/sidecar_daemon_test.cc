@@ -4,10 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -197,6 +199,50 @@ TEST(SidecarDaemonTest, FourRanksRunCollectives) {
   Job job(4);
   ASSERT_TRUE(job.WaitReady());
   EXPECT_TRUE(job.RunTrainers([&](int r) { RunOps(r, job.socket(r)); }));
+}
+
+// Threads that Wait on their handles pop the completions themselves (no hop through the client's
+// completion thread), one at a time, for each other too; a thread that only Polls is served by the
+// completion thread once the waiters are gone. Nothing is lost and every result is right.
+TEST(SidecarDaemonTest, ConcurrentWaitersAndAPollerAllComplete) {
+  Job job(2);
+  ASSERT_TRUE(job.WaitReady());
+  EXPECT_TRUE(job.RunTrainers([&](int rank) {
+    auto client = Must(Client::Connect(job.socket(rank), 10s));
+    constexpr int kThreads = 4, kOps = 100;
+    std::atomic<int> wrong{0}, failed{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        std::vector<float> in(64 + t, static_cast<float>(rank + 1)), out(in.size());
+        for (int i = 0; i < kOps; ++i) {
+          auto h = client->Allreduce(in.data(), out.data(), DataType::kFloat32,
+                                     {static_cast<int64_t>(in.size())},
+                                     {.name = "t" + std::to_string(t)});
+          if (!h.ok() || !h->Wait(Deadline::After(30s)).ok()) {
+            ++failed;
+            return;
+          }
+          if (out[0] != 3.0f || out.back() != 3.0f) ++wrong;
+        }
+      });
+    }
+    // The poller: submits, then only polls until its op completes (deadline 30 s).
+    std::vector<float> in(32, static_cast<float>(rank + 1)), out(32);
+    for (int i = 0; i < 20; ++i) {
+      auto h =
+          client->Allreduce(in.data(), out.data(), DataType::kFloat32, {32}, {.name = "poller"});
+      TCHECK(h.ok());
+      const Deadline d = Deadline::After(30s);
+      while (!h->Poll() && !d.Expired()) std::this_thread::sleep_for(1ms);
+      TCHECK(h->Poll());
+      TOK(h->Wait(Deadline::After(1s)));
+      TCHECK(out[0] == 3.0f);
+    }
+    for (auto& th : threads) th.join();
+    TCHECK(failed.load() == 0);
+    TCHECK(wrong.load() == 0);
+  }));
 }
 
 TEST(SidecarDaemonTest, SurvivesAClientThatDiesMidStream) {
