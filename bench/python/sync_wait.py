@@ -15,7 +15,9 @@ import importlib.util
 import json
 import math
 import os
+import sys
 import time
+import types
 
 import numpy as np
 import torch
@@ -27,6 +29,13 @@ EXAMPLE = os.path.join(HERE, "..", "..", "examples", "pytorch_digits.py")
 
 
 def load_example():
+    # The example imports korovod.torch; under Horovod itself that name is Horovod's module.
+    try:
+        import korovod.torch  # noqa: F401
+    except ImportError:
+        shim = types.ModuleType("korovod")
+        shim.torch = hvd
+        sys.modules["korovod"], sys.modules["korovod.torch"] = shim, hvd
     spec = importlib.util.spec_from_file_location("pytorch_digits", EXAMPLE)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
