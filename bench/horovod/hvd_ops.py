@@ -33,6 +33,9 @@ import os
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "peers"))
+import gradient_check  # noqa: E402  (bench/peers/gradient_check.py)
+
 
 def parse_size(s):
     s = s.strip()
@@ -45,6 +48,15 @@ def parse_size(s):
             raise SystemExit("bad size %r" % s)
         mul = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "B": 1}[c]
     return int(float(num) * mul)
+
+
+def timing_fields(st, nbytes, world):
+    """The peers' schema fields of one row from stats() of per-op seconds."""
+    algbw = nbytes / st["median"] / 1e9
+    return dict(time_us=round(st["median"] * 1e6, 3), algbw_gbps=algbw,
+                busbw_gbps=algbw * 2 * (world - 1) / world,
+                time_us_min=round(st["min"] * 1e6, 3), time_us_mean=round(st["mean"] * 1e6, 3),
+                time_us_p90=round(st["p90"] * 1e6, 3))
 
 
 def stats(v):
@@ -178,13 +190,8 @@ def main():
                 row["error"] = "verification failed"
                 failures += 1
             else:
-                algbw = nbytes / st["median"] / 1e9
-                row.update(time_us=round(st["median"] * 1e6, 3), algbw_gbps=algbw,
-                           busbw_gbps=algbw * 2 * (world - 1) / world,
-                           time_us_min=round(st["min"] * 1e6, 3),
-                           time_us_mean=round(st["mean"] * 1e6, 3),
-                           time_us_p90=round(st["p90"] * 1e6, 3),
-                           iters=iters, warmup=warm, verified=True)
+                row.update(timing_fields(st, nbytes, world), iters=iters, warmup=warm,
+                           verified=True)
                 if not a.no_loop:
                     row.update(time_us_loop=round(t_loop * 1e6, 3), loop_iters=loop_iters)
             emit(row)
@@ -195,31 +202,12 @@ def main():
         grads = [torch.zeros(t["shape"], dtype=torch.float32) for t in spec["tensors"]]
         nbytes = sum(g.numel() * 4 for g in grads)
 
-        def pattern(t, n):
-            return ((torch.arange(n, dtype=torch.int64) + t) % 8).to(torch.float32)
-
         def fill_pattern():
-            for t, g in enumerate(grads):
-                g.view(-1).copy_(pattern(t, g.numel()) + float(rank + 1))
+            gradient_check.fill(grads, rank)
 
         def check(phase):
-            if inject and rank == 0:
-                grads[-1].view(-1)[0] += 1.0
-            bad, report = 0, []
-            base = float(world * (world + 1) // 2)
-            for t, g in enumerate(grads):
-                want = pattern(t, g.numel()) * world + base
-                wrong = (g.view(-1) != want).nonzero().view(-1)
-                if wrong.numel():
-                    bad += wrong.numel()
-                    i = int(wrong[0])
-                    if len(report) < 5:
-                        report.append("%s[%d] = %g, expected %g" %
-                                      (names[t], i, float(g.view(-1)[i]), float(want[i])))
-            if bad:
-                print("[hvd_ops %s rank %d] VERIFY FAILED (%s): %d wrong elements: %s" %
-                      (peer, rank, phase, bad, "; ".join(report)), file=sys.stderr)
-            return bad
+            return gradient_check.count_wrong(grads, names, world, rank, inject,
+                                              "hvd_ops %s rank %d, %s" % (peer, rank, phase))
 
         total = a.warmup_steps + a.steps
         times, wrong = [], 0
@@ -251,13 +239,8 @@ def main():
             failures += 1
         else:
             st = stats(vals[:-1])
-            algbw = nbytes / st["median"] / 1e9
-            row.update(time_us=round(st["median"] * 1e6, 3), algbw_gbps=algbw,
-                       busbw_gbps=algbw * 2 * (world - 1) / world,
-                       time_us_min=round(st["min"] * 1e6, 3),
-                       time_us_mean=round(st["mean"] * 1e6, 3),
-                       time_us_p90=round(st["p90"] * 1e6, 3),
-                       iters=a.steps, warmup=a.warmup_steps, verified=True)
+            row.update(timing_fields(st, nbytes, world), iters=a.steps,
+                       warmup=a.warmup_steps, verified=True)
         emit(row)
     hvd.shutdown()
     return 3 if failures else 0

@@ -32,6 +32,9 @@ import os
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gradient_check  # noqa: E402  (bench/peers/gradient_check.py)
+
 
 def step_stats(v):
     v = sorted(v)
@@ -77,33 +80,14 @@ def main():
     gap = a.compute_gap_us * 1e-6
     perf = time.perf_counter
 
-    def pattern(t, n):
-        return ((torch.arange(n, dtype=torch.int64) + t) % 8).to(torch.float32)
-
     def fill():
-        for t, g in enumerate(grads):
-            g.view(-1).copy_(pattern(t, g.numel()) + float(rank + 1))
+        gradient_check.fill(grads, rank)
 
     inject = "PEERBENCH_INJECT_FAULT" in os.environ  # checker self-test, as in the peers
 
     def check(phase, mode):
-        if inject and rank == 0:
-            grads[-1].view(-1)[0] += 1.0
-        bad, report = 0, []
-        base = float(world * (world + 1) // 2)
-        for t, g in enumerate(grads):
-            want = pattern(t, g.numel()) * world + base
-            wrong = (g.view(-1) != want).nonzero().view(-1)
-            if wrong.numel():
-                bad += wrong.numel()
-                i = int(wrong[0])
-                if len(report) < 5:
-                    report.append("%s[%d] = %g, expected %g" %
-                                  (names[t], i, float(g.view(-1)[i]), float(want[i])))
-        if bad:
-            print("[torch rank %d] VERIFY FAILED (%s, %s): %d wrong elements: %s" %
-                  (rank, mode, phase, bad, "; ".join(report)), file=sys.stderr)
-        return bad
+        return gradient_check.count_wrong(grads, names, world, rank, inject,
+                                          "torch rank %d, %s, %s" % (rank, mode, phase))
 
     # DDP-style bucket assignment over the backward order, buffers allocated once.
     first_cap = int(a.first_bucket_mb * (1 << 20))
