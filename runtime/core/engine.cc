@@ -311,7 +311,9 @@ Status Engine::Impl::RunSetCycle(SetState& s, bool world, bool* stop, std::strin
   // rank to submit completes it at once, unless every rank is waiting and nothing moved (then the
   // cycle time paces the ranks, and the next submit wakes its engine).
   const bool moved = !cycle.responses.empty() || x.any_payload || x.news;
-  *again = !s.pending.empty() && (moved || !x.all_pending);
+  const bool all_in_flight =
+      std::all_of(x.in_flight.begin(), x.in_flight.end(), [](bool b) { return b; });
+  *again = !s.pending.empty() && (moved || !all_in_flight);
   if (x.shutdown_rank >= 0) {
     *stop = true;
     *stop_reason = "the engine was shut down by " + s.DescribeRank(*comm, x.shutdown_rank);
@@ -338,18 +340,10 @@ void Engine::Impl::ObserveWaits(const StateExchange& x, const CacheAgreement& ag
     stats.straggler_steps = t.last_steps;
   }
   if (!timeline) return;
-  const StragglerMonitor::RankView& me = views[rank()];
-  bool anyone_in_flight = false, other_idle = false;
-  for (int r = 0; r < static_cast<int>(views.size()); ++r) {
-    anyone_in_flight = anyone_in_flight || views[r].in_flight;
-    other_idle = other_idle || (r != rank() && !views[r].in_flight);
-  }
-  std::string now;
-  if ((!me.in_flight && anyone_in_flight) || (me.in_flight && me.lacks)) {
-    now = "OTHERS_WAIT_FOR_ME";
-  } else if (me.in_flight && (me.holds || other_idle)) {
-    now = "WAIT_FOR_OTHERS";
-  }
+  const StragglerMonitor::Activity me = StragglerMonitor::Activities(views)[rank()];
+  const std::string now = me.waited_for ? "OTHERS_WAIT_FOR_ME"
+                          : me.waiting  ? "WAIT_FOR_OTHERS"
+                                        : "";
   if (now == waits_lane) return;
   if (!waits_lane.empty()) timeline->End("waits");
   if (!now.empty()) timeline->Start("waits", now);

@@ -155,7 +155,6 @@ StatusOr<StateExchange> ExchangeStates(Communicator& comm, SetState& s, bool shu
   x.all = s.all_states.data();
   x.joined.assign(n, false);
   x.in_flight.assign(n, false);
-  x.all_pending = true;
   for (int r = 0; r < n; ++r) {
     const uint64_t* st = x.all + static_cast<size_t>(r) * x.stride;
     x.joined[r] = (st[0] & kFlagJoined) != 0;
@@ -164,7 +163,6 @@ StatusOr<StateExchange> ExchangeStates(Communicator& comm, SetState& s, bool shu
     x.news = x.news || (st[0] & kFlagNews) != 0;
     x.any_payload = x.any_payload || st[1] > 0;
     x.in_flight[r] = (st[0] & kFlagPending) != 0;
-    x.all_pending = x.all_pending && x.in_flight[r];
   }
   return x;
 }

@@ -47,7 +47,6 @@ struct StateExchange {
   bool any_joined = false;
   bool any_payload = false;  // some rank has new requests
   bool news = false;         // the coordinator has something to announce
-  bool all_pending = false;  // every rank had ops in flight in the set
   std::vector<bool> in_flight;  // per set rank: it had ops in flight in the set
   int shutdown_rank = -1;    // the first set rank that asked the engine to stop, or -1
   // Every rank's words, valid until the set's next exchange (they live in SetState::all_states).

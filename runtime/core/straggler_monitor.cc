@@ -19,30 +19,40 @@ StragglerMonitor::StragglerMonitor(int ranks, std::chrono::microseconds threshol
       last_before_(ranks, 0),
       last_after_(ranks, 0) {}
 
+std::vector<StragglerMonitor::Activity> StragglerMonitor::Activities(
+    const std::vector<RankView>& views) {
+  int in_flight = 0;
+  for (const RankView& v : views) in_flight += v.in_flight ? 1 : 0;
+  const int n = static_cast<int>(views.size());
+  std::vector<Activity> out(n);
+  for (int r = 0; r < n; ++r) {
+    const RankView& v = views[r];
+    const bool other_in_flight = in_flight - (v.in_flight ? 1 : 0) > 0;
+    const bool other_idle = (n - in_flight) - (v.in_flight ? 0 : 1) > 0;
+    out[r].waited_for = (!v.in_flight && other_in_flight) || (v.in_flight && v.lacks);
+    out[r].waiting = v.in_flight && (v.holds || other_idle);
+  }
+  return out;
+}
+
 void StragglerMonitor::Observe(Clock::time_point now, const std::vector<RankView>& views) {
   const int n = ranks();
   if (static_cast<int>(views.size()) != n) return;
   if (have_previous_ && in_step_) {
     // What the previous exchange showed held until this one.
     const double dt = std::chrono::duration<double>(now - previous_at_).count();
-    bool anyone_in_flight = false;
-    for (const RankView& v : previous_) anyone_in_flight = anyone_in_flight || v.in_flight;
+    const std::vector<Activity> did = Activities(previous_);
     for (int r = 0; r < n; ++r) {
-      const RankView& v = previous_[r];
-      bool someone_idle = false;
-      for (int q = 0; q < n; ++q)
-        someone_idle = someone_idle || (q != r && !previous_[q].in_flight);
-      const bool waited_for = (!v.in_flight && anyone_in_flight) || (v.in_flight && v.lacks);
-      if (waited_for && !started_[r]) {
+      if (did[r].waited_for && !started_[r]) {
         step_before_[r] += dt;
         totals_[r].waited_before_first_s += dt;
         totals_[r].others_waited_for_me_s += dt;
-      } else if (waited_for) {
+      } else if (did[r].waited_for) {
         step_after_[r] += dt;
         totals_[r].waited_after_first_s += dt;
         totals_[r].others_waited_for_me_s += dt;
       }
-      if (v.in_flight && (v.holds || someone_idle)) totals_[r].waited_for_others_s += dt;
+      if (did[r].waiting) totals_[r].waited_for_others_s += dt;
     }
   }
   bool any = false;

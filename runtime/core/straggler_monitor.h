@@ -31,6 +31,14 @@ class StragglerMonitor {
     bool lacks = false;      // some other rank has submitted a cached tensor that it has not
     bool holds = false;      // it has submitted a cached tensor that some other rank has not
   };
+  // What one rank was doing between an exchange that showed `views` and the next (both may hold:
+  // waiting on one tensor while the others wait on another).
+  struct Activity {
+    bool waited_for = false;  // lacks what others have, or has nothing in flight while others do
+    bool waiting = false;     // has ops in flight that others hold up
+  };
+  static std::vector<Activity> Activities(const std::vector<RankView>& views);
+
   // Per rank, since start.
   struct RankTotals {
     double waited_for_others_s = 0;     // it had ops in flight and waited for other ranks

@@ -275,15 +275,7 @@ bool ClientHandle::Poll() const {
 }
 
 Status ClientHandle::Wait(Deadline deadline) const {
-  if (state_->core != nullptr) return state_->core->WaitFor(*state_, deadline);
-  std::unique_lock<std::mutex> lock(state_->mu);
-  while (!state_->done) {
-    if (deadline.Expired()) {
-      return DeadlineExceeded("op " + state_->name + " did not complete before the deadline");
-    }
-    state_->cv.wait_for(lock, std::chrono::milliseconds(std::min(deadline.RemainingMs(), 100)));
-  }
-  return state_->status;
+  return state_->core->WaitFor(*state_, deadline);  // every submitted handle has its core
 }
 
 const TensorShape& ClientHandle::shape() const { return state_->shape; }
