@@ -237,6 +237,12 @@ TEST(EngineConfigTest, BadGatherTimes) {
   }
 }
 
+TEST(EngineConfigTest, BadStragglerThresholds) {
+  for (const char* bad : {"abc", "-1", "2.5", "5ms", "3600001"}) {
+    ExpectRejected("KOROVOD_STRAGGLER_THRESHOLD_MS", bad);
+  }
+}
+
 TEST(EngineConfigTest, EmptyValueCountsAsUnset) {
   auto c = Parse({{"KOROVOD_CYCLE_TIME", ""}, {"KOROVOD_FUSION_THRESHOLD", ""}});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
