@@ -141,6 +141,8 @@ const char* AlgoFlagName(AllreduceAlgorithm a) {
       return "ring";
     case AllreduceAlgorithm::kRecursiveDoubling:
       return "rd";
+    case AllreduceAlgorithm::kSharedMemory:
+      return "shm";
   }
   return "unknown";
 }
@@ -210,7 +212,8 @@ flags:
   --sidecar-binary P  korovod-sidecar for --via sidecar (default: next to korovod-bench)
   --target-time S     seconds of timed loop per size (default $TARGET_TIME, else 0.7;
                       crossover 0.2)
-  --algo A            allreduce algorithm: auto | ring | rd (recursive doubling); default auto
+  --algo A            allreduce algorithm: auto | ring | rd (recursive doubling) |
+                      shm (through the shared-memory windows); default auto
   --dtype T           float32 (default), float64, float16, bfloat16, int32, int64, int8, uint8
   --min-iters K       minimum timed iterations (default 5)
   --max-iters K       maximum timed / loop iterations (default 200000)
@@ -339,8 +342,10 @@ std::optional<BenchOptions> ParseArgs(int argc, char** argv, UsageError* error, 
         o.algo = AllreduceAlgorithm::kRing;
       } else if (value == "rd" || value == "recursive_doubling") {
         o.algo = AllreduceAlgorithm::kRecursiveDoubling;
+      } else if (value == "shm" || value == "shared_memory") {
+        o.algo = AllreduceAlgorithm::kSharedMemory;
       } else {
-        return fail("bad --algo '" + std::string(value) + "' (auto, ring or rd)");
+        return fail("bad --algo '" + std::string(value) + "' (auto, ring, rd or shm)");
       }
       o.algo_given = true;
     } else if (a == "--dtype") {

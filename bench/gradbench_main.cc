@@ -70,6 +70,8 @@ EngineConfig EngineConfigFor(const GradBenchOptions& o, const ExchangeRun& run) 
   EngineConfig c;
   c.cycle_time_ms = o.cycle_time_ms;
   c.fusion_threshold_bytes = run.mode == FusionMode::kOff ? 0 : o.fusion_threshold_bytes;
+  c.fusion_pipeline = o.fusion_pipeline;
+  if (o.fusion_tensor_max_bytes >= 0) c.fusion_tensor_max_bytes = o.fusion_tensor_max_bytes;
   if (run.mode == FusionMode::kAutotune) {
     c.autotune = true;
     c.autotune_log = ExpandRunPath(o.autotune_log, run);

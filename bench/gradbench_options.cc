@@ -67,6 +67,9 @@ flags:
   --compute-gap-us LIST   sleep before each gradient's submit, one run per value (default 0)
   --fusion-threshold B    mode on and autotune's start, bytes, K/M/G suffixes (default 64M)
   --cycle-time-ms MS      engine cycle (default 1)
+  --fusion-pipeline on|off  segments of large fused buffers overlap their copies (default on)
+  --fusion-tensor-max B   tensors of at least B bytes run unfused; 0: fuse all (default: the
+                          engine's, 1M)
   --autotune-log PATH     trial CSV; {model} {transport} {gap} are replaced
                           (default /tmp/korovod-gradbench-autotune-{model}-{transport}-gap{gap}.csv)
   --autotune-warmup K     warm-up samples (default 2)
@@ -148,6 +151,8 @@ std::optional<GradBenchOptions> ParseGradBenchArgs(int argc, char** argv,
                                               "--compute-gap-us",
                                               "--fusion-threshold",
                                               "--cycle-time-ms",
+                                              "--fusion-pipeline",
+                                              "--fusion-tensor-max",
                                               "--autotune-log",
                                               "--autotune-warmup",
                                               "--autotune-cycles",
@@ -222,6 +227,13 @@ std::optional<GradBenchOptions> ParseGradBenchArgs(int argc, char** argv,
       auto ms = ParseDouble(v, 0);
       if (!ms || *ms <= 0) return bad("milliseconds > 0");
       o.cycle_time_ms = *ms;
+    } else if (a == "--fusion-pipeline") {
+      if (v != "on" && v != "off") return bad("on or off");
+      o.fusion_pipeline = v == "on";
+    } else if (a == "--fusion-tensor-max") {
+      auto b = ParseSize(v);
+      if (!b || *b > (size_t{1} << 40)) return bad("bytes >= 0, e.g. 1M");
+      o.fusion_tensor_max_bytes = static_cast<int64_t>(*b);
     } else if (a == "--autotune-log") {
       if (v.empty()) return bad("a file path");
       o.autotune_log = v;

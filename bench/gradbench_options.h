@@ -29,6 +29,8 @@ struct GradBenchOptions {
 
   int64_t fusion_threshold_bytes = 64 << 20;
   double cycle_time_ms = 1.0;
+  bool fusion_pipeline = true;           // EngineConfig::fusion_pipeline
+  int64_t fusion_tensor_max_bytes = -1;  // -1: the engine's default
 
   // Autotune: the CSV trial log ("{model}", "{transport}" and "{gap}" are replaced); the run
   // reads its "final" row to know that the search settled.

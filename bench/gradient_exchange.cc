@@ -51,6 +51,7 @@ struct StepCounters {
   double negotiation_ns = 0, execution_ns = 0;
   double cycles = 0, busy_cycles = 0, full_negotiations = 0;
   double collectives = 0, cache_hits = 0, negotiated = 0, bytes = 0, tensors = 0;
+  double pipelined_segments = 0;
 
   void Add(const EngineStats& a, const EngineStats& b) {
     negotiation_ns += static_cast<double>(b.negotiation_ns - a.negotiation_ns);
@@ -63,6 +64,7 @@ struct StepCounters {
     negotiated += static_cast<double>(b.negotiated - a.negotiated);
     bytes += static_cast<double>(b.bytes - a.bytes);
     tensors += static_cast<double>(b.tensors - a.tensors);
+    pipelined_segments += static_cast<double>(b.pipelined_segments - a.pipelined_segments);
   }
 };
 
@@ -360,6 +362,9 @@ int RunExchangeRank(const ExchangeRun& run, const std::string& job_key, int rank
       extra["gap_slept_ms_per_step"] = slept * 1e3 / n;
       extra["fusion_threshold_bytes"] = final_stats.fusion_threshold_bytes;
       extra["cycle_time_ms"] = final_stats.cycle_time_ms;
+      extra["fusion_pipeline"] = run.engine.fusion_pipeline;
+      extra["fusion_tensor_max_bytes"] = run.engine.fusion_tensor_max_bytes;
+      extra["pipelined_segments_per_step"] = counters.pipelined_segments / n;
       if (run.mode == FusionMode::kAutotune) {
         Row a;
         a["settled"] = settled;

@@ -26,6 +26,16 @@ Status RingAllreduce(AlgorithmContext& ctx, std::byte* buf, size_t count, DataTy
 Status RecursiveDoublingAllreduce(AlgorithmContext& ctx, std::byte* buf, size_t count,
                                   DataType type, ReduceOp op, double postscale, int divisor = 1);
 
+// One-host allreduce through the peers' shared windows: in pieces of half a window, each rank
+// copies its input into its window once, reduces its block reading every peer's window in place
+// and copies every block out of its owner's window. 2 barriers per piece and 1 at the end; per
+// rank 2 copies of the message plus the reduction of 1/N of it, whatever N (the ring's slots
+// cost 2(N-1)/N of the message in copies in and out of slots, plus a reduction of (N-1)/N).
+// `in` may equal `out`. Prescale applies to the input, postscale and `divisor` to the result.
+Status SharedMemoryAllreduce(AlgorithmContext& ctx, SharedWindows& windows, const std::byte* in,
+                             std::byte* out, size_t count, DataType type, ReduceOp op,
+                             double prescale, double postscale, int divisor = 1);
+
 // Broadcast from set rank `root`: binomial tree for small messages, pipelined chain for large.
 Status Broadcast(AlgorithmContext& ctx, std::byte* buf, size_t len, int root);
 

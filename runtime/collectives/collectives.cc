@@ -71,6 +71,8 @@ const char* AllreduceAlgorithmName(AllreduceAlgorithm a) {
       return "ring";
     case AllreduceAlgorithm::kRecursiveDoubling:
       return "recursive_doubling";
+    case AllreduceAlgorithm::kSharedMemory:
+      return "shared_memory";
   }
   return "unknown";
 }
@@ -86,20 +88,36 @@ Status Allreduce(Communicator& comm, const AllreduceOptions& o) {
   if (o.count == 0) return OkStatus();
   const size_t bytes = o.count * DataTypeSize(o.type);
   auto* out = static_cast<std::byte*>(o.output);
-  if (o.input != o.output) std::memcpy(out, o.input, bytes);
-  ScaleInPlace(out, o.count, o.type, o.prescale);
   const double postscale = o.postscale;
   const int divisor = o.op == ReduceOp::kAverage ? set->size() : 1;
+  SharedWindows* windows = comm.transport().shared_windows();
+  AllreduceAlgorithm algo = o.algorithm;
+  if (algo == AllreduceAlgorithm::kAuto) {
+    algo = bytes <= comm.small_allreduce_max_bytes() ? AllreduceAlgorithm::kRecursiveDoubling
+           : windows != nullptr                      ? AllreduceAlgorithm::kSharedMemory
+                                                     : AllreduceAlgorithm::kRing;
+  }
+  if (algo == AllreduceAlgorithm::kSharedMemory && set->size() > 1) {
+    if (windows == nullptr) {
+      return InvalidArgument(std::string("allreduce: the shared_memory algorithm needs the shm ") +
+                             "transport with a window (this one is " + comm.transport_name() + ")");
+    }
+    AlgorithmContext ctx{comm, *set, comm.OpDeadline()};
+    // Straight from the input into the window: no copy into the output first.
+    Status s = SharedMemoryAllreduce(ctx, *windows, static_cast<const std::byte*>(o.input), out,
+                                     o.count, o.type, o.op, o.prescale, postscale, divisor);
+    if (s.ok()) return s;
+    return Run(comm, kWhat,
+               s.WithContext(std::to_string(bytes) + " bytes, " + DataTypeName(o.type) + " " +
+                             ReduceOpName(o.op)));
+  }
+  if (o.input != o.output) std::memcpy(out, o.input, bytes);
+  ScaleInPlace(out, o.count, o.type, o.prescale);
   if (set->size() == 1) {
     ScaleInPlace(out, o.count, o.type, postscale, divisor);
     return OkStatus();
   }
   AlgorithmContext ctx{comm, *set, comm.OpDeadline()};
-  AllreduceAlgorithm algo = o.algorithm;
-  if (algo == AllreduceAlgorithm::kAuto) {
-    algo = bytes <= comm.small_allreduce_max_bytes() ? AllreduceAlgorithm::kRecursiveDoubling
-                                                     : AllreduceAlgorithm::kRing;
-  }
   Status s;
   if (algo == AllreduceAlgorithm::kRing) {
     s = RingAllreduce(ctx, out, o.count, o.type, o.op, postscale, divisor);

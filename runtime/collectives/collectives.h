@@ -17,7 +17,9 @@ namespace korovod {
 
 class Communicator;
 
-enum class AllreduceAlgorithm { kAuto, kRing, kRecursiveDoubling };
+// kSharedMemory needs the shm transport's windows; kAuto takes it there above the small-message
+// crossover, and the ring over TCP.
+enum class AllreduceAlgorithm { kAuto, kRing, kRecursiveDoubling, kSharedMemory };
 const char* AllreduceAlgorithmName(AllreduceAlgorithm a);
 
 struct AllreduceOptions {

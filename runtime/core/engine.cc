@@ -60,6 +60,7 @@ struct Engine::Impl {
   std::condition_variable wake;
   std::vector<std::unique_ptr<PendingOp>> incoming;
   std::atomic<uint64_t> submitted{0};  // ops ever submitted: the gather window watches it
+  Clock::time_point last_submit;       // guarded by mu: the gather window counts quiet from it
   Admission admission;
   bool shutdown_requested = false;
   bool stopped = false;
@@ -93,6 +94,7 @@ struct Engine::Impl {
       : comm(std::move(c)), config(cfg), executor(*comm) {
     fusion_threshold = cfg.fusion_threshold_bytes;
     cycle_time_ms = cfg.cycle_time_ms;
+    executor.set_pipeline(cfg.fusion_pipeline);
   }
 
   int rank() const { return comm->rank(); }
@@ -467,12 +469,15 @@ Status Engine::Impl::RunCollective(SetState& s, const FusedOp& f, const CycleRes
     if (timeline && it != s.pending.end()) timeline->End(r.name);  // QUEUE
   }
   uint64_t bytes = 0;
+  const uint64_t segments_before = executor.pipelined_segments();
   Status st = executor.Run(s.set, items, &bytes);
+  const uint64_t segments = executor.pipelined_segments() - segments_before;
   cycle_bytes += bytes;
   {
     std::lock_guard<std::mutex> lock(mu);
     stats.bytes += bytes;
-    ++stats.collectives;
+    stats.collectives += segments > 0 ? segments : 1;
+    stats.pipelined_segments += segments;
   }
   if (!st.ok()) return st;
   for (size_t k = 0; k < items.size(); ++k) {
@@ -525,7 +530,9 @@ void Engine::Impl::WaitForCycle(std::unique_lock<std::mutex>& lock, Clock::time_
   const auto quiet = std::chrono::microseconds(config.gather_time_us);
   constexpr auto kPollUpTo = std::chrono::microseconds(100);
   uint64_t seen = submitted.load(std::memory_order_acquire);
-  Clock::time_point last_change = Clock::now();
+  // Quiet counts from the last submit, not from this wake-up: a lone op whose wake-up took longer
+  // than the window starts its cycle at once.
+  Clock::time_point last_change = last_submit;
   while (!shutdown_requested) {
     const Clock::time_point now = Clock::now();
     const Clock::time_point until = std::min(next, last_change + quiet);
@@ -542,7 +549,7 @@ void Engine::Impl::WaitForCycle(std::unique_lock<std::mutex>& lock, Clock::time_
     const uint64_t n = submitted.load(std::memory_order_acquire);
     if (n != seen) {
       seen = n;
-      last_change = Clock::now();
+      last_change = last_submit;
     }
   }
 }
@@ -684,6 +691,7 @@ StatusOr<std::vector<OpHandle>> Engine::SubmitGroup(std::vector<OpRequest> reque
       handles.emplace_back(op->state);
       im.incoming.push_back(std::move(op));
     }
+    im.last_submit = Clock::now();
     im.submitted.fetch_add(handles.size(), std::memory_order_release);
   }
   im.wake.notify_one();  // outside the lock: the engine thread must not wake into a held mutex

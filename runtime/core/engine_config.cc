@@ -25,6 +25,10 @@ const std::vector<EngineVariable>& EngineVariables() {
       {env::kGatherTimeUs, "5",
        "an idle engine woken by a submit starts its cycle once no new op has arrived for this "
        "many microseconds (at most the cycle time), so a burst fuses; 0: at once"},
+      {env::kFusionPipeline, "1",
+       "1: a fused allreduce of at least 8 MiB over the network runs in ~4 MiB segments whose "
+       "copies overlap the neighbouring segments' collectives (not on one host's shared "
+       "memory, where it is reduced in place); 0: one collective per fused buffer"},
       {env::kStragglerThresholdMs, "5",
        "a step's straggler is the rank the others waited for longest, if longer than this many "
        "milliseconds"},
@@ -54,6 +58,7 @@ StatusOr<EngineConfig> EngineConfig::FromEnvironment(const Getenv& getenv) {
                       settings.Bytes(env::kFusionThreshold, c.fusion_threshold_bytes));
   KV_ASSIGN_OR_RETURN(c.fusion_tensor_max_bytes,
                       settings.Bytes(env::kFusionTensorMax, c.fusion_tensor_max_bytes));
+  KV_ASSIGN_OR_RETURN(c.fusion_pipeline, settings.Bool(env::kFusionPipeline, c.fusion_pipeline));
   // The upper bound is Validate()'s, which words its own error for values set in code.
   KV_ASSIGN_OR_RETURN(c.cycle_time_ms, settings.Number(env::kCycleTime, c.cycle_time_ms, 1e-9, 1e9,
                                                        "expected milliseconds > 0"));

@@ -21,6 +21,10 @@ struct EngineConfig {
   // Tensors of at least this many bytes are never staged in the fusion buffer (they run alone, in
   // place: for them the two copies cost more than the latency fusion saves); 0: no limit.
   int64_t fusion_tensor_max_bytes = 1 << 20;
+  // A fused allreduce of at least 8 MiB over the network runs in segments of ~4 MiB whose copies
+  // into and out of the fusion buffers overlap the neighbouring segments' collectives. Not on
+  // one host's shared memory, where the buffer is built in the shared window and reduced there.
+  bool fusion_pipeline = true;
   // Background cycle: the longest an idle engine waits before it reports to the other ranks (a
   // submit wakes it sooner).
   double cycle_time_ms = 1.0;

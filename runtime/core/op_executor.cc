@@ -1,5 +1,6 @@
 #include "runtime/core/op_executor.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string_view>
 
@@ -137,30 +138,69 @@ Status OpExecutor::AllreduceUnfused(std::vector<Item>& items, AllreduceOptions& 
   return s;
 }
 
-// Copied into the fusion buffer (64-byte aligned), reduced as one, copied out.
-Status OpExecutor::AllreduceFused(std::vector<Item>& items, AllreduceOptions& o, uint64_t* bytes) {
-  const Response& head = *items.front().response;
-  const size_t esize = DataTypeSize(head.dtype);
-  uint64_t total = 0;
-  for (auto& it : items) total += FusionBytes(*it.response);
-  std::byte* buf = fusion_.Get(total);
-  if (buf == nullptr)
-    return Internal("cannot allocate a fusion buffer of " + std::to_string(total) + " bytes");
-
-  Start(items, "MEMCPY_IN_FUSION_BUFFER");
+void OpExecutor::CopyIn(std::vector<Item>& items, size_t begin, size_t end, std::byte* buf,
+                        DataType type, ReduceOp op) {
+  const size_t esize = DataTypeSize(type);
   uint64_t off = 0;
-  for (auto& it : items) {
+  for (size_t k = begin; k < end; ++k) {
+    Item& it = items[k];
     const size_t count = static_cast<size_t>(NumElements(it.response->shape));
     const size_t padded = FusionBytes(*it.response);
     if (it.op != nullptr) {
       std::memcpy(buf + off, it.op->request.input, count * esize);
     } else {
-      FillIdentity(buf + off, count, head.dtype, head.op);
+      FillIdentity(buf + off, count, type, op);
     }
     // Padding joins the reduction: give it a harmless value.
     if (padded > count * esize) std::memset(buf + off + count * esize, 0, padded - count * esize);
     off += padded;
   }
+}
+
+void OpExecutor::CopyOut(std::vector<Item>& items, size_t begin, size_t end, const std::byte* buf,
+                         DataType type) {
+  const size_t esize = DataTypeSize(type);
+  uint64_t off = 0;
+  for (size_t k = begin; k < end; ++k) {
+    Item& it = items[k];
+    const size_t count = static_cast<size_t>(NumElements(it.response->shape));
+    if (it.op != nullptr) {
+      StatusOr<std::byte*> out = Output(*it.op, it.response->shape, count * esize);
+      if (out.ok()) {
+        std::memcpy(*out, buf + off, count * esize);
+      } else {
+        it.status = out.status();
+      }
+    }
+    off += FusionBytes(*it.response);
+  }
+}
+
+// Copied into the fusion buffer (64-byte aligned), reduced as one, copied out.
+Status OpExecutor::AllreduceFused(std::vector<Item>& items, AllreduceOptions& o, uint64_t* bytes) {
+  const Response& head = *items.front().response;
+  const size_t esize = DataTypeSize(head.dtype);
+  uint64_t total = 0;
+  std::vector<size_t> cuts;  // item indices where a pipeline segment starts
+  for (size_t k = 0; k < items.size(); ++k) {
+    if (k > 0 && total >= kSegmentBytes * (cuts.size() + 1)) cuts.push_back(k);
+    total += FusionBytes(*items[k].response);
+  }
+  // Shared windows mean one host: there the reduction itself is memory-bound on every core, and a
+  // copy thread beside it would only compete (and the buffer is built in the window instead).
+  SharedWindows* windows = comm_.transport().shared_windows();
+  if (pipeline_ && windows == nullptr && !cuts.empty() && total >= 2 * kSegmentBytes) {
+    return AllreducePipelined(items, o, bytes, cuts);
+  }
+  // Built in this rank's shared window where it fits: the peers then reduce from it in place.
+  std::byte* buf = windows != nullptr && total <= windows->window_bytes()
+                       ? windows->window(comm_.rank())
+                       : fusion_.Get(total);
+  if (buf == nullptr)
+    return Internal("cannot allocate a fusion buffer of " + std::to_string(total) + " bytes");
+
+  Start(items, "MEMCPY_IN_FUSION_BUFFER");
+  CopyIn(items, 0, items.size(), buf, head.dtype, head.op);
   End(items);
 
   o.input = o.output = buf;
@@ -178,20 +218,80 @@ Status OpExecutor::AllreduceFused(std::vector<Item>& items, AllreduceOptions& o,
   if (!s.ok()) return s;
 
   Start(items, "MEMCPY_OUT_FUSION_BUFFER");
-  off = 0;
-  for (auto& it : items) {
-    const size_t count = static_cast<size_t>(NumElements(it.response->shape));
-    if (it.op != nullptr) {
-      StatusOr<std::byte*> out = Output(*it.op, it.response->shape, count * esize);
-      if (out.ok()) {
-        std::memcpy(*out, buf + off, count * esize);
-      } else {
-        it.status = out.status();
-      }
-    }
-    off += FusionBytes(*it.response);
-  }
+  CopyOut(items, 0, items.size(), buf, head.dtype);
   End(items);
+  return OkStatus();
+}
+
+// A large fused buffer in segments (split at tensor boundaries, about kSegmentBytes each), one
+// collective per segment, two buffers in turn: while the engine thread runs segment k's
+// collective, the copy worker copies segment k-1 out and segment k+1 in. Every rank cuts at the
+// same tensors (the responses and their sizes are the same everywhere), so segment k is the same
+// collective on every rank.
+Status OpExecutor::AllreducePipelined(std::vector<Item>& items, AllreduceOptions& o,
+                                      uint64_t* bytes, const std::vector<size_t>& cuts) {
+  const Response& head = *items.front().response;
+  const size_t esize = DataTypeSize(head.dtype);
+  std::vector<size_t> bounds = {0};
+  bounds.insert(bounds.end(), cuts.begin(), cuts.end());
+  bounds.push_back(items.size());
+  const size_t segments = bounds.size() - 1;
+  std::vector<uint64_t> seg_bytes(segments, 0);
+  uint64_t largest = 0;
+  for (size_t g = 0; g < segments; ++g) {
+    for (size_t k = bounds[g]; k < bounds[g + 1]; ++k)
+      seg_bytes[g] += FusionBytes(*items[k].response);
+    largest = std::max(largest, seg_bytes[g]);
+  }
+  std::byte* bufs[2] = {fusion_.Get(largest), fusion_next_.Get(largest)};
+  if (bufs[0] == nullptr || bufs[1] == nullptr) {
+    return Internal("cannot allocate two fusion buffers of " + std::to_string(largest) + " bytes");
+  }
+  if (copier_ == nullptr) copier_ = std::make_unique<CopyWorker>();
+
+  // The items of one segment, for the timeline: lanes are per tensor.
+  auto segment_items = [&](size_t g) {
+    return std::vector<Item>(items.begin() + static_cast<std::ptrdiff_t>(bounds[g]),
+                             items.begin() + static_cast<std::ptrdiff_t>(bounds[g + 1]));
+  };
+  auto copy_in = [&, this](size_t g) {
+    std::vector<Item> seg = segment_items(g);
+    Start(seg, "MEMCPY_IN_FUSION_BUFFER");
+    CopyIn(items, bounds[g], bounds[g + 1], bufs[g % 2], head.dtype, head.op);
+    End(seg);
+  };
+  auto copy_out = [&, this](size_t g) {
+    std::vector<Item> seg = segment_items(g);
+    Start(seg, "MEMCPY_OUT_FUSION_BUFFER");
+    CopyOut(items, bounds[g], bounds[g + 1], bufs[g % 2], head.dtype);
+    End(seg);
+  };
+
+  copier_->Post([&copy_in] { copy_in(0); });
+  copier_->Drain();
+  Status s;
+  for (size_t g = 0; g < segments; ++g) {
+    // FIFO: segment g-1's copy out (posted last round) runs before g+1's copy in overwrites
+    // the buffer they share.
+    if (g + 1 < segments) copier_->Post([&copy_in, g] { copy_in(g + 1); });
+    std::vector<Item> seg = segment_items(g);
+    o.input = o.output = bufs[g % 2];
+    o.count = seg_bytes[g] / esize;
+    *bytes += seg_bytes[g];
+    Start(seg, "ALLREDUCE",
+          "{\"bytes\":" + std::to_string(seg_bytes[g]) + ",\"fused_tensors\":" +
+              std::to_string(seg.size()) + ",\"segment\":" + std::to_string(g) + "}");
+    {
+      TimelinePhases phases(timeline_, seg, comm_);
+      s = korovod::Allreduce(comm_, o);
+    }
+    End(seg);
+    copier_->Drain();  // nothing of this call may still run once it returns
+    if (!s.ok()) return s;
+    ++pipelined_segments_;
+    copier_->Post([&copy_out, g] { copy_out(g); });
+  }
+  copier_->Drain();
   return OkStatus();
 }
 

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "runtime/collectives/collectives.h"
+#include "runtime/core/copy_worker.h"
 #include "runtime/core/fusion_buffer.h"
 #include "runtime/core/negotiation_messages.h"
 #include "runtime/core/pending_op.h"
@@ -20,6 +22,12 @@ class OpExecutor {
   explicit OpExecutor(Communicator& comm) : comm_(comm) {}
 
   void set_timeline(Timeline* timeline) { timeline_ = timeline; }
+  // Pipelining of large fused allreduces (EngineConfig::fusion_pipeline); see AllreducePipelined.
+  void set_pipeline(bool on) { pipeline_ = on; }
+  // Segments run so far by the pipeline (each also counts as a collective).
+  uint64_t pipelined_segments() const { return pipelined_segments_; }
+  // A fused buffer of at least twice this is pipelined in segments of about this size.
+  static constexpr uint64_t kSegmentBytes = uint64_t{4} << 20;
 
   struct Item {
     const Response* response;
@@ -35,6 +43,13 @@ class OpExecutor {
   Status Allreduce(const ProcessSet& set, std::vector<Item>& items, uint64_t* bytes);
   Status AllreduceUnfused(std::vector<Item>& items, AllreduceOptions& o, uint64_t* bytes);
   Status AllreduceFused(std::vector<Item>& items, AllreduceOptions& o, uint64_t* bytes);
+  Status AllreducePipelined(std::vector<Item>& items, AllreduceOptions& o, uint64_t* bytes,
+                            const std::vector<size_t>& cuts);
+  // Packs items [begin, end) into buf, each at its 64-byte aligned offset; the reverse.
+  void CopyIn(std::vector<Item>& items, size_t begin, size_t end, std::byte* buf, DataType type,
+              ReduceOp op);
+  void CopyOut(std::vector<Item>& items, size_t begin, size_t end, const std::byte* buf,
+               DataType type);
   Status Allgather(const ProcessSet& set, std::vector<Item>& items, uint64_t* bytes);
   struct GatherLayout;
   Status AllgatherUnfused(std::vector<Item>& items, const GatherLayout& layout,
@@ -53,7 +68,11 @@ class OpExecutor {
   Communicator& comm_;
   Timeline* timeline_ = nullptr;
   FusionBuffer fusion_;
+  FusionBuffer fusion_next_;  // the pipeline's second buffer
   FusionBuffer identity_;
+  bool pipeline_ = true;
+  uint64_t pipelined_segments_ = 0;
+  std::unique_ptr<CopyWorker> copier_;  // started on the first pipelined allreduce
 };
 
 }  // namespace korovod

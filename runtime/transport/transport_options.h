@@ -23,6 +23,15 @@ enum class TransportKind {
   kShm,
 };
 
+// Memory of this process that lives in a POSIX shm object (the sidecar's arena): the shm transport
+// maps every peer's regions so that collectives on tensors there read them in place. Every rank
+// registers as many regions, in the same order.
+struct SharedRegion {
+  std::string shm_name;       // "/name", linked until the transport is created
+  std::byte* base = nullptr;  // the object's offset 0 as mapped here
+  size_t bytes = 0;           // mapped length, the same on every rank
+};
+
 struct TransportOptions {
   int rank = 0;
   std::vector<PeerAddress> peers;  // one per rank, indexed by rank; size() is the world size
@@ -43,6 +52,11 @@ struct TransportOptions {
   // Shared memory: a ring of slots per directed pair.
   size_t shm_slot_bytes = 256 * 1024;
   int shm_slots = 8;
+  // Shared memory: each rank's window, read directly by its peers (the allreduce reduces from
+  // it; buffers elsewhere go through it in pieces). /dev/shm pages on first touch. 0: no window.
+  // A fused allreduce whose buffer fits is built in the window and reduced there without copies.
+  size_t shm_window_bytes = size_t{64} << 20;
+  std::vector<SharedRegion> shared_regions;
   // The start of the segments' names: "/" and at most 200 more characters, no other "/". A
   // launcher that unlinks every name with its job's prefix then also removes the segment of a
   // rank it killed before the segment was unlinked (ShmTransport unlinks it once all peers map it).

@@ -101,10 +101,11 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(const WorldOptions&
 
   std::unique_ptr<Transport> transport;
   if (kind == TransportKind::kShm) {
-    KV_ASSIGN_OR_RETURN(auto shm,
-                        ShmTransport::Create(mesh, options.shm_slot_bytes, options.shm_slots, wait,
-                                             Deadline::After(options.connect_timeout),
-                                             options.shm_prefix));
+    KV_ASSIGN_OR_RETURN(
+        auto shm,
+        ShmTransport::Create(mesh, options.shm_slot_bytes, options.shm_slots,
+                             options.shm_window_bytes, options.shared_regions, wait,
+                             Deadline::After(options.connect_timeout), options.shm_prefix));
     transport = std::move(shm);
   } else {
     transport = std::make_unique<TcpTransport>(mesh, options.tcp_stripe_min, wait);

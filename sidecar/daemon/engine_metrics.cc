@@ -35,6 +35,10 @@ Status EngineMetrics::Init() {
   KV_ASSIGN_OR_RETURN(collectives_,
                       r.GetCounter("korovod_collectives_total",
                                    "Data collectives run (a fused buffer counts once)."));
+  KV_ASSIGN_OR_RETURN(pipelined_segments_,
+                      r.GetCounter("korovod_pipelined_segments_total",
+                                   "Segments of fused buffers whose copies overlapped the "
+                                   "neighbouring segments' collectives (each also a collective)."));
   KV_ASSIGN_OR_RETURN(bytes_, r.GetCounter("korovod_bytes_total",
                                            "Tensor bytes allreduced, gathered or broadcast by "
                                            "this rank."));
@@ -98,6 +102,7 @@ void EngineMetrics::UpdateFromStats(const EngineStats& s) {
   execution_seconds_->Set(static_cast<double>(s.execution_ns) * 1e-9);
   tensors_->Set(static_cast<double>(s.tensors));
   collectives_->Set(static_cast<double>(s.collectives));
+  pipelined_segments_->Set(static_cast<double>(s.pipelined_segments));
   bytes_->Set(static_cast<double>(s.bytes));
   cache_hits_->Set(static_cast<double>(s.cache_hits));
   negotiated_->Set(static_cast<double>(s.negotiated));

@@ -14,13 +14,15 @@
 //   korovod_response_cache_hits_total           counter  ops agreed through the response cache
 //   korovod_negotiated_ops_total                counter  ops that went through the coordinator
 //   korovod_full_negotiations_total             counter  cycles that gathered request lists
+//   korovod_pipelined_segments_total           counter  segments of pipelined fused buffers
 //   korovod_steps_total                         counter  busy periods of the world (steps)
-//   korovod_waited_for_others_seconds_total     counter  this rank had ops in flight, others not
-//   ready korovod_others_waited_for_me_seconds_total  counter  others had ops in flight, this rank
-//   not ready korovod_waited_before_first_op_seconds_total counter ... of that, before its first op
-//   of a step korovod_straggler_steps_total               counter  steps in which this rank was the
-//   straggler korovod_fusion_ratio                        gauge    tensors / collectives (0 before
-//   any) korovod_fusion_threshold_bytes              gauge korovod_cycle_time_seconds gauge
+//   korovod_waited_for_others_seconds_total     counter  had ops in flight, others not ready
+//   korovod_others_waited_for_me_seconds_total  counter  others had ops in flight, it not ready
+//   korovod_waited_before_first_op_seconds_total counter of that, before its first op of a step
+//   korovod_straggler_steps_total               counter  steps in which it was the straggler
+//   korovod_fusion_ratio                        gauge    tensors / collectives (0 before any)
+//   korovod_fusion_threshold_bytes              gauge
+//   korovod_cycle_time_seconds                  gauge
 //   korovod_ops_total{collective}               counter  ops completed, per collective type
 //   korovod_op_bytes_total{collective}          counter  their tensor bytes
 //   korovod_op_latency_seconds{collective}      histogram  submit to completion
@@ -90,6 +92,7 @@ class EngineMetrics {
   http::Counter* execution_seconds_ = nullptr;
   http::Counter* tensors_ = nullptr;
   http::Counter* collectives_ = nullptr;
+  http::Counter* pipelined_segments_ = nullptr;
   http::Counter* bytes_ = nullptr;
   http::Counter* cache_hits_ = nullptr;
   http::Counter* negotiated_ = nullptr;

@@ -191,6 +191,17 @@ int Main() {
   auto engine_config = EngineConfig::FromProcessEnvironment();
   if (!engine_config.ok()) return Fail(engine_config.status());
 
+  // Before the world connects: ranks on one host map each other's arenas there, so the engine
+  // reduces tensors in the arena straight from the peers' mappings.
+  ArenaSizes sizes;
+  sizes.client_heap_bytes = uint64_t(cfg.arena_heap_max_mib) << 20;
+  sizes.result_heap_bytes = uint64_t(cfg.arena_heap_max_mib) << 20;
+  sizes.heap_reserve_bytes = uint64_t(cfg.arena_heap_mib) << 20;
+  auto arena = Arena::Create(cfg.arena_name(), sizes);
+  if (!arena.ok()) return Fail(arena.status());
+  world->shared_regions.push_back(
+      {(*arena)->name(), (*arena)->base(), static_cast<size_t>((*arena)->layout().total_bytes)});
+
   DiscoveredWorld discovered;  // owns the data listener in coordinator / world file mode
   if (cfg.peers.empty()) {
     Status found = DiscoverPeers(cfg, start, *world, discovered);
@@ -206,16 +217,6 @@ int Main() {
   const std::string listen_address = connected->comm->peer(cfg.rank).ToString();
   auto engine = Engine::Start(std::move(connected->comm), *engine_config);
   if (!engine.ok()) return Fail(engine.status());
-
-  ArenaSizes sizes;
-  sizes.client_heap_bytes = uint64_t(cfg.arena_heap_max_mib) << 20;
-  sizes.result_heap_bytes = uint64_t(cfg.arena_heap_max_mib) << 20;
-  sizes.heap_reserve_bytes = uint64_t(cfg.arena_heap_mib) << 20;
-  auto arena = Arena::Create(cfg.arena_name(), sizes);
-  if (!arena.ok()) {
-    (*engine)->Shutdown();
-    return Fail(arena.status());
-  }
 
   http::MetricsRegistry registry;
   auto metrics = EngineMetrics::Create(registry);

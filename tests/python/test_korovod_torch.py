@@ -65,6 +65,31 @@ def test_zero_copy_through_the_arena(np_):
     assert "[0] defaults: staged in/out bytes per step [(0, 0), (0, 0), (0, 0), (0, 0)]" in out, out
 
 
+@pytest.mark.parametrize("np_", [2, 3])
+def test_one_host_ranks_reduce_from_each_others_arenas(np_, tmp_path):
+    """Ranks on one host reduce straight from each other's memory: an arena tensor and a staged
+    one (both in the arena) and a fused burst (built in the shared window) show the direct
+    shared-memory phases in the timeline, and no copy into a window or through the ring's slots."""
+    timeline = tmp_path / "timeline.json"
+    out = run(np_, os.path.join(HERE, "shm_direct_worker.py"),
+              env={"KOROVOD_TIMELINE": str(timeline)})
+    assert_each_rank(out, np_, "shm direct OK")
+    events = json.loads(timeline.read_text())
+    lanes = {e["tid"]: e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    phases = {}
+    for e in events:
+        if e.get("ph") == "B" and e.get("tid") in lanes:
+            phases.setdefault(lanes[e["tid"]], set()).add(e["name"])
+    names = ["direct.arena", "direct.staged"] + ["direct.burst.%d" % i for i in range(24)]
+    for name in names:
+        seen = phases.get(name, set())
+        assert "SHM_REDUCE" in seen and "SHM_GATHER" in seen, (name, seen)
+        assert not seen & {"SHM_COPY_IN", "RING_REDUCE_SCATTER", "RING_ALLGATHER"}, (name, seen)
+    fused = [p for n, p in phases.items() if n.startswith("direct.burst.")]
+    assert any("MEMCPY_IN_FUSION_BUFFER" in p for p in fused), phases
+
+
 @pytest.mark.parametrize("passes,compression", [(1, "none"), (2, "none"), (1, "fp16")])
 def test_distributed_optimizer_keeps_replicas_identical(passes, compression):
     out = run(2, os.path.join(HERE, "optimizer_worker.py"), passes, compression)

@@ -558,6 +558,8 @@ std::vector<Tuning> Tunings() {
          o.shm_slots = 3;
          o.shm_slot_bytes = 3 * 4096;
        }},
+      {"shm_no_window_ring", TransportKind::kShm, [](WorldOptions& o) { o.shm_window_bytes = 0; }},
+      {"shm_window_4k", TransportKind::kShm, [](WorldOptions& o) { o.shm_window_bytes = 4096; }},
       {"tcp_always_ring", TransportKind::kTcp,
        [](WorldOptions& o) { o.small_allreduce_max_bytes = 1; }},
       {"shm_never_ring", TransportKind::kShm,

@@ -83,6 +83,8 @@ std::vector<VariableCase> EveryVariable() {
        [](const EngineConfig& c) { EXPECT_EQ(c.fusion_threshold_bytes, 5 << 20); }},
       {"KOROVOD_FUSION_TENSOR_MAX", "256K",
        [](const EngineConfig& c) { EXPECT_EQ(c.fusion_tensor_max_bytes, 256 << 10); }},
+      {"KOROVOD_FUSION_PIPELINE", "0",
+       [](const EngineConfig& c) { EXPECT_FALSE(c.fusion_pipeline); }},
       {"KOROVOD_CYCLE_TIME", "2.5", [](const EngineConfig& c) { EXPECT_EQ(c.cycle_time_ms, 2.5); }},
       {"KOROVOD_STRAGGLER_THRESHOLD_MS", "250",
        [](const EngineConfig& c) { EXPECT_EQ(c.straggler_threshold, 250ms); }},

@@ -1,0 +1,40 @@
+#include "runtime/core/copy_worker.h"
+
+namespace korovod {
+
+CopyWorker::CopyWorker() : thread_([this](std::stop_token stop) { Loop(stop); }) {}
+
+CopyWorker::~CopyWorker() {
+  Drain();
+  thread_.request_stop();
+}
+
+void CopyWorker::Post(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks_.push_back(std::move(task));
+  }
+  work_.notify_one();
+}
+
+void CopyWorker::Drain() {
+  std::unique_lock<std::mutex> lock(mu_);
+  done_.wait(lock, [&] { return tasks_.empty() && !busy_; });
+}
+
+void CopyWorker::Loop(std::stop_token stop) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    if (!work_.wait(lock, stop, [&] { return !tasks_.empty(); })) return;
+    std::function<void()> task = std::move(tasks_.front());
+    tasks_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    task();
+    lock.lock();
+    busy_ = false;
+    if (tasks_.empty()) done_.notify_all();
+  }
+}
+
+}  // namespace korovod
