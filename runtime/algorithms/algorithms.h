@@ -26,12 +26,14 @@ Status RingAllreduce(AlgorithmContext& ctx, std::byte* buf, size_t count, DataTy
 Status RecursiveDoublingAllreduce(AlgorithmContext& ctx, std::byte* buf, size_t count,
                                   DataType type, ReduceOp op, double postscale, int divisor = 1);
 
-// One-host allreduce through the peers' shared windows: in pieces of half a window, each rank
-// copies its input into its window once, reduces its block reading every peer's window in place
-// and copies every block out of its owner's window. 2 barriers per piece and 1 at the end; per
-// rank 2 copies of the message plus the reduction of 1/N of it, whatever N (the ring's slots
-// cost 2(N-1)/N of the message in copies in and out of slots, plus a reduction of (N-1)/N).
-// `in` may equal `out`. Prescale applies to the input, postscale and `divisor` to the result.
+// One-host allreduce through memory every rank maps (SharedWindows): when every rank's input and
+// output lie in it (registered shared regions, a fusion buffer built in the window), each rank
+// reduces its block of every 1 MiB piece straight from the peers' inputs and copies the other
+// blocks from their owners' outputs: no copy in, 1 barrier per piece. Otherwise each 256 KiB
+// piece is first copied into the rank's window (2 barriers per piece). Ranks agree on the path
+// after a first barrier; a last one keeps every rank until no peer still reads its buffers.
+// docs/algorithms.md has the costs. `in` may equal `out`. Prescale applies to the input (and
+// forces the copy in), postscale and `divisor` to the result.
 Status SharedMemoryAllreduce(AlgorithmContext& ctx, SharedWindows& windows, const std::byte* in,
                              std::byte* out, size_t count, DataType type, ReduceOp op,
                              double prescale, double postscale, int divisor = 1);
