@@ -37,6 +37,8 @@ BATCH_PER_RANK = 64
 
 NS_PREFIX = "ksc"
 SUBNET = "10.214.0"
+PROXY_PORT = 4199      # korovod-delay-proxy in each host namespace, when there is no sch_netem
+PROXY_MARK = "0x4b"
 ENGINES = ("korovod", "horovod", "ddp")
 FUSIONS = ("off", "on", "autotune")
 
@@ -66,6 +68,9 @@ class Cluster:
     """H host namespaces + one bridge namespace; host i is 10.214.0.(i+1) on its eth0."""
 
     def __init__(self, hosts, rate_mbit, delay_us):
+        self.delay_by = "netem"  # or "proxy": korovod-delay-proxy in every host (no sch_netem)
+        self.proxy_bin = None
+        self.proxies = []
         self.id = "%s%d" % (NS_PREFIX, os.getpid())
         self.br = self.id + "br"
         self.hosts = ["%sh%d" % (self.id, i) for i in range(hosts)]
@@ -95,9 +100,23 @@ class Cluster:
         sh("tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1")
         sh("tc", "-n", ns, "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
            "rate", rate, "ceil", rate, "burst", "128k", "cburst", "128k", "quantum", "65536")
-        if with_delay and self.delay_us > 0:
+        if with_delay and self.delay_us > 0 and self.delay_by == "netem":
             sh("tc", "-n", ns, "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:",
                "netem", "delay", "%dus" % self.delay_us, "limit", "100000")
+
+    def _delay_proxy(self, ns):
+        """Every TCP connection this host opens to the cluster subnet goes through a local
+        korovod-delay-proxy that holds each chunk for the delay, both directions (one D each way
+        per connection, as netem on the NIC would give). Its own dials carry PROXY_MARK and pass."""
+        sh("ip", "netns", "exec", ns, "iptables", "-t", "nat", "-A", "OUTPUT", "-p", "tcp", "-d",
+           SUBNET + ".0/24", "-m", "mark", "!", "--mark", PROXY_MARK, "-j", "REDIRECT",
+           "--to-ports", str(PROXY_PORT))
+        p = subprocess.Popen(["ip", "netns", "exec", ns, self.proxy_bin, "--port", str(PROXY_PORT),
+                              "--delay-us", "%d" % self.delay_us, "--mark", PROXY_MARK],
+                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+        if p.stdout.readline().strip() != "ready":
+            raise SystemExit("korovod-delay-proxy did not start in %s" % ns)
+        self.proxies.append(p)
 
     def up(self):
         sh("ip", "netns", "add", self.br)
@@ -130,8 +149,17 @@ class Cluster:
             if self.rate_mbit > 0:
                 self._shape(ns, "eth0", True)              # host -> switch (NIC transmit)
                 self._shape(self.br, "port%d" % i, False)  # switch -> host (NIC receive)
+            if self.delay_us > 0 and self.delay_by == "proxy":
+                self._delay_proxy(ns)
 
     def down(self):
+        for p in self.proxies:
+            p.terminate()
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self.proxies = []
         for ns in reversed(self.made):
             sh("ip", "netns", "del", ns, check=False)
         self.made = []
@@ -430,7 +458,7 @@ def snapshot_build(build, work, python, lock_timeout=900):
                 time.sleep(2)
         try:
             os.makedirs(os.path.join(dst, "bin"))
-            for f in ("korovod-sidecar", "korovod-gradbench"):
+            for f in ("korovod-sidecar", "korovod-gradbench", "korovod-delay-proxy"):
                 shutil.copy2(os.path.join(build, "bin", f), os.path.join(dst, "bin", f))
             shutil.copytree(os.path.join(build, "python"), os.path.join(dst, "python"))
             shutil.copytree(os.path.join(REPO, "python"), os.path.join(dst, "src-python"),
@@ -525,8 +553,8 @@ def main():
     ap.add_argument("--rate-mbit", type=float, default=None,
                     help="override the link rate (default 25000/D Mbit/s; 0 = unshaped)")
     ap.add_argument("--delay-us", type=float, default=None,
-                    help="one-way delay (default 25 us x D, applied only where the kernel has "
-                         "sch_netem)")
+                    help="one-way delay (default 25 us x D; netem where the kernel has it, else "
+                         "korovod-delay-proxy)")
     ap.add_argument("--compute-ms", type=float, default=None,
                     help="override the GPU step time before dilation (default per model)")
     ap.add_argument("--out", default="scaling.json")
@@ -615,12 +643,14 @@ def main():
                 "1ms", check=False).returncode == 0
             sh("ip", "netns", "del", probe, check=False)
         if not ok:
-            if args.delay_us:
-                raise SystemExit("--delay-us %g: this kernel has no sch_netem (tc: 'Specified "
-                                 "qdisc kind is unknown'); pass --delay-us 0" % args.delay_us)
-            log("WARNING: no sch_netem in this kernel: links are rate-shaped only, one-way "
-                "delay not emulated (requested %g us = %g us x D)" % (delay, REAL_ONE_WAY_DELAY_US))
-            delay = 0.0
+            # No netem here: delay every cluster TCP connection in a user-space relay instead.
+            cluster.delay_by = "proxy"
+            cluster.proxy_bin = os.path.join(args.build, "bin", "korovod-delay-proxy")
+            if not os.access(cluster.proxy_bin, os.X_OK):
+                raise SystemExit("no sch_netem in this kernel and no %s to delay with instead" %
+                                 cluster.proxy_bin)
+            log("no sch_netem in this kernel: one-way delay %g us applied by korovod-delay-proxy "
+                "(iptables REDIRECT of each host's cluster TCP connections)" % delay)
         cluster.delay_us = delay
     cluster.up()
     measured = cluster.measure_link()
@@ -665,7 +695,8 @@ def main():
                                   dilation=D, rate_mbit=rate, delay_us=delay,
                                   link_measured_mbit=measured,
                                   rate="%g Mbit/s (= %g Gbit/s / %g)" % (rate, REAL_RATE_GBIT, D),
-                                  delay="%g us" % delay, gpu_step_ms=gpu_ms,
+                                  delay="%g us" % delay, delay_by=cluster.delay_by if delay else
+                                  None, gpu_step_ms=gpu_ms,
                                   batch_per_rank=BATCH_PER_RANK,
                                   peer={"ddp": "torch-ddp"}.get(engine, engine),
                                   transport="tcp", ranks=hosts, bytes=nbytes,

@@ -68,8 +68,14 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(const WorldOptions&
   }
   int local_ranks = 0;  // ranks competing for this host's cores
   for (int r = 0; r < static_cast<int>(options.peers.size()); ++r) {
-    const bool same = with_table ? options.ranks[r].node == options.ranks[options.rank].node
-                                 : options.peers[r].host == options.peers[options.rank].host;
+    const std::string& mine = options.peers[options.rank].host;
+    const std::string& theirs = options.peers[r].host;
+    // Loopback addresses are all this machine (ranks on 127.0.0.2 and 127.0.0.3 share its
+    // cores, as korovod-bench's TCP sidecars do): counting them apart would let
+    // oversubscribed ranks spin.
+    const bool same =
+        with_table ? options.ranks[r].node == options.ranks[options.rank].node
+                   : theirs == mine || (IsLoopbackAddress(theirs) && IsLoopbackAddress(mine));
     if (same) ++local_ranks;
   }
   WaitPolicy wait = WaitPolicy::For(local_ranks, CoreCount());
@@ -112,6 +118,7 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(const WorldOptions&
   }
   auto comm = std::make_unique<Communicator>(std::move(effective), std::move(transport));
   comm->link_ends_ = std::move(ends);
+  comm->local_ranks_ = local_ranks;
   return comm;
 }
 

@@ -51,6 +51,8 @@ class Communicator {
     return rank < static_cast<int>(link_ends_.size()) ? link_ends_[rank] : LinkEnds{};
   }
   std::string DescribePeer(int rank) const;  // "rank 3 (10.0.0.3:5000)"
+  // Ranks on this machine, this one included (they share its cores: the wait policy's input).
+  int local_ranks() const { return local_ranks_; }
   const ProcessSet& world() const { return world_; }
   Transport& transport() { return *transport_; }
   const char* transport_name() const { return transport_->Name(); }
@@ -91,6 +93,7 @@ class Communicator {
   Status broken_;
   PhaseObserver* phase_observer_ = nullptr;
   std::vector<LinkEnds> link_ends_;
+  int local_ranks_ = 1;
 };
 
 }  // namespace korovod

@@ -62,7 +62,10 @@ Sockets BindAll(const WorldSpec& spec) {
     if (IsAbsent(spec, r) && !spec.absent_rank_listens) {
       s.peers[r].port = UnusedLoopbackPort();
     } else {
-      s.fds[r] = ListenLoopback(&s.peers[r].port);
+      const uint32_t ip =
+          spec.distinct_loopback_hosts ? 0x7f000001u + static_cast<uint32_t>(r) : 0x7f000001u;
+      s.fds[r] = ListenLoopback(&s.peers[r].port, ip);
+      s.peers[r].host = "127.0.0." + std::to_string(ip & 0xff);
     }
   }
   return s;
@@ -120,14 +123,14 @@ const char* TransportName(TransportKind t) {
   return "unknown";
 }
 
-int ListenLoopback(uint16_t* port) {
+int ListenLoopback(uint16_t* port, uint32_t ip) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) Die("socket");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_addr.s_addr = htonl(ip);
   addr.sin_port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) Die("bind 127.0.0.1:0");
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) Die("bind 127.0.0.x:0");
   if (::listen(fd, 256) != 0) Die("listen");
   socklen_t len = sizeof addr;
   if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) Die("getsockname");

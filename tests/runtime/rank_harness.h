@@ -42,6 +42,9 @@ struct WorldSpec {
   // connection is refused) unless absent_rank_listens, then it listens but never accepts.
   std::vector<int> absent_ranks;
   bool absent_rank_listens = false;
+  // Rank r listens on 127.0.0.(r+1) instead of 127.0.0.1 (one machine, a host string per rank, as
+  // korovod-bench gives its TCP sidecars).
+  bool distinct_loopback_hosts = false;
   // Last word on each rank's options before Communicator::Create (per-rank job key, tuning...).
   std::function<void(WorldOptions&)> customize;
 };
@@ -102,7 +105,7 @@ void ExpectAllRanksOk(const ThreadWorld& world);
 
 // Binds a TCP socket to 127.0.0.1:0 and listens; returns the fd and sets *port. Aborts the test
 // binary on failure (loopback must work).
-int ListenLoopback(uint16_t* port);
+int ListenLoopback(uint16_t* port, uint32_t ip = 0x7f000001u);  // ip: host order, 127.0.0.1
 // A loopback port nobody listens on (bound, then closed).
 uint16_t UnusedLoopbackPort();
 
