@@ -66,7 +66,13 @@ struct Pipe {
 struct Relay {
   Fd client;  // the redirected connection, accepted here
   Fd server;  // ours, to the original destination
+  sockaddr_in dst{};
   bool connected = false;
+  // The client's connect already succeeded (the kernel accepted it here), so a refused dial to
+  // the destination cannot be passed on as a refusal: the relay dials again until it is
+  // accepted, as the client would have retried (torch's TCPStore takes a reset as fatal).
+  Clock::time_point redial_at{};  // while the server socket is closed between dials
+  Clock::time_point give_up{};
   Pipe up;    // client -> server
   Pipe down;  // server -> client
   bool dead = false;
@@ -126,6 +132,23 @@ void WriteSide(Pipe& p, bool& dead) {
   }
 }
 
+// Starts a non-blocking dial of r.dst, marked so that the REDIRECT rule lets it pass.
+bool Dial(Relay& r, int epoll_fd, const Options& o) {
+  r.server = Fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!r.server.valid()) return false;
+  (void)::setsockopt(r.server.get(), SOL_SOCKET, SO_MARK, &o.mark, sizeof o.mark);
+  NoDelay(r.server.get());
+  if (::connect(r.server.get(), reinterpret_cast<const sockaddr*>(&r.dst), sizeof r.dst) != 0 &&
+      errno != EINPROGRESS) {
+    return false;
+  }
+  r.up.to = r.down.from = r.server.get();
+  epoll_event ev{};
+  ev.events = EPOLLOUT;
+  ev.data.ptr = &r;
+  return ::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, r.server.get(), &ev) == 0;
+}
+
 uint32_t Interest(const Pipe& reading, const Pipe& writing, const Options& o) {
   uint32_t ev = 0;
   if (!reading.eof && reading.queued < o.max_queue_bytes) ev |= EPOLLIN;
@@ -162,6 +185,7 @@ int Run(const Options& o) {
     // Sleep until the earliest chunk is due on a writable socket, or an event.
     Clock::time_point wake = Clock::now() + std::chrono::milliseconds(200);
     for (auto& r : relays) {
+      if (!r->connected && !r->server.valid() && r->redial_at < wake) wake = r->redial_at;
       for (Pipe* p : {&r->up, &r->down}) {
         if (r->connected && !p->write_blocked && !p->queue.empty() && p->queue.front().due < wake) {
           wake = p->queue.front().due;
@@ -189,42 +213,41 @@ int Run(const Options& o) {
         socklen_t len = sizeof dst;
         if (::getsockopt(c.get(), SOL_IP, SO_ORIGINAL_DST, &dst, &len) != 0) continue;
         auto r = std::make_unique<Relay>();
-        r->server = Fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-        if (!r->server.valid()) continue;
-        (void)::setsockopt(r->server.get(), SOL_SOCKET, SO_MARK, &o.mark, sizeof o.mark);
+        r->dst = dst;
+        r->give_up = Clock::now() + std::chrono::seconds(60);
         NoDelay(c.get());
-        NoDelay(r->server.get());
-        if (::connect(r->server.get(), reinterpret_cast<sockaddr*>(&dst), sizeof dst) != 0 &&
-            errno != EINPROGRESS) {
-          continue;  // the client sees its connection close, as it would on a refused dial
-        }
         r->client = std::move(c);
         r->up.from = r->down.to = r->client.get();
-        r->up.to = r->down.from = r->server.get();
-        for (int fd : {r->client.get(), r->server.get()}) {
-          epoll_event ev{};
-          ev.events = fd == r->server.get() ? static_cast<uint32_t>(EPOLLOUT) : 0u;
-          ev.data.ptr = r.get();
-          ::epoll_ctl(ep.get(), EPOLL_CTL_ADD, fd, &ev);
-        }
+        epoll_event ev{};
+        ev.data.ptr = r.get();
+        ::epoll_ctl(ep.get(), EPOLL_CTL_ADD, r->client.get(), &ev);
+        if (!Dial(*r, ep.get(), o)) continue;  // the client sees its connection close
         relays.push_back(std::move(r));
       }
     }
     // Service every relay: few connections per host, so a pass over all is cheap and simple.
     for (auto& r : relays) {
       if (!r->connected) {
+        if (!r->server.valid()) {  // between dials
+          if (Clock::now() < r->redial_at) continue;
+          if (!Dial(*r, ep.get(), o)) r->dead = true;
+          continue;
+        }
         int err = 0;
         socklen_t len = sizeof err;
         (void)::getsockopt(r->server.get(), SOL_SOCKET, SO_ERROR, &err, &len);
         sockaddr_in peer{};
         socklen_t plen = sizeof peer;
         if (err != 0) {
-          r->dead = true;
-        } else if (::getpeername(r->server.get(), reinterpret_cast<sockaddr*>(&peer), &plen) == 0) {
-          r->connected = true;
-        } else {
+          r->server.Reset();  // closing it also takes it out of the epoll set
+          r->redial_at = Clock::now() + std::chrono::milliseconds(50);
+          if (r->redial_at > r->give_up) r->dead = true;
+          continue;
+        }
+        if (::getpeername(r->server.get(), reinterpret_cast<sockaddr*>(&peer), &plen) != 0) {
           continue;  // still connecting
         }
+        r->connected = true;
       }
       if (!r->dead) {
         bool dead = false;

@@ -4,7 +4,9 @@
       iptables redirects TCP to 10.215.0.0/24 to the proxy on port 4111 (except its own, marked);
   checks: 1 MiB of random bytes comes back intact (both directions relayed), each of 5 one-byte
   round trips takes at least 2 x the delay (the delay is a lower bound, so this cannot flake),
-  and the client sees end of stream when the server closes.
+  and the client sees end of stream when the server closes; and a client that dials before its
+  server listens gets through once it does (the proxy redials: the client's own connect had
+  already succeeded, so a refusal cannot be passed on as one).
 
 Usage: delay_proxy_test.py PATH/TO/korovod-delay-proxy. Exit 77 (skipped) without root, `ip`
 or iptables' nat table."""
@@ -64,6 +66,23 @@ print(" ".join("%.4f" % r for r in rtts))
 """
 
 
+LATE_SERVER = r"""
+import socket, time
+time.sleep(0.5)
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("10.215.0.1", 5112)); s.listen(1)
+c, _ = s.accept(); c.sendall(c.recv(5, socket.MSG_WAITALL)); c.close()
+"""
+
+EARLY_CLIENT = r"""
+import socket
+c = socket.create_connection(("10.215.0.1", 5112), timeout=30)
+c.sendall(b"hello"); got = c.recv(5, socket.MSG_WAITALL)
+assert got == b"hello", got
+print("late server reached")
+"""
+
+
 def main():
     proxy = sys.argv[1]
     if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("iptables"):
@@ -91,6 +110,11 @@ def main():
         assert out.returncode == 0, out.stderr
         rtts = [float(x) for x in out.stdout.split()]
         assert len(rtts) == 5 and min(rtts) >= 2 * DELAY_US * 1e-6, rtts
+        late = subprocess.Popen(["ip", "netns", "exec", NS, sys.executable, "-c", LATE_SERVER])
+        procs.append(late)
+        out2 = subprocess.run(["ip", "netns", "exec", NS, sys.executable, "-c", EARLY_CLIENT],
+                              capture_output=True, text=True, timeout=60)
+        assert out2.returncode == 0 and "late server reached" in out2.stdout, out2.stderr
         print("OK: 1 MiB echoed intact; round trips %s s (delay %d us each way)" % (
             " ".join("%.4f" % r for r in rtts), DELAY_US))
     finally:
