@@ -67,7 +67,8 @@ flags:
   --compute-gap-us LIST   sleep before each gradient's submit, one run per value (default 0)
   --fusion-threshold B    mode on and autotune's start, bytes, K/M/G suffixes (default 64M)
   --cycle-time-ms MS      engine cycle (default 1)
-  --fusion-pipeline on|off  segments of large fused buffers overlap their copies (default on)
+  --fusion-pipeline auto|on|off  segments of large fused buffers overlap their copies
+                          (KOROVOD_FUSION_PIPELINE; default auto)
   --fusion-tensor-max B   tensors of at least B bytes run unfused; 0: fuse all (default: the
                           engine's, 1M)
   --autotune-log PATH     trial CSV; {model} {transport} {gap} are replaced
@@ -228,8 +229,10 @@ std::optional<GradBenchOptions> ParseGradBenchArgs(int argc, char** argv,
       if (!ms || *ms <= 0) return bad("milliseconds > 0");
       o.cycle_time_ms = *ms;
     } else if (a == "--fusion-pipeline") {
-      if (v != "on" && v != "off") return bad("on or off");
-      o.fusion_pipeline = v == "on";
+      if (v != "on" && v != "off" && v != "auto") return bad("auto, on or off");
+      o.fusion_pipeline = v == "on"    ? EngineConfig::Pipeline::kOn
+                          : v == "off" ? EngineConfig::Pipeline::kOff
+                                       : EngineConfig::Pipeline::kAuto;
     } else if (a == "--fusion-tensor-max") {
       auto b = ParseSize(v);
       if (!b || *b > (size_t{1} << 40)) return bad("bytes >= 0, e.g. 1M");

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bench/resnet_shapes.h"
+#include "runtime/core/engine_config.h"
 #include "runtime/world/world.h"
 
 namespace korovod::bench {
@@ -29,7 +30,7 @@ struct GradBenchOptions {
 
   int64_t fusion_threshold_bytes = 64 << 20;
   double cycle_time_ms = 1.0;
-  bool fusion_pipeline = true;           // EngineConfig::fusion_pipeline
+  EngineConfig::Pipeline fusion_pipeline = EngineConfig::Pipeline::kAuto;
   int64_t fusion_tensor_max_bytes = -1;  // -1: the engine's default
 
   // Autotune: the CSV trial log ("{model}", "{transport}" and "{gap}" are replaced); the run

@@ -362,7 +362,10 @@ int RunExchangeRank(const ExchangeRun& run, const std::string& job_key, int rank
       extra["gap_slept_ms_per_step"] = slept * 1e3 / n;
       extra["fusion_threshold_bytes"] = final_stats.fusion_threshold_bytes;
       extra["cycle_time_ms"] = final_stats.cycle_time_ms;
-      extra["fusion_pipeline"] = run.engine.fusion_pipeline;
+      extra["fusion_pipeline"] = run.engine.fusion_pipeline == EngineConfig::Pipeline::kOn ? "on"
+                                 : run.engine.fusion_pipeline == EngineConfig::Pipeline::kOff
+                                     ? "off"
+                                     : "auto";
       extra["fusion_tensor_max_bytes"] = run.engine.fusion_tensor_max_bytes;
       extra["pipelined_segments_per_step"] = counters.pipelined_segments / n;
       if (run.mode == FusionMode::kAutotune) {

@@ -94,7 +94,9 @@ struct Engine::Impl {
       : comm(std::move(c)), config(cfg), executor(*comm) {
     fusion_threshold = cfg.fusion_threshold_bytes;
     cycle_time_ms = cfg.cycle_time_ms;
-    executor.set_pipeline(cfg.fusion_pipeline);
+    executor.set_pipeline(
+        cfg.fusion_pipeline == EngineConfig::Pipeline::kOn ||
+        (cfg.fusion_pipeline == EngineConfig::Pipeline::kAuto && !comm->oversubscribed()));
   }
 
   int rank() const { return comm->rank(); }

@@ -25,10 +25,11 @@ const std::vector<EngineVariable>& EngineVariables() {
       {env::kGatherTimeUs, "5",
        "an idle engine woken by a submit starts its cycle once no new op has arrived for this "
        "many microseconds (at most the cycle time), so a burst fuses; 0: at once"},
-      {env::kFusionPipeline, "1",
+      {env::kFusionPipeline, "auto",
        "1: a fused allreduce of at least 8 MiB over the network runs in ~4 MiB segments whose "
-       "copies overlap the neighbouring segments' collectives (not on one host's shared "
-       "memory, where it is reduced in place); 0: one collective per fused buffer"},
+       "copies overlap the neighbouring segments' collectives (never on one host's shared "
+       "memory, where it is reduced in place); 0: one collective per fused buffer; auto: 1 "
+       "unless this host's ranks outnumber its cores"},
       {env::kStragglerThresholdMs, "5",
        "a step's straggler is the rank the others waited for longest, if longer than this many "
        "milliseconds"},
@@ -58,7 +59,11 @@ StatusOr<EngineConfig> EngineConfig::FromEnvironment(const Getenv& getenv) {
                       settings.Bytes(env::kFusionThreshold, c.fusion_threshold_bytes));
   KV_ASSIGN_OR_RETURN(c.fusion_tensor_max_bytes,
                       settings.Bytes(env::kFusionTensorMax, c.fusion_tensor_max_bytes));
-  KV_ASSIGN_OR_RETURN(c.fusion_pipeline, settings.Bool(env::kFusionPipeline, c.fusion_pipeline));
+  StatusOr<std::string> pipeline =
+      settings.Choice(env::kFusionPipeline, "auto", {"auto", "1", "0"});
+  if (!pipeline.ok()) return pipeline.status();
+  if (*pipeline == "1") c.fusion_pipeline = EngineConfig::Pipeline::kOn;
+  if (*pipeline == "0") c.fusion_pipeline = EngineConfig::Pipeline::kOff;
   // The upper bound is Validate()'s, which words its own error for values set in code.
   KV_ASSIGN_OR_RETURN(c.cycle_time_ms, settings.Number(env::kCycleTime, c.cycle_time_ms, 1e-9, 1e9,
                                                        "expected milliseconds > 0"));

@@ -119,6 +119,7 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(const WorldOptions&
   auto comm = std::make_unique<Communicator>(std::move(effective), std::move(transport));
   comm->link_ends_ = std::move(ends);
   comm->local_ranks_ = local_ranks;
+  comm->oversubscribed_ = local_ranks > CoreCount();
   return comm;
 }
 

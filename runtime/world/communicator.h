@@ -53,6 +53,8 @@ class Communicator {
   std::string DescribePeer(int rank) const;  // "rank 3 (10.0.0.3:5000)"
   // Ranks on this machine, this one included (they share its cores: the wait policy's input).
   int local_ranks() const { return local_ranks_; }
+  // More ranks on this machine than cores this process may run on.
+  bool oversubscribed() const { return oversubscribed_; }
   const ProcessSet& world() const { return world_; }
   Transport& transport() { return *transport_; }
   const char* transport_name() const { return transport_->Name(); }
@@ -94,6 +96,7 @@ class Communicator {
   PhaseObserver* phase_observer_ = nullptr;
   std::vector<LinkEnds> link_ends_;
   int local_ranks_ = 1;
+  bool oversubscribed_ = false;
 };
 
 }  // namespace korovod

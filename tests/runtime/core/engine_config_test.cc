@@ -84,7 +84,7 @@ std::vector<VariableCase> EveryVariable() {
       {"KOROVOD_FUSION_TENSOR_MAX", "256K",
        [](const EngineConfig& c) { EXPECT_EQ(c.fusion_tensor_max_bytes, 256 << 10); }},
       {"KOROVOD_FUSION_PIPELINE", "0",
-       [](const EngineConfig& c) { EXPECT_FALSE(c.fusion_pipeline); }},
+       [](const EngineConfig& c) { EXPECT_EQ(c.fusion_pipeline, EngineConfig::Pipeline::kOff); }},
       {"KOROVOD_CYCLE_TIME", "2.5", [](const EngineConfig& c) { EXPECT_EQ(c.cycle_time_ms, 2.5); }},
       {"KOROVOD_STRAGGLER_THRESHOLD_MS", "250",
        [](const EngineConfig& c) { EXPECT_EQ(c.straggler_threshold, 250ms); }},
@@ -243,6 +243,15 @@ TEST(EngineConfigTest, BadStragglerThresholds) {
   for (const char* bad : {"abc", "-1", "2.5", "5ms", "3600001"}) {
     ExpectRejected("KOROVOD_STRAGGLER_THRESHOLD_MS", bad);
   }
+}
+
+TEST(EngineConfigTest, FusionPipelineIsAutoOneOrZero) {
+  EXPECT_EQ(Parse({})->fusion_pipeline, EngineConfig::Pipeline::kAuto);
+  EXPECT_EQ(Parse({{"KOROVOD_FUSION_PIPELINE", "1"}})->fusion_pipeline,
+            EngineConfig::Pipeline::kOn);
+  EXPECT_EQ(Parse({{"KOROVOD_FUSION_PIPELINE", "auto"}})->fusion_pipeline,
+            EngineConfig::Pipeline::kAuto);
+  for (const char* bad : {"yes", "2", "on", "AUTO"}) ExpectRejected("KOROVOD_FUSION_PIPELINE", bad);
 }
 
 TEST(EngineConfigTest, EmptyValueCountsAsUnset) {
