@@ -14,6 +14,8 @@ struct EngineStats {
   uint64_t tensors = 0;            // ops completed
   uint64_t collectives = 0;        // data collectives run (a fused buffer counts once)
   uint64_t pipelined_segments = 0;  // of which segments of a fused buffer, copies overlapped
+  uint64_t lane_collectives = 0;    // of which run on collective lanes (several at once)
+  uint64_t lanes_peak_busy = 0;     // the most lanes that ran collectives at the same time
   uint64_t bytes = 0;              // tensor bytes allreduced/gathered/broadcast by this rank
   uint64_t cache_hits = 0;         // ops agreed through the response cache
   uint64_t negotiated = 0;         // ops that went through the coordinator

@@ -426,6 +426,8 @@ def run_trial(args, cluster, procs, engine, fusion, hosts, shapes, compute_ms, w
         wait_all(trainers, helpers, time.time() + budget, label)
         row = result_of(trainers[0])
         row["_logs"] = tdir
+        if EXTRA_ENV:
+            row["env"] = dict(EXTRA_ENV)  # e.g. KOROVOD_COLLECTIVE_LANES of a comparison
         return row
     finally:
         procs.stop(started)

@@ -9,6 +9,7 @@
 #include "runtime/core/admission.h"
 #include "runtime/core/autotune/autotuner.h"
 #include "runtime/core/clock_sync.h"
+#include "runtime/core/collective_lanes.h"
 #include "runtime/core/coordinator.h"
 #include "runtime/core/fusion_planner.h"
 #include "runtime/core/negotiation.h"
@@ -48,6 +49,10 @@ bool IsControl(const Response& r) {
          r.type == OpType::kRemoveProcessSet;
 }
 
+// Allreduces of the world at least this large run on a collective lane; smaller ones are latency
+// bound either way and run on the engine thread, without a hand-off to another thread.
+constexpr uint64_t kLaneMinBytes = 64 << 10;
+
 }  // namespace
 
 struct Engine::Impl {
@@ -81,13 +86,18 @@ struct Engine::Impl {
   std::unique_ptr<Autotuner> autotuner;
   Announcements to_announce;  // by the world's coordinator, in its next response list
   Clock::time_point last_autotune_record = Clock::now();
-  uint64_t cycle_bytes = 0;
+  std::atomic<uint64_t> cycle_bytes{0};  // lanes add theirs as they finish
   int64_t fusion_threshold = 0;
   double cycle_time_ms = 1;
   // The world's who-waits-for-whom (guarded by `mu`: stats() and StragglerLine() read it), and
   // this rank's current activity in the timeline's "waits" lane (empty: none).
   std::unique_ptr<StragglerMonitor> stragglers;
   std::string waits_lane;
+  // Collective lanes (TCP with KOROVOD_COLLECTIVE_LANES > 1): large allreduces of the world run
+  // there, several at once, while this thread negotiates the next ones. Declared after `comm`:
+  // destroyed (drained and joined) first.
+  std::unique_ptr<CollectiveLanes> lanes;
+  bool lane_failed = false;  // guarded by mu: wakes an idle engine to stop
   std::thread thread;
 
   explicit Impl(std::unique_ptr<Communicator> c, const EngineConfig& cfg)
@@ -215,11 +225,13 @@ struct Engine::Impl {
     }
     if (!start && !stop) return;
     Status result;
+    DrainLanes();  // the lanes' executors record into the timeline being replaced
     if (stop || start) {
       if (timeline && !waits_lane.empty()) timeline->End("waits");
       waits_lane.clear();
       timeline.reset();
       executor.set_timeline(nullptr);
+      if (lanes) lanes->set_timeline(nullptr);
     }
     if (start) {
       TimelineOptions o;
@@ -231,6 +243,7 @@ struct Engine::Impl {
       if (t.ok()) {
         timeline = std::move(*t);
         executor.set_timeline(timeline.get());
+        if (lanes) lanes->set_timeline(timeline.get());
       } else {
         result = t.status();
       }
@@ -259,6 +272,18 @@ struct Engine::Impl {
                 bool any_joined);
   void RecordAutotuneSample();
   void Loop();
+
+  // ---- collective lanes ----
+  bool OnLane(const SetState& s, const FusedOp& f, const CycleResponses& cycle) const;
+  void Dispatch(SetState& s, const FusedOp& f, const CycleResponses& cycle, bool any_joined);
+  void LaneFinished(CollectiveLanes::Job& job, std::vector<OpExecutor::Item>& items,
+                    const Status& data_plane, uint64_t bytes, uint64_t segments);
+  void DrainLanes() {
+    if (lanes) lanes->Drain();
+  }
+  // Executed's first half: the response cache learns of r, in the same order on every rank.
+  void CacheExecuted(SetState& s, const Response& r, int cache_bit, const PendingOp* op,
+                     bool any_joined);
 };
 
 // The steps are those of "One cycle" in docs/engine.md.
@@ -369,6 +394,13 @@ void Engine::Impl::ApplyTuning(const TunableParams& tuning) {
   cycle_time_ms = tuning.cycle_time_ms;
   comm->Tune(static_cast<size_t>(tuning.small_allreduce_max_bytes),
              static_cast<size_t>(tuning.tcp_stripe_min_bytes));
+  if (lanes) {
+    // Every rank applies the tuning at the same point of the world's sequence; the lanes' running
+    // collectives still use the old values everywhere.
+    lanes->Drain();
+    lanes->Tune(static_cast<size_t>(tuning.small_allreduce_max_bytes),
+                static_cast<size_t>(tuning.tcp_stripe_min_bytes));
+  }
 }
 
 Status Engine::Impl::ExecuteResponses(SetState& s, const CycleResponses& cycle, bool any_joined) {
@@ -386,6 +418,8 @@ Status Engine::Impl::ExecuteResponses(SetState& s, const CycleResponses& cycle, 
   for (const FusedOp& f : plan) {
     const Response& head = responses[f.responses.front()];
     if (IsControl(head)) {
+      // Joins and process set changes see every earlier op of this rank completed.
+      DrainLanes();
       ApplyControlResponse(s, head);
       continue;
     }
@@ -462,6 +496,15 @@ void Engine::Impl::CreateProcessSet(const Response& head, std::unique_ptr<Pendin
 // One planned collective. A failure is the data plane's: the engine stops.
 Status Engine::Impl::RunCollective(SetState& s, const FusedOp& f, const CycleResponses& cycle,
                                    bool any_joined) {
+  if (lanes) {
+    if (OnLane(s, f, cycle)) {
+      Dispatch(s, f, cycle, any_joined);
+      return OkStatus();
+    }
+    // Other collectives keep their order after the allreduces submitted before them; small
+    // allreduces only pass large ones (which Horovod's ordering never promised either).
+    if (cycle.responses[f.responses.front()].type != OpType::kAllreduce) DrainLanes();
+  }
   std::vector<OpExecutor::Item> items;
   items.reserve(f.responses.size());
   for (int i : f.responses) {
@@ -493,15 +536,7 @@ Status Engine::Impl::RunCollective(SetState& s, const FusedOp& f, const CycleRes
 // this rank's op completes.
 void Engine::Impl::Executed(SetState& s, const Response& r, int cache_bit, OpExecutor::Item& item,
                             bool any_joined) {
-  if (cache_bit >= 0) {
-    s.cache.Touch(cache_bit);
-  } else if (!any_joined && s.cache.capacity() > 0 && r.type != OpType::kAlltoall &&
-             r.type != OpType::kBarrier) {
-    Request mine;
-    if (item.op) mine = item.op->report;
-    const int evicted = s.cache.Put(r, mine);
-    if (evicted >= 0) s.Renegotiate(evicted);
-  }
+  CacheExecuted(s, r, cache_bit, item.op, any_joined);
   if (item.op == nullptr) return;
   auto node = s.pending.extract(r.name);
   if (cache_bit >= 0) {
@@ -511,12 +546,90 @@ void Engine::Impl::Executed(SetState& s, const Response& r, int cache_bit, OpExe
   Complete(std::move(node.mapped()), item.status);
 }
 
+void Engine::Impl::CacheExecuted(SetState& s, const Response& r, int cache_bit,
+                                 const PendingOp* op, bool any_joined) {
+  if (cache_bit >= 0) {
+    s.cache.Touch(cache_bit);
+  } else if (!any_joined && s.cache.capacity() > 0 && r.type != OpType::kAlltoall &&
+             r.type != OpType::kBarrier) {
+    Request mine;
+    if (op) mine = op->report;
+    const int evicted = s.cache.Put(r, mine);
+    if (evicted >= 0) s.Renegotiate(evicted);
+  }
+}
+
+// A lane takes large allreduces of the world: every rank makes the same choice (same plan, same
+// sizes), so each collective meets its peers on the same lane.
+bool Engine::Impl::OnLane(const SetState& s, const FusedOp& f, const CycleResponses& cycle) const {
+  if (s.id != 0) return false;
+  uint64_t bytes = 0;
+  for (int i : f.responses) {
+    const Response& r = cycle.responses[i];
+    if (r.type != OpType::kAllreduce) return false;
+    bytes += static_cast<uint64_t>(NumElements(r.shape)) * DataTypeSize(r.dtype);
+  }
+  return bytes >= kLaneMinBytes;
+}
+
+// The collective leaves this thread: its ops leave `pending` (they are no longer reported ready)
+// and the cache learns of it now, in dispatch order, which is the same on every rank.
+void Engine::Impl::Dispatch(SetState& s, const FusedOp& f, const CycleResponses& cycle,
+                            bool any_joined) {
+  CollectiveLanes::Job job;
+  for (int i : f.responses) {
+    const Response& r = cycle.responses[i];
+    auto node = s.pending.extract(r.name);
+    std::unique_ptr<PendingOp> op = node.empty() ? nullptr : std::move(node.mapped());
+    if (timeline && op) timeline->End(r.name);  // QUEUE
+    CacheExecuted(s, r, cycle.cache_bits[i], op.get(), any_joined);
+    if (op && cycle.cache_bits[i] >= 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      ++stats.cache_hits;
+    }
+    job.responses.push_back(r);
+    job.ops.push_back(std::move(op));
+  }
+  lanes->Dispatch(std::move(job));
+}
+
+// On a lane's thread: the collective ran (or a lane had failed before it could).
+void Engine::Impl::LaneFinished(CollectiveLanes::Job& job, std::vector<OpExecutor::Item>& items,
+                                const Status& data_plane, uint64_t bytes, uint64_t segments) {
+  cycle_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  const int peak = lanes->peak_busy();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stats.bytes += bytes;
+    if (data_plane.ok()) ++stats.lane_collectives;
+    stats.lanes_peak_busy = std::max<uint64_t>(stats.lanes_peak_busy, peak);
+    if (data_plane.ok()) stats.collectives += segments > 0 ? segments : 1;
+    stats.pipelined_segments += segments;
+    if (!data_plane.ok()) {
+      // The engine is stopped from here on, before any op reports the failure: a trainer that
+      // sees it and submits again is refused with the same cause.
+      if (health.ok()) health = data_plane;
+      stopped = true;
+      lane_failed = true;
+    }
+  }
+  if (!data_plane.ok()) wake.notify_one();
+  for (size_t k = 0; k < job.ops.size(); ++k) {
+    if (job.ops[k] == nullptr) continue;
+    const std::string name = job.ops[k]->report.name;
+    Complete(std::move(job.ops[k]),
+             data_plane.ok() ? items[k].status
+                             : Status(data_plane.code(), "tensor \"" + name + "\": " +
+                                                             data_plane.message()));
+  }
+}
+
 // Rank 0 scores parameters by the bytes moved in cycles that moved data; idle cycles between steps
 // still count toward the sample's elapsed time.
 void Engine::Impl::RecordAutotuneSample() {
   const double secs = std::chrono::duration<double>(Clock::now() - last_autotune_record).count();
   last_autotune_record = Clock::now();
-  if (autotuner->Record(cycle_bytes, secs)) to_announce.tuning = autotuner->current();
+  if (autotuner->Record(cycle_bytes.load(), secs)) to_announce.tuning = autotuner->current();
 }
 
 // Waits for the next cycle (with `mu` held): until the cycle time is up, the engine is shut down,
@@ -524,7 +637,8 @@ void Engine::Impl::RecordAutotuneSample() {
 // that a burst lands in one cycle and fuses. Short windows are polled, not slept: a timed sleep
 // of a few microseconds costs the kernel's timer slack (~50 us) and would tax every lone op.
 void Engine::Impl::WaitForCycle(std::unique_lock<std::mutex>& lock, Clock::time_point next) {
-  wake.wait_until(lock, next, [&] { return shutdown_requested || !incoming.empty(); });
+  wake.wait_until(lock, next,
+                  [&] { return shutdown_requested || lane_failed || !incoming.empty(); });
   // A world of one rank has nothing to gain from fusing: every op completes at once.
   if (shutdown_requested || incoming.empty() || config.gather_time_us <= 0 || comm->size() == 1) {
     return;
@@ -578,7 +692,9 @@ void Engine::Impl::Loop() {
     Status failure;
     cycle_bytes = 0;
     again = false;
+    if (lanes) failure = lanes->health();  // a lane's collective failed
     for (auto& [id, st] : sets) {
+      if (!failure.ok()) break;
       if (!st->set.contains_me()) continue;
       bool set_again = false;
       failure = RunSetCycle(*st, id == 0, &stop, &stop_reason, &set_again);
@@ -588,11 +704,19 @@ void Engine::Impl::Loop() {
     if (!failure.ok()) {
       (void)comm->MarkBroken(failure);
       KV_LOG(kError, kEngine, "engine stopped: %s", failure.ToString().c_str());
+      if (lanes) {
+        // Collectives queued on lanes fail with the cause; running ones stop within a poll slice
+        // (the mesh carries this rank's abort).
+        lanes->Fail(failure);
+        lanes->Drain();
+      }
       FailEverything(failure);
       return;
     }
-    if (autotuner && cycle_bytes > 0) RecordAutotuneSample();
+    if (autotuner && cycle_bytes.load() > 0) RecordAutotuneSample();
     if (stop) {
+      // Every rank stops after the same cycle: what the lanes hold runs to completion everywhere.
+      DrainLanes();
       FailEverything(Aborted(stop_reason));
       timeline.reset();
       return;
@@ -622,6 +746,16 @@ StatusOr<std::unique_ptr<Engine>> Engine::Start(std::unique_ptr<Communicator> co
   Communicator& c = *impl->comm;
 
   KV_RETURN_IF_ERROR(CheckSettingsAgree(c, config));
+  std::vector<std::unique_ptr<Communicator>> lane_comms = c.TakeLanes();
+  if (!lane_comms.empty()) {
+    Impl* raw = impl.get();
+    impl->lanes = std::make_unique<CollectiveLanes>(
+        std::move(lane_comms), impl->executor.pipeline(),
+        [raw](CollectiveLanes::Job& job, std::vector<OpExecutor::Item>& items,
+              const Status& data_plane, uint64_t bytes, uint64_t segments) {
+          raw->LaneFinished(job, items, data_plane, bytes, segments);
+        });
+  }
   KV_ASSIGN_OR_RETURN(impl->clock_offset_ns, MeasureClockOffset(c, 8, c.OpDeadline()));
 
   impl->AddSet(0, ProcessSet::World(c.size(), c.rank()));

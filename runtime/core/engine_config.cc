@@ -30,6 +30,10 @@ const std::vector<EngineVariable>& EngineVariables() {
        "copies overlap the neighbouring segments' collectives (never on one host's shared "
        "memory, where it is reduced in place); 0: one collective per fused buffer; auto: 1 "
        "unless this host's ranks outnumber its cores"},
+      {env::kCollectiveLanes, "2",
+       "over TCP, allreduces of at least 64 KiB run on this many lanes, each with its own "
+       "connections to every peer, several at once and alongside the next cycle's negotiation "
+       "(overlaps the network's latency); 1: one collective at a time"},
       {env::kStragglerThresholdMs, "5",
        "a step's straggler is the rank the others waited for longest, if longer than this many "
        "milliseconds"},
@@ -64,6 +68,8 @@ StatusOr<EngineConfig> EngineConfig::FromEnvironment(const Getenv& getenv) {
   if (!pipeline.ok()) return pipeline.status();
   if (*pipeline == "1") c.fusion_pipeline = EngineConfig::Pipeline::kOn;
   if (*pipeline == "0") c.fusion_pipeline = EngineConfig::Pipeline::kOff;
+  KV_ASSIGN_OR_RETURN(c.collective_lanes,
+                      settings.Int(env::kCollectiveLanes, c.collective_lanes, 1, 16));
   // The upper bound is Validate()'s, which words its own error for values set in code.
   KV_ASSIGN_OR_RETURN(c.cycle_time_ms, settings.Number(env::kCycleTime, c.cycle_time_ms, 1e-9, 1e9,
                                                        "expected milliseconds > 0"));
@@ -118,6 +124,10 @@ Status EngineConfig::Validate() const {
   if (gather_time_us < 0 || gather_time_us > 60'000'000) {
     return InvalidArgument(Name(env::kGatherTimeUs) + " must be in [0, 60000000] us, got " +
                            std::to_string(gather_time_us));
+  }
+  if (collective_lanes < 1 || collective_lanes > 16) {
+    return InvalidArgument(Name(env::kCollectiveLanes) + " must be in [1, 16], got " +
+                           std::to_string(collective_lanes));
   }
   if (cache_capacity < 0 || cache_capacity > (1 << 20)) {
     return InvalidArgument("cache capacity (" + Name(env::kCacheCapacity) +

@@ -28,6 +28,12 @@ struct EngineConfig {
   // would take a core another rank's collective needs: measured 0.90x at 4 ranks on 2 cores).
   enum class Pipeline { kAuto, kOn, kOff };
   Pipeline fusion_pipeline = Pipeline::kAuto;
+  // Over TCP, allreduces of the world of at least 64 KiB run on this many collective lanes, each
+  // with its own connections to every peer, several at once, while the engine thread negotiates
+  // the next ones (runtime/core/collective_lanes.h); 1: one collective at a time, on the engine
+  // thread. The connections are made with the world (TransportOptions::collective_lanes), so the
+  // launcher passes this on; shared memory always runs one at a time.
+  int collective_lanes = 2;
   // Background cycle: the longest an idle engine waits before it reports to the other ranks (a
   // submit wakes it sooner).
   double cycle_time_ms = 1.0;

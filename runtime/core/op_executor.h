@@ -24,6 +24,7 @@ class OpExecutor {
   void set_timeline(Timeline* timeline) { timeline_ = timeline; }
   // Pipelining of large fused allreduces (EngineConfig::fusion_pipeline); see AllreducePipelined.
   void set_pipeline(bool on) { pipeline_ = on; }
+  bool pipeline() const { return pipeline_; }
   // Segments run so far by the pipeline (each also counts as a collective).
   uint64_t pipelined_segments() const { return pipelined_segments_; }
   // A fused buffer of at least twice this is pipelined in segments of about this size.

@@ -35,7 +35,8 @@ PeerMesh::PeerMesh(int rank, std::vector<PeerAddress> peers, int streams)
     : rank_(rank), peers_(std::move(peers)), streams_(streams) {
   conns_.resize(peers_.size());
   for (auto& c : conns_) c.resize(streams_ + 1);
-  watched_.assign(peers_.size(), false);
+  watched_ = std::make_unique<std::atomic<bool>[]>(peers_.size());
+  for (size_t p = 0; p < peers_.size(); ++p) watched_[p].store(false);
 }
 
 std::string PeerMesh::Describe(int peer) const {
@@ -261,7 +262,7 @@ StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const TransportOptions& op
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
     for (int s = 0; s < links; ++s) KV_RETURN_IF_ERROR(SetNonBlocking(mesh->fd(p, s), true));
-    mesh->watched_[p] = true;
+    mesh->watched_[p].store(true, std::memory_order_release);
   }
   return mesh;
 }
@@ -305,8 +306,10 @@ PeerMesh::~PeerMesh() {
 }
 
 void PeerMesh::Abort(const Status& why) {
+  std::lock_guard<std::mutex> lock(control_mu_);
   if (aborted_) return;
   aborted_ = true;
+  if (failure_.ok()) failure_ = why.ok() ? Aborted("this rank aborted") : why;
   for (int p = 0; p < size(); ++p) {
     if (p != rank_ && conns_[p][streams_].valid()) {
       SendControl(conns_[p][streams_].get(), kAbort, why.message());
@@ -314,7 +317,21 @@ void PeerMesh::Abort(const Status& why) {
   }
 }
 
+Status PeerMesh::failure() const {
+  std::lock_guard<std::mutex> lock(control_mu_);
+  return failure_;
+}
+
 Status PeerMesh::OnControlEvent(int peer) {
+  std::lock_guard<std::mutex> lock(control_mu_);
+  // Another transport of this mesh may have read the peer's last word first.
+  if (!watched_[peer].load(std::memory_order_relaxed)) return failure_;
+  Status s = ReadControl(peer);
+  if (!s.ok() && failure_.ok()) failure_ = s;
+  return s;
+}
+
+Status PeerMesh::ReadControl(int peer) {
   const int fd = conns_[peer][streams_].get();
   char buf[sizeof(ControlHeader) + kMaxReason];
   const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
@@ -323,17 +340,17 @@ Status PeerMesh::OnControlEvent(int peer) {
     ControlHeader h;
     std::memcpy(&h, buf, sizeof h);
     if (h.magic != kControlMagic || h.len > kMaxReason) {
-      watched_[peer] = false;
+      watched_[peer].store(false, std::memory_order_release);
       return Internal("garbled control message from " + Describe(peer));
     }
     if (static_cast<size_t>(n) < sizeof h + h.len) return OkStatus();  // rest still in flight
     (void)::recv(fd, buf, sizeof h + h.len, MSG_DONTWAIT);
-    watched_[peer] = false;  // a peer's last word: nothing follows it
+    watched_[peer].store(false, std::memory_order_release);  // a peer's last word: nothing follows it
     if (h.type == kGoodbye) return OkStatus();
     return Aborted(Describe(peer) + " gave up: " + std::string(buf + sizeof h, h.len));
   }
   if (n > 0) return OkStatus();  // a partial header: the rest is in flight
-  watched_[peer] = false;
+  watched_[peer].store(false, std::memory_order_release);
   return Unavailable(Describe(peer) + " died: its connection closed without a goodbye");
 }
 

@@ -3,8 +3,10 @@
 // notices when a peer process dies.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -58,10 +60,17 @@ class PeerMesh {
   // The control connection carries only small framed messages (goodbye, abort with its reason),
   // never tensor bytes, so a peer's last word can always be read. -1 for self and for peers that
   // have left or whose last word was read.
-  int watch_fd(int peer) const { return watched_[peer] ? conns_[peer][streams_].get() : -1; }
+  int watch_fd(int peer) const {
+    return watched_[peer].load(std::memory_order_acquire) ? conns_[peer][streams_].get() : -1;
+  }
   // Called when a watched fd is readable or hung up: a goodbye is fine; an abort becomes an error
   // carrying the peer's reason; a hang-up without either means the peer died.
+  // Several transports may share the mesh (collective lanes, one thread each): control events are
+  // read under a lock, and the first failure any of them reads, or this rank's own Abort, is kept
+  // so that the others stop with the same cause (failure()) instead of waiting out a deadline.
   Status OnControlEvent(int peer);
+  // The first peer failure read from a control connection, or this rank's abort; OK otherwise.
+  Status failure() const;
   // Polls every watched connection without blocking.
   Status CheckPeersAlive();
   // A data connection to `peer` failed with `error`: waits briefly for the peer's last word (or
@@ -72,6 +81,7 @@ class PeerMesh {
 
  private:
   class Acceptor;  // the accepting half of Connect (peer_mesh.cc)
+  Status ReadControl(int peer);  // OnControlEvent's read, control_mu_ held
   struct Dialed {
     std::vector<PeerAddress> addresses;  // as planned: the lower ranks' chosen addresses
     Status status;                       // the first failure to reach or handshake with a peer
@@ -86,8 +96,10 @@ class PeerMesh {
   std::vector<PeerAddress> peers_;
   int streams_;
   std::vector<std::vector<Fd>> conns_;  // [peer][stream]; [peer][streams_] is control
-  std::vector<bool> watched_;
+  std::unique_ptr<std::atomic<bool>[]> watched_;
+  mutable std::mutex control_mu_;  // guards control reads, aborted_ and failure_
   bool aborted_ = false;
+  Status failure_;
 };
 
 }  // namespace korovod

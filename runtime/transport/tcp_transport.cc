@@ -17,19 +17,24 @@ constexpr int kPollSliceMs = 100;              // re-check the deadline this oft
 
 }  // namespace
 
-TcpTransport::TcpTransport(std::shared_ptr<PeerMesh> mesh, size_t stripe_min, WaitPolicy wait)
-    : mesh_(std::move(mesh)), stripe_min_(stripe_min), wait_(wait) {}
+TcpTransport::TcpTransport(std::shared_ptr<PeerMesh> mesh, size_t stripe_min, WaitPolicy wait,
+                           int first_stream, int streams)
+    : mesh_(std::move(mesh)),
+      stripe_min_(stripe_min),
+      first_stream_(first_stream),
+      streams_(streams > 0 ? streams : mesh_->streams() - first_stream),
+      wait_(wait) {}
 
 void TcpTransport::PlanParts(int peer, size_t len, std::vector<Part>* parts) const {
   parts->clear();
   if (peer < 0 || len == 0) return;
-  const int streams = len >= stripe_min_ ? mesh_->streams() : 1;
+  const int streams = len >= stripe_min_ ? streams_ : 1;
   size_t part = (len + streams - 1) / streams;
   part = (part + kStripeAlign - 1) / kStripeAlign * kStripeAlign;
   for (int s = 0; s < streams; ++s) {
     const size_t b = std::min(len, s * part);
     const size_t e = std::min(len, b + part);
-    if (b < e) parts->push_back(Part{mesh_->fd(peer, s), b, e});
+    if (b < e) parts->push_back(Part{mesh_->fd(peer, first_stream_ + s), b, e});
   }
 }
 
@@ -134,6 +139,9 @@ Status TcpTransport::WaitForSockets(Deadline deadline) {
       }
     }
   }
+  // A peer's last word read by another transport of this mesh, or this rank's abort.
+  Status failure = mesh_->failure();
+  if (!failure.ok()) return Fail(failure);
   return OkStatus();
 }
 

@@ -16,7 +16,11 @@ namespace korovod {
 
 class TcpTransport : public Transport {
  public:
-  TcpTransport(std::shared_ptr<PeerMesh> mesh, size_t stripe_min, WaitPolicy wait);
+  // Uses the mesh's data streams [first_stream, first_stream + streams) to every peer (streams
+  // 0: all of them). Transports on disjoint ranges of one mesh run concurrently (collective
+  // lanes); each is used by one thread at a time.
+  TcpTransport(std::shared_ptr<PeerMesh> mesh, size_t stripe_min, WaitPolicy wait,
+               int first_stream = 0, int streams = 0);
 
   Status Exchange(const SendSpec& send, const RecvSpec& recv, Deadline deadline) override;
   void Abort(const Status& why) override { mesh_->Abort(why); }
@@ -43,6 +47,8 @@ class TcpTransport : public Transport {
 
   std::shared_ptr<PeerMesh> mesh_;
   size_t stripe_min_;
+  int first_stream_;
+  int streams_;
 
  public:
   void SetStripeMin(size_t bytes) override { stripe_min_ = bytes; }

@@ -49,6 +49,10 @@ struct TransportOptions {
   // TCP: connections per peer pair; messages of at least tcp_stripe_min bytes are striped.
   int tcp_streams = 4;
   size_t tcp_stripe_min = 256 * 1024;
+  // TCP: extra sets of tcp_streams connections to every peer, one per collective lane, whose
+  // collectives run concurrently with each other's and the main set's (Communicator::TakeLanes).
+  // 0 or 1: none (one set; collectives run one at a time). Shared memory ignores it.
+  int collective_lanes = 1;
   // Shared memory: a ring of slots per directed pair.
   size_t shm_slot_bytes = 256 * 1024;
   int shm_slots = 8;

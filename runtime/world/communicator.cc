@@ -80,7 +80,16 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(const WorldOptions&
   }
   WaitPolicy wait = WaitPolicy::For(local_ranks, CoreCount());
   if (options.spin_us >= 0) wait.spin = std::chrono::microseconds(options.spin_us);
-  const int streams = kind == TransportKind::kTcp ? options.tcp_streams : 1;
+  const int lanes = kind == TransportKind::kTcp ? std::max(1, options.collective_lanes) : 1;
+  if (kind == TransportKind::kTcp && (options.tcp_streams < 1 || lanes > 16 ||
+                                      options.tcp_streams * (lanes > 1 ? lanes + 1 : 1) > 64)) {
+    return InvalidArgument("tcp_streams " + std::to_string(options.tcp_streams) + " x (1 + " +
+                           std::to_string(lanes > 1 ? lanes : 0) +
+                           " collective lanes) must be in [1, 64] connections per peer");
+  }
+  // The main set of streams, then one set per lane.
+  const int sets = lanes > 1 ? lanes + 1 : 1;
+  const int streams = kind == TransportKind::kTcp ? options.tcp_streams * sets : 1;
   PeerMesh::DialPlanner plan;
   if (with_table) {
     plan = [&options](std::vector<PeerAddress>& peers, Deadline deadline) {
@@ -114,12 +123,22 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(const WorldOptions&
                              Deadline::After(options.connect_timeout), options.shm_prefix));
     transport = std::move(shm);
   } else {
-    transport = std::make_unique<TcpTransport>(mesh, options.tcp_stripe_min, wait);
+    transport =
+        std::make_unique<TcpTransport>(mesh, options.tcp_stripe_min, wait, 0, options.tcp_streams);
   }
-  auto comm = std::make_unique<Communicator>(std::move(effective), std::move(transport));
-  comm->link_ends_ = std::move(ends);
-  comm->local_ranks_ = local_ranks;
-  comm->oversubscribed_ = local_ranks > CoreCount();
+  const bool oversubscribed = local_ranks > CoreCount();
+  auto make = [&](std::unique_ptr<Transport> t) {
+    auto c = std::make_unique<Communicator>(effective, std::move(t));
+    c->link_ends_ = ends;
+    c->local_ranks_ = local_ranks;
+    c->oversubscribed_ = oversubscribed;
+    return c;
+  };
+  auto comm = make(std::move(transport));
+  for (int l = 1; l < sets; ++l) {
+    comm->lanes_.push_back(make(std::make_unique<TcpTransport>(
+        mesh, options.tcp_stripe_min, wait, l * options.tcp_streams, options.tcp_streams)));
+  }
   return comm;
 }
 

@@ -75,6 +75,13 @@ class Communicator {
   void set_phase_observer(PhaseObserver* o) { phase_observer_ = o; }
   PhaseObserver* phase_observer() const { return phase_observer_; }
 
+  // The collective lanes made by Create (TCP with options.collective_lanes > 1): communicators of
+  // the same world over their own connections to every peer (the peer mesh's control connection
+  // is shared), each usable by one thread while this one and the others are used by theirs. A
+  // failure on any of them reaches the others through the mesh (PeerMesh::failure). The caller
+  // takes them once; later calls return none.
+  std::vector<std::unique_ptr<Communicator>> TakeLanes() { return std::move(lanes_); }
+
   // Once a collective fails the communicator stays broken: later collectives return this error
   // at once instead of waiting on peers in an unknown state. Shutdown still works.
   const Status& broken() const { return broken_; }
@@ -97,6 +104,7 @@ class Communicator {
   std::vector<LinkEnds> link_ends_;
   int local_ranks_ = 1;
   bool oversubscribed_ = false;
+  std::vector<std::unique_ptr<Communicator>> lanes_;
 };
 
 }  // namespace korovod

@@ -39,6 +39,13 @@ Status EngineMetrics::Init() {
                       r.GetCounter("korovod_pipelined_segments_total",
                                    "Segments of fused buffers whose copies overlapped the "
                                    "neighbouring segments' collectives (each also a collective)."));
+  KV_ASSIGN_OR_RETURN(lane_collectives_,
+                      r.GetCounter("korovod_lane_collectives_total",
+                                   "Collectives run on collective lanes, several at once "
+                                   "(KOROVOD_COLLECTIVE_LANES; each also a collective)."));
+  KV_ASSIGN_OR_RETURN(lanes_peak_busy_,
+                      r.GetGauge("korovod_lanes_peak_busy",
+                                 "The most collective lanes that ran collectives at once."));
   KV_ASSIGN_OR_RETURN(bytes_, r.GetCounter("korovod_bytes_total",
                                            "Tensor bytes allreduced, gathered or broadcast by "
                                            "this rank."));
@@ -103,6 +110,8 @@ void EngineMetrics::UpdateFromStats(const EngineStats& s) {
   tensors_->Set(static_cast<double>(s.tensors));
   collectives_->Set(static_cast<double>(s.collectives));
   pipelined_segments_->Set(static_cast<double>(s.pipelined_segments));
+  lane_collectives_->Set(static_cast<double>(s.lane_collectives));
+  lanes_peak_busy_->Set(static_cast<double>(s.lanes_peak_busy));
   bytes_->Set(static_cast<double>(s.bytes));
   cache_hits_->Set(static_cast<double>(s.cache_hits));
   negotiated_->Set(static_cast<double>(s.negotiated));

@@ -15,6 +15,8 @@
 //   korovod_negotiated_ops_total                counter  ops that went through the coordinator
 //   korovod_full_negotiations_total             counter  cycles that gathered request lists
 //   korovod_pipelined_segments_total           counter  segments of pipelined fused buffers
+//   korovod_lane_collectives_total             counter  collectives run on collective lanes
+//   korovod_lanes_peak_busy                    gauge    most lanes running collectives at once
 //   korovod_steps_total                         counter  busy periods of the world (steps)
 //   korovod_waited_for_others_seconds_total     counter  had ops in flight, others not ready
 //   korovod_others_waited_for_me_seconds_total  counter  others had ops in flight, it not ready
@@ -93,6 +95,8 @@ class EngineMetrics {
   http::Counter* tensors_ = nullptr;
   http::Counter* collectives_ = nullptr;
   http::Counter* pipelined_segments_ = nullptr;
+  http::Counter* lane_collectives_ = nullptr;
+  http::Gauge* lanes_peak_busy_ = nullptr;
   http::Counter* bytes_ = nullptr;
   http::Counter* cache_hits_ = nullptr;
   http::Counter* negotiated_ = nullptr;

@@ -85,6 +85,8 @@ std::vector<VariableCase> EveryVariable() {
        [](const EngineConfig& c) { EXPECT_EQ(c.fusion_tensor_max_bytes, 256 << 10); }},
       {"KOROVOD_FUSION_PIPELINE", "0",
        [](const EngineConfig& c) { EXPECT_EQ(c.fusion_pipeline, EngineConfig::Pipeline::kOff); }},
+      {"KOROVOD_COLLECTIVE_LANES", "4",
+       [](const EngineConfig& c) { EXPECT_EQ(c.collective_lanes, 4); }},
       {"KOROVOD_CYCLE_TIME", "2.5", [](const EngineConfig& c) { EXPECT_EQ(c.cycle_time_ms, 2.5); }},
       {"KOROVOD_STRAGGLER_THRESHOLD_MS", "250",
        [](const EngineConfig& c) { EXPECT_EQ(c.straggler_threshold, 250ms); }},
@@ -243,6 +245,17 @@ TEST(EngineConfigTest, BadStragglerThresholds) {
   for (const char* bad : {"abc", "-1", "2.5", "5ms", "3600001"}) {
     ExpectRejected("KOROVOD_STRAGGLER_THRESHOLD_MS", bad);
   }
+}
+
+TEST(EngineConfigTest, BadCollectiveLanes) {
+  for (const char* bad : {"0", "17", "-1", "two", "2.5"}) {
+    ExpectRejected("KOROVOD_COLLECTIVE_LANES", bad);
+  }
+  EngineConfig c;
+  c.collective_lanes = 0;
+  Status s = c.Validate();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("KOROVOD_COLLECTIVE_LANES"), std::string::npos) << s.ToString();
 }
 
 TEST(EngineConfigTest, FusionPipelineIsAutoOneOrZero) {

@@ -18,8 +18,10 @@ namespace {
 using namespace std::chrono_literals;
 
 // Child body: returns the process exit code. 0: saw the expected failure.
-int RunRank(int rank, const std::vector<PeerAddress>& peers, int listen_fd, int victim) {
+int RunRank(int rank, const std::vector<PeerAddress>& peers, int listen_fd, int victim,
+            int lanes) {
   WorldOptions w;
+  w.collective_lanes = lanes;
   w.rank = rank;
   w.peers = peers;
   w.listen_fd = listen_fd;
@@ -33,26 +35,38 @@ int RunRank(int rank, const std::vector<PeerAddress>& peers, int listen_fd, int 
   }
   EngineConfig cfg;
   cfg.stall_check = 0ms;
+  cfg.collective_lanes = lanes;
   auto engine = Engine::Start(std::move(*comm), cfg);
   if (!engine.ok()) return 3;
-  std::vector<float> in(100000, 1.0f), out(100000);
+  // Four tensors in flight per step: with lanes, several collectives are running when the
+  // victim dies, and every one of them must fail naming it.
+  constexpr int kInFlight = 4;
+  std::vector<float> in(100000, 1.0f);
+  std::vector<std::vector<float>> out(kInFlight, std::vector<float>(100000));
+  const std::string want = "rank " + std::to_string(victim) + " (" + peers[victim].ToString() + ")";
   for (int step = 0; step < 1000; ++step) {
     if (rank == victim && step == 5) ::kill(::getpid(), SIGKILL);
+    std::vector<StatusOr<OpHandle>> handles;
     OpRequest r;
-    r.name = "grad";
-    r.shape = {100000};
-    r.input = in.data();
-    r.output = out.data();
-    auto h = (*engine)->Submit(r);
-    Status s = h.ok() ? h->Wait(Deadline::After(60s)) : h.status();
-    if (s.ok()) continue;
-    const std::string want =
-        "rank " + std::to_string(victim) + " (" + peers[victim].ToString() + ")";
-    if (s.message().find(want) == std::string::npos) {
-      std::fprintf(stderr, "rank %d: error does not name %s: %s\n", rank, want.c_str(),
-                   s.ToString().c_str());
-      return 4;
+    for (int k = 0; k < kInFlight; ++k) {
+      r.name = "grad." + std::to_string(k);
+      r.shape = {100000};
+      r.input = in.data();
+      r.output = out[k].data();
+      handles.push_back((*engine)->Submit(r));
     }
+    int failed = 0;
+    for (auto& h : handles) {
+      Status s = h.ok() ? h->Wait(Deadline::After(60s)) : h.status();
+      if (s.ok()) continue;
+      ++failed;
+      if (s.message().find(want) == std::string::npos) {
+        std::fprintf(stderr, "rank %d: error does not name %s: %s\n", rank, want.c_str(),
+                     s.ToString().c_str());
+        return 4;
+      }
+    }
+    if (failed == 0) continue;
     // Later ops fail at once with the same cause, and health says why.
     auto again = (*engine)->Submit(r);
     if (again.ok() || (*engine)->health().message().find(want) == std::string::npos) {
@@ -65,7 +79,12 @@ int RunRank(int rank, const std::vector<PeerAddress>& peers, int listen_fd, int 
   return 6;
 }
 
-TEST(EngineFailure, KilledRankIsNamedOnEverySurvivor) {
+// One collective at a time on the engine thread (lanes 1), or several on collective lanes whose
+// connections share the mesh's control connections (the default over TCP).
+class EngineFailure : public ::testing::TestWithParam<int> {};
+
+TEST_P(EngineFailure, KilledRankIsNamedOnEverySurvivor) {
+  const int lanes = GetParam();
   constexpr int kSize = 4;
   constexpr int kVictim = 2;
   std::vector<int> fds(kSize);
@@ -84,7 +103,7 @@ TEST(EngineFailure, KilledRankIsNamedOnEverySurvivor) {
         if (o != r) ::close(fds[o]);
       }
       ::alarm(120);  // a hang fails the test instead of blocking CI
-      ::_exit(RunRank(r, peers, fds[r], kVictim));
+      ::_exit(RunRank(r, peers, fds[r], kVictim, lanes));
     }
   }
   for (int fd : fds) ::close(fd);
@@ -99,6 +118,9 @@ TEST(EngineFailure, KilledRankIsNamedOnEverySurvivor) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Lanes, EngineFailure, ::testing::Values(1, 2),
+                         [](const auto& info) { return "lanes" + std::to_string(info.param); });
 
 }  // namespace
 }  // namespace korovod::testing

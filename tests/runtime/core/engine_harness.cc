@@ -29,13 +29,14 @@ std::vector<EngineRankReport> RunEngineRanks(const EngineWorldSpec& spec,
       w.transport = spec.transport;
       w.connect_timeout = std::chrono::milliseconds(20000);
       w.op_timeout = std::chrono::milliseconds(60000);
+      EngineConfig cfg = spec.config;
+      if (spec.customize) spec.customize(r, cfg);
+      w.collective_lanes = cfg.collective_lanes;  // as the sidecar does
       auto comm = Communicator::Create(w);
       if (!comm.ok()) {
         rep.start = comm.status();
         return;
       }
-      EngineConfig cfg = spec.config;
-      if (spec.customize) spec.customize(r, cfg);
       auto engine = Engine::Start(std::move(*comm), cfg);
       if (!engine.ok()) {
         rep.start = engine.status();

@@ -870,3 +870,110 @@ TEST(EngineShutdown, ShutdownByOneRankAbortsOthersInFlightOps) {
 
 }  // namespace
 }  // namespace korovod::testing
+
+namespace korovod::testing {
+namespace {
+
+// Collective lanes (TCP): large allreduces of the world run several at once on their own
+// connections while the engine thread goes on; results are exact, a broadcast submitted after
+// them completes after them, small allreduces and other process sets stay on the engine thread,
+// and KOROVOD_COLLECTIVE_LANES=1 or shared memory run everything one at a time.
+struct LanesCase {
+  TransportKind transport;
+  int lanes;
+  bool expect_lanes;
+};
+
+class EngineLanes : public ::testing::TestWithParam<LanesCase> {};
+
+TEST_P(EngineLanes, LargeAllreducesRunSeveralAtOnceAndKeepOrderWithOtherOps) {
+  constexpr int kSize = 3;
+  constexpr int kLarge = 24;
+  constexpr size_t kElems = 64 << 10;  // 256 KiB each: above the lanes' 64 KiB floor
+  EngineWorldSpec spec = Spec(kSize, GetParam().transport);
+  spec.config.collective_lanes = GetParam().lanes;
+  spec.config.fusion_threshold_bytes = 0;  // one collective per tensor
+  auto reports = RunEngineRanks(spec, [&](EngineRank& c) -> Status {
+    const int me = c.rank();
+    // A process set of ranks 0 and 2, created before the burst.
+    KV_ASSIGN_OR_RETURN(int set, c.engine().AddProcessSet({0, 2}, Deadline::After(60s)));
+    for (int step = 0; step < 3; ++step) {
+      std::vector<std::vector<float>> in(kLarge), out(kLarge);
+      std::vector<OpHandle> handles;
+      for (int k = 0; k < kLarge; ++k) {
+        in[k].resize(kElems);
+        for (size_t i = 0; i < kElems; ++i) in[k][i] = Value(me, k + step, i);
+        KV_ASSIGN_OR_RETURN(OpHandle h,
+                            c.engine().Submit(Allreduce("big." + std::to_string(k), in[k], out[k])));
+        handles.push_back(h);
+      }
+      std::vector<float> small_in(16, static_cast<float>(me + 1)), small_out;
+      KV_ASSIGN_OR_RETURN(OpHandle small, c.engine().Submit(Allreduce("small", small_in, small_out)));
+      std::vector<float> set_in(kElems, 1.0f), set_out;
+      OpHandle in_set;
+      if (me != 1) {
+        OpRequest r = Allreduce("in_set", set_in, set_out);
+        r.process_set = set;
+        KV_ASSIGN_OR_RETURN(in_set, c.engine().Submit(r));
+      }
+      std::vector<double> b(1000, me == 1 ? 7.25 : -1.0);
+      OpRequest br;
+      br.type = OpType::kBroadcast;
+      br.name = "bcast";
+      br.dtype = DataType::kFloat64;
+      br.shape = {1000};
+      br.input = b.data();
+      br.output = b.data();
+      br.root = 1;
+      KV_ASSIGN_OR_RETURN(OpHandle bcast, c.engine().Submit(br));
+
+      KV_RETURN_IF_ERROR(bcast.Wait(Deadline::After(60s)));
+      c.Check(b[999] == 7.25, "broadcast value");
+      // The broadcast was submitted after the allreduces on every rank: they are done.
+      for (int k = 0; k < kLarge; ++k) {
+        c.Check(handles[k].Poll(), "big." + std::to_string(k) + " still running after bcast");
+      }
+      for (int k = 0; k < kLarge; ++k) {
+        KV_RETURN_IF_ERROR(handles[k].Wait(Deadline::After(60s)));
+        for (size_t i = 0; i < kElems; i += 997) {
+          float want = 0;
+          for (int r = 0; r < kSize; ++r) want += Value(r, k + step, i);
+          if (!c.Check(out[k][i] == want, "big." + std::to_string(k) + "[" + std::to_string(i) +
+                                              "] = " + std::to_string(out[k][i]))) {
+            break;
+          }
+        }
+      }
+      KV_RETURN_IF_ERROR(small.Wait(Deadline::After(60s)));
+      c.Check(small_out[15] == 6.0f, "small allreduce");
+      if (me != 1) {
+        KV_RETURN_IF_ERROR(in_set.Wait(Deadline::After(60s)));
+        c.Check(set_out[kElems - 1] == 2.0f, "process set allreduce");
+      }
+    }
+    const EngineStats st = c.engine().stats();
+    if (GetParam().expect_lanes) {
+      // Exactly the world's large allreduces: not the small one, not the process set's.
+      c.Check(st.lane_collectives == 3 * kLarge,
+              "lane collectives " + std::to_string(st.lane_collectives));
+      c.Check(st.lanes_peak_busy >= 2, "peak busy lanes " + std::to_string(st.lanes_peak_busy));
+    } else {
+      c.Check(st.lane_collectives == 0, "lane collectives " + std::to_string(st.lane_collectives));
+    }
+    return OkStatus();
+  });
+  ExpectEnginesOk(reports);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Transports, EngineLanes,
+    ::testing::Values(LanesCase{TransportKind::kTcp, 3, true},
+                      LanesCase{TransportKind::kTcp, 1, false},
+                      LanesCase{TransportKind::kShm, 3, false}),
+    [](const auto& info) {
+      return std::string(TransportName(info.param.transport)) + "_lanes" +
+             std::to_string(info.param.lanes);
+    });
+
+}  // namespace
+}  // namespace korovod::testing

@@ -27,6 +27,8 @@ TEST(EngineMetricsTest, MirrorsEngineStats) {
   s.negotiated = 10;
   s.full_negotiations = 3;
   s.pipelined_segments = 6;
+  s.lane_collectives = 9;
+  s.lanes_peak_busy = 2;
   s.fusion_threshold_bytes = 64 << 20;
   s.cycle_time_ms = 5;
   s.steps = 7;
@@ -46,6 +48,8 @@ TEST(EngineMetricsTest, MirrorsEngineStats) {
   EXPECT_TRUE(Contains(text, "\nkorovod_tensors_total 30\n")) << text;
   EXPECT_TRUE(Contains(text, "\nkorovod_collectives_total 12\n")) << text;
   EXPECT_TRUE(Contains(text, "\nkorovod_pipelined_segments_total 6\n")) << text;
+  EXPECT_TRUE(Contains(text, "\nkorovod_lane_collectives_total 9\n")) << text;
+  EXPECT_TRUE(Contains(text, "\nkorovod_lanes_peak_busy 2\n")) << text;
   EXPECT_TRUE(Contains(text, "\nkorovod_bytes_total 1048576\n")) << text;
   EXPECT_TRUE(Contains(text, "\nkorovod_response_cache_hits_total 20\n")) << text;
   EXPECT_TRUE(Contains(text, "\nkorovod_negotiated_ops_total 10\n")) << text;
