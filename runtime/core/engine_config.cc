@@ -30,7 +30,7 @@ const std::vector<EngineVariable>& EngineVariables() {
        "copies overlap the neighbouring segments' collectives (never on one host's shared "
        "memory, where it is reduced in place); 0: one collective per fused buffer; auto: 1 "
        "unless this host's ranks outnumber its cores"},
-      {env::kCollectiveLanes, "2",
+      {env::kCollectiveLanes, "4",
        "over TCP, allreduces of at least 64 KiB run on this many lanes, each with its own "
        "connections to every peer, several at once and alongside the next cycle's negotiation "
        "(overlaps the network's latency); 1: one collective at a time"},

@@ -33,7 +33,7 @@ struct EngineConfig {
   // the next ones (runtime/core/collective_lanes.h); 1: one collective at a time, on the engine
   // thread. The connections are made with the world (TransportOptions::collective_lanes), so the
   // launcher passes this on; shared memory always runs one at a time.
-  int collective_lanes = 2;
+  int collective_lanes = 4;
   // Background cycle: the longest an idle engine waits before it reports to the other ranks (a
   // submit wakes it sooner).
   double cycle_time_ms = 1.0;

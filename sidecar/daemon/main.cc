@@ -3,6 +3,7 @@
 // environment (launcher/README.md); SIGTERM/SIGINT stop it cleanly.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -38,6 +39,15 @@ namespace {
 int Fail(const Status& s) {
   KV_LOG(kError, kSidecar, "%s", s.ToString().c_str());
   return 1;
+}
+
+// Every peer gets tcp_streams connections per collective lane plus the main set: a large world
+// outgrows a 1024-descriptor soft limit, so the sidecar takes what the hard limit allows.
+void RaiseDescriptorLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  (void)::setrlimit(RLIMIT_NOFILE, &limit);
 }
 
 // Bytes per timed round of the start-up link probe: a few MiB, well under a second per link.
@@ -178,6 +188,7 @@ int Main() {
 
   // Until the rank is known the lines say which program wrote them.
   logging::SetRole("korovod-sidecar");
+  RaiseDescriptorLimit();
   logging::ConfigureFromEnvironment(logging::Subsystem::kSidecar);
   auto config = SidecarConfig::FromProcessEnvironment();
   if (!config.ok()) return Fail(config.status());
