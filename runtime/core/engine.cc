@@ -546,8 +546,8 @@ void Engine::Impl::Executed(SetState& s, const Response& r, int cache_bit, OpExe
   Complete(std::move(node.mapped()), item.status);
 }
 
-void Engine::Impl::CacheExecuted(SetState& s, const Response& r, int cache_bit,
-                                 const PendingOp* op, bool any_joined) {
+void Engine::Impl::CacheExecuted(SetState& s, const Response& r, int cache_bit, const PendingOp* op,
+                                 bool any_joined) {
   if (cache_bit >= 0) {
     s.cache.Touch(cache_bit);
   } else if (!any_joined && s.cache.capacity() > 0 && r.type != OpType::kAlltoall &&
@@ -618,9 +618,9 @@ void Engine::Impl::LaneFinished(CollectiveLanes::Job& job, std::vector<OpExecuto
     if (job.ops[k] == nullptr) continue;
     const std::string name = job.ops[k]->report.name;
     Complete(std::move(job.ops[k]),
-             data_plane.ok() ? items[k].status
-                             : Status(data_plane.code(), "tensor \"" + name + "\": " +
-                                                             data_plane.message()));
+             data_plane.ok()
+                 ? items[k].status
+                 : Status(data_plane.code(), "tensor \"" + name + "\": " + data_plane.message()));
   }
 }
 
@@ -752,9 +752,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Start(std::unique_ptr<Communicator> co
     impl->lanes = std::make_unique<CollectiveLanes>(
         std::move(lane_comms), impl->executor.pipeline(),
         [raw](CollectiveLanes::Job& job, std::vector<OpExecutor::Item>& items,
-              const Status& data_plane, uint64_t bytes, uint64_t segments) {
-          raw->LaneFinished(job, items, data_plane, bytes, segments);
-        });
+              const Status& data_plane, uint64_t bytes,
+              uint64_t segments) { raw->LaneFinished(job, items, data_plane, bytes, segments); });
   }
   KV_ASSIGN_OR_RETURN(impl->clock_offset_ns, MeasureClockOffset(c, 8, c.OpDeadline()));
 

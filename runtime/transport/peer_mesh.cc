@@ -345,7 +345,8 @@ Status PeerMesh::ReadControl(int peer) {
     }
     if (static_cast<size_t>(n) < sizeof h + h.len) return OkStatus();  // rest still in flight
     (void)::recv(fd, buf, sizeof h + h.len, MSG_DONTWAIT);
-    watched_[peer].store(false, std::memory_order_release);  // a peer's last word: nothing follows it
+    watched_[peer].store(false,
+                         std::memory_order_release);  // a peer's last word: nothing follows it
     if (h.type == kGoodbye) return OkStatus();
     return Aborted(Describe(peer) + " gave up: " + std::string(buf + sizeof h, h.len));
   }

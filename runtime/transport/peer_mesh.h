@@ -80,7 +80,7 @@ class PeerMesh {
   void Abort(const Status& why);
 
  private:
-  class Acceptor;  // the accepting half of Connect (peer_mesh.cc)
+  class Acceptor;                // the accepting half of Connect (peer_mesh.cc)
   Status ReadControl(int peer);  // OnControlEvent's read, control_mu_ held
   struct Dialed {
     std::vector<PeerAddress> addresses;  // as planned: the lower ranks' chosen addresses

@@ -8,9 +8,9 @@
 #include <memory>
 #include <vector>
 
+#include "common/wait_policy.h"
 #include "runtime/transport/peer_mesh.h"
 #include "runtime/transport/transport.h"
-#include "common/wait_policy.h"
 
 namespace korovod {
 

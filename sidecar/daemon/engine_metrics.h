@@ -41,10 +41,10 @@
 #include <string>
 #include <vector>
 
+#include "common/http/metrics_registry.h"
 #include "common/status.h"
 #include "runtime/core/engine.h"
 #include "runtime/core/op_request.h"
-#include "common/http/metrics_registry.h"
 
 namespace korovod::sidecar {
 

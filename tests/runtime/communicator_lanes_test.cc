@@ -70,7 +70,8 @@ TEST(CommunicatorLanes, SharedMemoryAndOneLaneMakeNone) {
     spec.transport = transport;
     spec.customize = [lanes = lanes](WorldOptions& o) { o.collective_lanes = lanes; };
     ExpectAllRanksOk(RunThreadRanks(spec, [&](RankContext& ctx) -> Status {
-      ctx.Check(ctx.comm().TakeLanes().empty(), std::string("lanes over ") + TransportName(transport));
+      ctx.Check(ctx.comm().TakeLanes().empty(),
+                std::string("lanes over ") + TransportName(transport));
       return OkStatus();
     }));
   }

@@ -18,8 +18,7 @@ namespace {
 using namespace std::chrono_literals;
 
 // Child body: returns the process exit code. 0: saw the expected failure.
-int RunRank(int rank, const std::vector<PeerAddress>& peers, int listen_fd, int victim,
-            int lanes) {
+int RunRank(int rank, const std::vector<PeerAddress>& peers, int listen_fd, int victim, int lanes) {
   WorldOptions w;
   w.collective_lanes = lanes;
   w.rank = rank;

@@ -903,12 +903,13 @@ TEST_P(EngineLanes, LargeAllreducesRunSeveralAtOnceAndKeepOrderWithOtherOps) {
       for (int k = 0; k < kLarge; ++k) {
         in[k].resize(kElems);
         for (size_t i = 0; i < kElems; ++i) in[k][i] = Value(me, k + step, i);
-        KV_ASSIGN_OR_RETURN(OpHandle h,
-                            c.engine().Submit(Allreduce("big." + std::to_string(k), in[k], out[k])));
+        KV_ASSIGN_OR_RETURN(
+            OpHandle h, c.engine().Submit(Allreduce("big." + std::to_string(k), in[k], out[k])));
         handles.push_back(h);
       }
       std::vector<float> small_in(16, static_cast<float>(me + 1)), small_out;
-      KV_ASSIGN_OR_RETURN(OpHandle small, c.engine().Submit(Allreduce("small", small_in, small_out)));
+      KV_ASSIGN_OR_RETURN(OpHandle small,
+                          c.engine().Submit(Allreduce("small", small_in, small_out)));
       std::vector<float> set_in(kElems, 1.0f), set_out;
       OpHandle in_set;
       if (me != 1) {
@@ -965,15 +966,14 @@ TEST_P(EngineLanes, LargeAllreducesRunSeveralAtOnceAndKeepOrderWithOtherOps) {
   ExpectEnginesOk(reports);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Transports, EngineLanes,
-    ::testing::Values(LanesCase{TransportKind::kTcp, 3, true},
-                      LanesCase{TransportKind::kTcp, 1, false},
-                      LanesCase{TransportKind::kShm, 3, false}),
-    [](const auto& info) {
-      return std::string(TransportName(info.param.transport)) + "_lanes" +
-             std::to_string(info.param.lanes);
-    });
+INSTANTIATE_TEST_SUITE_P(Transports, EngineLanes,
+                         ::testing::Values(LanesCase{TransportKind::kTcp, 3, true},
+                                           LanesCase{TransportKind::kTcp, 1, false},
+                                           LanesCase{TransportKind::kShm, 3, false}),
+                         [](const auto& info) {
+                           return std::string(TransportName(info.param.transport)) + "_lanes" +
+                                  std::to_string(info.param.lanes);
+                         });
 
 }  // namespace
 }  // namespace korovod::testing
