@@ -343,11 +343,13 @@ TEST_F(KorovodrunTest, RealSidecarKilledMidRunLeavesNoSharedMemory) {
   ASSERT_EQ(prefix.rfind("/korovod-", 0), 0u) << prefix;
   const pid_t victim = RealSidecarOf(l.pid(), 1);
   ASSERT_GT(victim, 0);
-  // Its arena and the segments of both ranks' shm transport, all under the job's prefix.
+  // Its arena, its peer's arena (the engine reduces straight from it) and the segments of both
+  // ranks' shm transport, all under the job's prefix.
   const std::set<std::string> mapped = MappedShmNames(victim);
-  EXPECT_EQ(mapped.size(), 3u);
+  EXPECT_EQ(mapped.size(), 4u);
   for (const std::string& name : mapped) EXPECT_EQ(name.rfind(prefix, 0), 0u) << name;
   EXPECT_EQ(mapped.count(prefix + "rank1"), 1u);
+  EXPECT_EQ(mapped.count(prefix + "rank0"), 1u);
   EXPECT_FALSE(ShmEntriesWithPrefix(prefix).empty());  // the arenas, until cleanup
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
   auto r = l.Finish();
