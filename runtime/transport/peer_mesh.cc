@@ -48,6 +48,11 @@ std::string PeerMesh::Describe(int peer) const {
 // to meet it, learns which rank has the wrong key. Preflight probes (a higher rank checking that
 // an address of ours works) are answered and closed; one that gives up halfway is not mistaken
 // for a peer with another key.
+// Connections per peer: tcp_streams (times 1 + lanes with collective lanes) plus the control one;
+// ranks must agree on it.
+constexpr char kLinksDiffer[] =
+    ": tcp_streams or KOROVOD_COLLECTIVE_LANES differ between the ranks";
+
 class PeerMesh::Acceptor {
  public:
   Acceptor(PeerMesh& mesh, const TransportOptions& options, int links, int listen_fd,
@@ -118,6 +123,13 @@ class PeerMesh::Acceptor {
     }
     const Hello& hello = read.value();
     const bool probe = hello.stream == kProbeStream;
+    if (!probe && hello.to == rank && hello.world == size && hello.from > rank &&
+        hello.from < size && hello.stream >= links_) {
+      Reject("rejected connection " + std::to_string(hello.stream + 1) + " from rank " +
+             std::to_string(hello.from) + ": this rank expects " + std::to_string(links_) +
+             " per peer" + kLinksDiffer);
+      return;
+    }
     if (hello.to != rank || hello.world != size || hello.from <= rank || hello.from >= size ||
         (!probe && (hello.stream < 0 || hello.stream >= links_))) {
       Reject("rejected rank " + std::to_string(hello.from) + " with an unexpected world (to rank " +
@@ -162,11 +174,15 @@ class PeerMesh::Acceptor {
   void RecordMissing() {
     std::string missing;
     for (int p = mesh_.rank() + 1; p < mesh_.size(); ++p) {
-      for (int s = 0; s < links_ && !refused_[p]; ++s) {
-        if (!mesh_.conns_[p][s].valid()) {
-          missing += (missing.empty() ? "" : ", ") + mesh_.Describe(p);
-          break;
-        }
+      if (refused_[p]) continue;
+      int opened = 0;
+      for (int s = 0; s < links_; ++s) opened += mesh_.conns_[p][s].valid() ? 1 : 0;
+      if (opened == links_) continue;
+      missing += (missing.empty() ? "" : ", ") + mesh_.Describe(p);
+      // Some but not all: the peer dialed as many as it meant to.
+      if (opened > 0) {
+        missing += " (it opened " + std::to_string(opened) + " of the " + std::to_string(links_) +
+                   " connections this rank expects" + kLinksDiffer + ")";
       }
     }
     std::lock_guard<std::mutex> lock(mu_);

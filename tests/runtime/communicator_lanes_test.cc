@@ -77,6 +77,23 @@ TEST(CommunicatorLanes, SharedMemoryAndOneLaneMakeNone) {
   }
 }
 
+// A rank that expects more connections than its peer opens names the setting that differs
+// instead of only timing out.
+TEST(CommunicatorLanes, RanksWithDifferentLanesNameTheSetting) {
+  WorldSpec spec;
+  spec.size = 2;
+  spec.transport = TransportKind::kTcp;
+  spec.connect_timeout = std::chrono::milliseconds(3000);
+  spec.customize = [](WorldOptions& o) { o.collective_lanes = o.rank == 0 ? 3 : 1; };
+  ThreadWorld world = RunThreadRanks(spec, [](RankContext&) { return OkStatus(); });
+  const RankReport& r0 = world.reports[0];
+  EXPECT_FALSE(r0.created);
+  EXPECT_NE(r0.status.message().find("opened 5 of the 17 connections"), std::string::npos)
+      << r0.status.ToString();
+  EXPECT_NE(r0.status.message().find("KOROVOD_COLLECTIVE_LANES differ"), std::string::npos)
+      << r0.status.ToString();
+}
+
 TEST(CommunicatorLanes, TooManyConnectionsPerPeerAreRefused) {
   WorldOptions o;
   o.rank = 0;
