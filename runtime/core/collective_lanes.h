@@ -6,19 +6,17 @@
 // lane everywhere; a lane runs its jobs in the order dispatched.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "common/status.h"
 #include "runtime/core/negotiation_messages.h"
 #include "runtime/core/op_executor.h"
 #include "runtime/core/pending_op.h"
+#include "runtime/core/serial_worker.h"
 #include "runtime/core/timeline/timeline.h"
 #include "runtime/world/communicator.h"
 
@@ -39,12 +37,12 @@ class CollectiveLanes {
                                     const Status& data_plane, uint64_t bytes, uint64_t segments)>;
 
   CollectiveLanes(std::vector<std::unique_ptr<Communicator>> comms, bool pipeline, Finish finish);
-  ~CollectiveLanes();  // runs (or, once broken, refuses) what is queued, then joins
+  // Destruction runs (or, once broken, refuses) what is queued, then joins.
   CollectiveLanes(const CollectiveLanes&) = delete;
   CollectiveLanes& operator=(const CollectiveLanes&) = delete;
 
   int size() const { return static_cast<int>(lanes_.size()); }
-  // Queues `job` on the next lane in turn.
+  // Queues `job` on the next lane in turn (engine thread).
   void Dispatch(Job job);
   // Waits until every dispatched job has finished.
   void Drain();
@@ -63,22 +61,17 @@ class CollectiveLanes {
     explicit Lane(std::unique_ptr<Communicator> c) : comm(std::move(c)), executor(*comm) {}
     std::unique_ptr<Communicator> comm;
     OpExecutor executor;
-    std::deque<Job> queue;  // guarded by CollectiveLanes::mu_
-    bool busy = false;
-    std::jthread thread;  // last: joined before the members it uses
+    SerialWorker worker;  // last: drained and joined before the members its jobs use
   };
-  void Loop(Lane& lane, std::stop_token stop);
   void Run(Lane& lane, Job& job);
 
   Finish finish_;
-  mutable std::mutex mu_;
-  std::condition_variable_any work_;
-  std::condition_variable idle_;
-  Status health_;  // guarded by mu_
-  size_t next_ = 0;
+  mutable std::mutex mu_;  // guards health_, busy_ and peak_busy_
+  Status health_;
   int busy_ = 0;  // lanes running a job
   int peak_busy_ = 0;
-  std::vector<std::unique_ptr<Lane>> lanes_;
+  size_t next_ = 0;                           // engine thread only
+  std::vector<std::unique_ptr<Lane>> lanes_;  // last: destroyed (drained) first
 };
 
 }  // namespace korovod

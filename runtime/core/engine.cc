@@ -268,8 +268,7 @@ struct Engine::Impl {
   void CreateProcessSet(const Response& head, std::unique_ptr<PendingOp> op);
   Status RunCollective(SetState& s, const FusedOp& f, const CycleResponses& cycle, bool any_joined);
   void ObserveWaits(const StateExchange& x, const CacheAgreement& agreed);
-  void Executed(SetState& s, const Response& r, int cache_bit, OpExecutor::Item& item,
-                bool any_joined);
+  std::unique_ptr<PendingOp> Retire(SetState& s, const Response& r, int cache_bit, bool any_joined);
   void RecordAutotuneSample();
   void Loop();
 
@@ -281,9 +280,6 @@ struct Engine::Impl {
   void DrainLanes() {
     if (lanes) lanes->Drain();
   }
-  // Executed's first half: the response cache learns of r, in the same order on every rank.
-  void CacheExecuted(SetState& s, const Response& r, int cache_bit, const PendingOp* op,
-                     bool any_joined);
 };
 
 // The steps are those of "One cycle" in docs/engine.md.
@@ -527,27 +523,20 @@ Status Engine::Impl::RunCollective(SetState& s, const FusedOp& f, const CycleRes
   if (!st.ok()) return st;
   for (size_t k = 0; k < items.size(); ++k) {
     const int idx = f.responses[k];
-    Executed(s, cycle.responses[idx], cycle.cache_bits[idx], items[k], any_joined);
+    std::unique_ptr<PendingOp> op =
+        Retire(s, cycle.responses[idx], cycle.cache_bits[idx], any_joined);
+    if (op) Complete(std::move(op), items[k].status);
   }
   return OkStatus();
 }
 
-// An executed response enters (or refreshes) the response cache, in the same order on every rank;
-// this rank's op completes.
-void Engine::Impl::Executed(SetState& s, const Response& r, int cache_bit, OpExecutor::Item& item,
-                            bool any_joined) {
-  CacheExecuted(s, r, cache_bit, item.op, any_joined);
-  if (item.op == nullptr) return;
+// A response that ran (or was dispatched to a lane) enters or refreshes the response cache, in the
+// same order on every rank, and this rank's op leaves the pending table: returned for completion
+// (null when this rank joined without the tensor).
+std::unique_ptr<PendingOp> Engine::Impl::Retire(SetState& s, const Response& r, int cache_bit,
+                                                bool any_joined) {
   auto node = s.pending.extract(r.name);
-  if (cache_bit >= 0) {
-    std::lock_guard<std::mutex> lock(mu);
-    ++stats.cache_hits;
-  }
-  Complete(std::move(node.mapped()), item.status);
-}
-
-void Engine::Impl::CacheExecuted(SetState& s, const Response& r, int cache_bit, const PendingOp* op,
-                                 bool any_joined) {
+  std::unique_ptr<PendingOp> op = node.empty() ? nullptr : std::move(node.mapped());
   if (cache_bit >= 0) {
     s.cache.Touch(cache_bit);
   } else if (!any_joined && s.cache.capacity() > 0 && r.type != OpType::kAlltoall &&
@@ -557,6 +546,11 @@ void Engine::Impl::CacheExecuted(SetState& s, const Response& r, int cache_bit, 
     const int evicted = s.cache.Put(r, mine);
     if (evicted >= 0) s.Renegotiate(evicted);
   }
+  if (op && cache_bit >= 0) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++stats.cache_hits;
+  }
+  return op;
 }
 
 // A lane takes large allreduces of the world: every rank makes the same choice (same plan, same
@@ -579,14 +573,8 @@ void Engine::Impl::Dispatch(SetState& s, const FusedOp& f, const CycleResponses&
   CollectiveLanes::Job job;
   for (int i : f.responses) {
     const Response& r = cycle.responses[i];
-    auto node = s.pending.extract(r.name);
-    std::unique_ptr<PendingOp> op = node.empty() ? nullptr : std::move(node.mapped());
+    std::unique_ptr<PendingOp> op = Retire(s, r, cycle.cache_bits[i], any_joined);
     if (timeline && op) timeline->End(r.name);  // QUEUE
-    CacheExecuted(s, r, cycle.cache_bits[i], op.get(), any_joined);
-    if (op && cycle.cache_bits[i] >= 0) {
-      std::lock_guard<std::mutex> lock(mu);
-      ++stats.cache_hits;
-    }
     job.responses.push_back(r);
     job.ops.push_back(std::move(op));
   }
@@ -601,11 +589,12 @@ void Engine::Impl::LaneFinished(CollectiveLanes::Job& job, std::vector<OpExecuto
   {
     std::lock_guard<std::mutex> lock(mu);
     stats.bytes += bytes;
-    if (data_plane.ok()) ++stats.lane_collectives;
-    stats.lanes_peak_busy = std::max<uint64_t>(stats.lanes_peak_busy, peak);
-    if (data_plane.ok()) stats.collectives += segments > 0 ? segments : 1;
     stats.pipelined_segments += segments;
-    if (!data_plane.ok()) {
+    stats.lanes_peak_busy = std::max<uint64_t>(stats.lanes_peak_busy, peak);
+    if (data_plane.ok()) {
+      ++stats.lane_collectives;
+      stats.collectives += segments > 0 ? segments : 1;
+    } else {
       // The engine is stopped from here on, before any op reports the failure: a trainer that
       // sees it and submits again is refused with the same cause.
       if (health.ok()) health = data_plane;

@@ -247,7 +247,7 @@ Status OpExecutor::AllreducePipelined(std::vector<Item>& items, AllreduceOptions
   if (bufs[0] == nullptr || bufs[1] == nullptr) {
     return Internal("cannot allocate two fusion buffers of " + std::to_string(largest) + " bytes");
   }
-  if (copier_ == nullptr) copier_ = std::make_unique<CopyWorker>();
+  if (copier_ == nullptr) copier_ = std::make_unique<SerialWorker>();
 
   // The items of one segment, for the timeline: lanes are per tensor.
   auto segment_items = [&](size_t g) {

@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "runtime/collectives/collectives.h"
-#include "runtime/core/copy_worker.h"
 #include "runtime/core/fusion_buffer.h"
 #include "runtime/core/negotiation_messages.h"
 #include "runtime/core/pending_op.h"
+#include "runtime/core/serial_worker.h"
 #include "runtime/core/timeline/timeline.h"
 #include "runtime/world/communicator.h"
 #include "runtime/world/process_set.h"
@@ -73,7 +73,7 @@ class OpExecutor {
   FusionBuffer identity_;
   bool pipeline_ = true;
   uint64_t pipelined_segments_ = 0;
-  std::unique_ptr<CopyWorker> copier_;  // started on the first pipelined allreduce
+  std::unique_ptr<SerialWorker> copier_;  // started on the first pipelined allreduce
 };
 
 }  // namespace korovod

@@ -43,16 +43,16 @@ std::string PeerMesh::Describe(int peer) const {
   return "rank " + std::to_string(peer) + " (" + peers_[peer].ToString() + ")";
 }
 
-// Accepts connections from higher ranks on a thread while Connect dials the lower ranks. A peer
-// holding another key is refused, and the rest carry on, so that every rank, not only the first
-// to meet it, learns which rank has the wrong key. Preflight probes (a higher rank checking that
-// an address of ours works) are answered and closed; one that gives up halfway is not mistaken
-// for a peer with another key.
 // Connections per peer: tcp_streams (times 1 + lanes with collective lanes) plus the control one;
 // ranks must agree on it.
 constexpr char kLinksDiffer[] =
     ": tcp_streams or KOROVOD_COLLECTIVE_LANES differ between the ranks";
 
+// Accepts connections from higher ranks on a thread while Connect dials the lower ranks. A peer
+// holding another key is refused, and the rest carry on, so that every rank, not only the first
+// to meet it, learns which rank has the wrong key. Preflight probes (a higher rank checking that
+// an address of ours works) are answered and closed; one that gives up halfway is not mistaken
+// for a peer with another key.
 class PeerMesh::Acceptor {
  public:
   Acceptor(PeerMesh& mesh, const TransportOptions& options, int links, int listen_fd,
@@ -123,15 +123,15 @@ class PeerMesh::Acceptor {
     }
     const Hello& hello = read.value();
     const bool probe = hello.stream == kProbeStream;
-    if (!probe && hello.to == rank && hello.world == size && hello.from > rank &&
-        hello.from < size && hello.stream >= links_) {
+    const bool higher_rank_of_this_world =
+        hello.to == rank && hello.world == size && hello.from > rank && hello.from < size;
+    if (higher_rank_of_this_world && !probe && hello.stream >= links_) {
       Reject("rejected connection " + std::to_string(hello.stream + 1) + " from rank " +
              std::to_string(hello.from) + ": this rank expects " + std::to_string(links_) +
              " per peer" + kLinksDiffer);
       return;
     }
-    if (hello.to != rank || hello.world != size || hello.from <= rank || hello.from >= size ||
-        (!probe && (hello.stream < 0 || hello.stream >= links_))) {
+    if (!higher_rank_of_this_world || (!probe && hello.stream < 0)) {
       Reject("rejected rank " + std::to_string(hello.from) + " with an unexpected world (to rank " +
              std::to_string(hello.to) + ", size " + std::to_string(hello.world) + ")");
       return;

@@ -1,15 +1,15 @@
-#include "runtime/core/copy_worker.h"
+#include "runtime/core/serial_worker.h"
 
 namespace korovod {
 
-CopyWorker::CopyWorker() : thread_([this](std::stop_token stop) { Loop(stop); }) {}
+SerialWorker::SerialWorker() : thread_([this](std::stop_token stop) { Loop(stop); }) {}
 
-CopyWorker::~CopyWorker() {
+SerialWorker::~SerialWorker() {
   Drain();
   thread_.request_stop();
 }
 
-void CopyWorker::Post(std::function<void()> task) {
+void SerialWorker::Post(std::function<void()> task) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     tasks_.push_back(std::move(task));
@@ -17,12 +17,12 @@ void CopyWorker::Post(std::function<void()> task) {
   work_.notify_one();
 }
 
-void CopyWorker::Drain() {
+void SerialWorker::Drain() {
   std::unique_lock<std::mutex> lock(mu_);
   done_.wait(lock, [&] { return tasks_.empty() && !busy_; });
 }
 
-void CopyWorker::Loop(std::stop_token stop) {
+void SerialWorker::Loop(std::stop_token stop) {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     if (!work_.wait(lock, stop, [&] { return !tasks_.empty(); })) return;
