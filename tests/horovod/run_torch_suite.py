@@ -6,6 +6,11 @@ runs as its own `korovodrun -np N python3 -m pytest <id>` job with a deadline, s
 hide the tests after it. Prints one line per test and a closing "N passed, N failed, N skipped"
 line; exits 0 only when nothing failed or hung, 77 when the suite is not there (said plainly).
 
+A few of Horovod's tests assert wall-clock times between ranks (WALL_CLOCK_TESTS, each with the
+reason). Under CI's load they can fail without any fault in the engine; one of them that fails is
+run again up to RERUNS more times, and its result line and the summary say that it passed only on
+a rerun. Any other failure counts at once.
+
   run_torch_suite.py [--np 2] [--jobs 1] [--timeout 180] [--suite DIR] [--build DIR]
                      [--json FILE] [-k SUBSTRING]
 """
@@ -22,6 +27,16 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 SKIP_CODE = 77
+
+# Tests whose assertion compares clocks across ranks, with why they can fail on a loaded machine.
+WALL_CLOCK_TESTS = {
+    "test_global_barrier_op":
+        "rank 1 times hvd.barrier() from when its previous allreduce returned; rank 0 starts its "
+        "5 s sleep from when the same allreduce returned there. When rank 1's trainer is woken "
+        "later than rank 0's by more than the barrier's own latency (a scheduling delay of a "
+        "millisecond on 2 busy cores), rank 1 measures just under 5 s",
+}
+RERUNS = 2
 
 
 def parse_args():
@@ -77,6 +92,23 @@ def outcome_of(returncode, output):
 
 
 def run_one(args, env, parallel_dir, test_id):
+    """Runs the test, and again (RERUNS times at most) while a wall-clock test fails.
+    Returns (id, result, seconds, output, attempts); output is the first failure's, if any."""
+    name = test_id.split("::")[-1]
+    attempts = 0
+    first_failure = None
+    total = 0.0
+    while True:
+        attempts += 1
+        result, secs, output = run_attempt(args, env, parallel_dir, test_id)
+        total += secs
+        if result != "failed" or name not in WALL_CLOCK_TESTS or attempts > RERUNS:
+            break
+        first_failure = first_failure or output
+    return test_id, result, total, first_failure or output, attempts
+
+
+def run_attempt(args, env, parallel_dir, test_id):
     cmd = [os.path.join(args.build, "bin", "korovodrun"), "-np", str(args.np), args.python, "-m",
            "pytest", "-q", "-p", "no:cacheprovider", "-rs", test_id]
     start = time.monotonic()
@@ -95,7 +127,7 @@ def run_one(args, env, parallel_dir, test_id):
             output, _ = p.communicate()
         output += "\n[hung: still running after %.0f s]" % args.timeout
         result = "hung"
-    return test_id, result, time.monotonic() - start, output
+    return result, time.monotonic() - start, output
 
 
 def main():
@@ -116,10 +148,15 @@ def main():
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = [pool.submit(run_one, args, env, parallel_dir, i) for i in ids]
         for f in futures:
-            test_id, result, secs, output = f.result()
-            results.append({"id": test_id, "result": result, "seconds": round(secs, 2)})
-            print("%-8s %6.1fs  %s" % (result.upper(), secs, test_id), flush=True)
-            if result in ("failed", "hung"):
+            test_id, result, secs, output, attempts = f.result()
+            results.append({"id": test_id, "result": result, "seconds": round(secs, 2),
+                            "attempts": attempts})
+            rerun = ""
+            if attempts > 1:
+                rerun = "  (%s on attempt %d; wall-clock test: %s)" % (
+                    result, attempts, WALL_CLOCK_TESTS[test_id.split("::")[-1]])
+            print("%-8s %6.1fs  %s%s" % (result.upper(), secs, test_id, rerun), flush=True)
+            if result in ("failed", "hung") or attempts > 1:
                 print("\n".join("    " + line for line in output.splitlines()[-60:]), flush=True)
     counts = {k: sum(r["result"] == k for r in results)
               for k in ("passed", "failed", "hung", "skipped")}
@@ -131,6 +168,10 @@ def main():
     skipped = [r["id"] for r in results if r["result"] == "skipped"]
     if skipped:
         print("skipped by the suite: " + ", ".join(s.split("::")[-1] for s in skipped))
+    reruns = [r["id"].split("::")[-1] for r in results
+              if r["attempts"] > 1 and r["result"] == "passed"]
+    if reruns:
+        print("passed only on a rerun (wall-clock tests): " + ", ".join(reruns))
     print("Horovod test_torch.py at %d ranks: %.0f s" % (args.np, elapsed))
     print("%d passed, %d failed, %d skipped" % (
         counts["passed"], counts["failed"] + counts["hung"], counts["skipped"]), flush=True)
