@@ -143,6 +143,8 @@ const char* AlgoFlagName(AllreduceAlgorithm a) {
       return "rd";
     case AllreduceAlgorithm::kSharedMemory:
       return "shm";
+    case AllreduceAlgorithm::kHierarchical:
+      return "hier";
   }
   return "unknown";
 }
@@ -220,6 +222,13 @@ flags:
   --no-loop           skip the back-to-back loop
   --table             print a readable table on stdout instead of JSON rows
   --timeout S         kill every rank when one world size takes longer (default: from sizes)
+  --join RANK         be rank RANK of a world started elsewhere, one korovod-bench per rank
+                      (e.g. in network namespaces); needs --peers, one --transport, --via
+                      inproc; rank 0 prints the rows
+  --peers LIST        with --join: every rank's IP:PORT, in rank order
+  --hosts LIST        with --join: the host each rank counts as (equal names share a host:
+                      shared memory inside, hierarchical allreduce with --algo hier)
+  --job-key-file F    with --join: the world's key, the same file for every rank
   --help
 
 exit status: 0 ok, 1 a rank failed or hung (the message names it), 2 bad usage,
@@ -294,7 +303,8 @@ std::optional<BenchOptions> ParseArgs(int argc, char** argv, UsageError* error, 
     }
     if (a != "--ranks" && a != "--sizes" && a != "--transport" && a != "--target-time" &&
         a != "--algo" && a != "--dtype" && a != "--min-iters" && a != "--max-iters" &&
-        a != "--timeout" && a != "--via" && a != "--sidecar-binary") {
+        a != "--timeout" && a != "--via" && a != "--sidecar-binary" && a != "--join" &&
+        a != "--peers" && a != "--hosts" && a != "--job-key-file") {
       return fail("unknown flag '" + std::string(a) + "'");
     }
     if (!need_value()) return fail("missing value for " + std::string(a));
@@ -331,6 +341,26 @@ std::optional<BenchOptions> ParseArgs(int argc, char** argv, UsageError* error, 
       o.vias = *v;
     } else if (a == "--sidecar-binary") {
       o.sidecar_binary = std::string(value);
+    } else if (a == "--join") {
+      auto k = ParseInt(value);
+      if (!k || *k < 0) return fail("bad --join '" + std::string(value) + "' (a rank >= 0)");
+      o.join_rank = *k;
+    } else if (a == "--peers") {
+      o.join_peers.clear();
+      for (std::string_view tok : SplitCsv(value)) {
+        const size_t colon = tok.rfind(':');
+        auto port =
+            colon == std::string_view::npos ? std::nullopt : ParseInt(tok.substr(colon + 1));
+        if (!port || *port < 1 || *port > 65535 || colon == 0) {
+          return fail("bad peer '" + std::string(tok) + "' in --peers (IP:PORT)");
+        }
+        o.join_peers.push_back({std::string(tok.substr(0, colon)), static_cast<uint16_t>(*port)});
+      }
+    } else if (a == "--hosts") {
+      o.join_hosts.clear();
+      for (std::string_view tok : SplitCsv(value)) o.join_hosts.emplace_back(tok);
+    } else if (a == "--job-key-file") {
+      o.job_key_file = std::string(value);
     } else if (a == "--target-time" || a == "--timeout") {
       auto s = ParseSeconds(value);
       if (!s) return fail("bad " + std::string(a) + " '" + std::string(value) + "' (seconds > 0)");
@@ -344,8 +374,10 @@ std::optional<BenchOptions> ParseArgs(int argc, char** argv, UsageError* error, 
         o.algo = AllreduceAlgorithm::kRecursiveDoubling;
       } else if (value == "shm" || value == "shared_memory") {
         o.algo = AllreduceAlgorithm::kSharedMemory;
+      } else if (value == "hier" || value == "hierarchical") {
+        o.algo = AllreduceAlgorithm::kHierarchical;
       } else {
-        return fail("bad --algo '" + std::string(value) + "' (auto, ring, rd or shm)");
+        return fail("bad --algo '" + std::string(value) + "' (auto, ring, rd, shm or hier)");
       }
       o.algo_given = true;
     } else if (a == "--dtype") {
@@ -365,6 +397,25 @@ std::optional<BenchOptions> ParseArgs(int argc, char** argv, UsageError* error, 
   }
 
   if (o.min_iters > o.max_iters) return fail("--min-iters is larger than --max-iters");
+  if (o.join_rank >= 0) {
+    const int n = static_cast<int>(o.join_peers.size());
+    if (n == 0) return fail("--join needs --peers");
+    if (o.join_rank >= n) {
+      return fail("--join " + std::to_string(o.join_rank) + " is not a rank of the " +
+                  std::to_string(n) + " in --peers");
+    }
+    if (!o.join_hosts.empty() && static_cast<int>(o.join_hosts.size()) != n) {
+      return fail("--hosts names " + std::to_string(o.join_hosts.size()) + " hosts for " +
+                  std::to_string(n) + " peers");
+    }
+    if (o.crossover || o.vias.size() != 1 || o.vias[0] != BenchVia::kInproc ||
+        o.transports.size() != 1) {
+      return fail("--join runs one world in process: one --transport, --via inproc, no crossover");
+    }
+    o.ranks = {n};
+  } else if (!o.join_peers.empty() || !o.join_hosts.empty() || !o.job_key_file.empty()) {
+    return fail("--peers, --hosts and --job-key-file belong to --join");
+  }
   if (o.algo_given && (o.crossover || o.op != BenchOpKind::kAllreduce)) {
     return fail("--algo applies to allreduce only");
   }

@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/collectives/collectives.h"
 #include "common/data_type.h"
+#include "runtime/collectives/collectives.h"
 #include "runtime/world/world.h"
 
 namespace korovod::bench {
@@ -46,6 +46,14 @@ struct BenchOptions {
   DataType dtype = DataType::kFloat32;
   // Backstop for the whole launch of one world size; 0 derives it from sizes and target time.
   double timeout_s = 0;
+  // Join mode (--join RANK): this process is one rank of a world whose ranks are started
+  // elsewhere (one korovod-bench per rank, e.g. in network namespaces), listening on
+  // join_peers[RANK]; rank 0 prints the rows. join_hosts: the host each rank counts as
+  // (WorldOptions::hosts); empty: from the addresses.
+  int join_rank = -1;
+  std::vector<PeerAddress> join_peers;
+  std::vector<std::string> join_hosts;
+  std::string job_key_file;  // the world's shared key (every rank reads the same file)
 };
 
 // Why parsing failed, phrased for the user; main prints it with the usage and exits 2.

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <random>
@@ -208,6 +209,8 @@ int RunInprocRank(const BenchOptions& o, TransportKind transport, const std::str
   w.listen_fd = listen_fd;
   w.job_key = job_key;
   w.transport = transport;
+  w.hosts = o.join_hosts;
+  if (o.algo == AllreduceAlgorithm::kHierarchical) w.hierarchical = HierarchyMode::kOn;
   auto comm_or = Communicator::Create(w);
   if (!comm_or.ok()) {
     RankError(rank, comm_or.status().WithContext("creating the communicator"));
@@ -337,6 +340,19 @@ int Main(int argc, char** argv) {
              sidecar_binary.c_str());
       return kExitUsage;
     }
+  }
+  if (o.join_rank >= 0) {
+    // One rank of a world started elsewhere: the runtime's own deadlines bound every wait.
+    std::string key;
+    if (!o.job_key_file.empty()) {
+      std::ifstream in(o.job_key_file);
+      if (!std::getline(in, key) || key.empty()) {
+        KV_LOG(kError, kBench, "--job-key-file %s: cannot read a key from it",
+               o.job_key_file.c_str());
+        return kExitUsage;
+      }
+    }
+    return RunInprocRank(o, o.transports[0], key, o.join_rank, -1, o.join_peers);
   }
   const double timeout = o.timeout_s > 0 ? o.timeout_s : DefaultTimeout(o);
   const char* what = o.crossover ? "crossover" : BenchOpName(o.op);

@@ -15,6 +15,7 @@ inline constexpr char kCycleTime[] = "KOROVOD_CYCLE_TIME";
 inline constexpr char kGatherTimeUs[] = "KOROVOD_GATHER_TIME_US";
 inline constexpr char kFusionPipeline[] = "KOROVOD_FUSION_PIPELINE";
 inline constexpr char kCollectiveLanes[] = "KOROVOD_COLLECTIVE_LANES";
+inline constexpr char kHierarchicalAllreduce[] = "KOROVOD_HIERARCHICAL_ALLREDUCE";
 inline constexpr char kStragglerThresholdMs[] = "KOROVOD_STRAGGLER_THRESHOLD_MS";
 inline constexpr char kCacheCapacity[] = "KOROVOD_CACHE_CAPACITY";
 inline constexpr char kStallCheckTimeSeconds[] = "KOROVOD_STALL_CHECK_TIME_SECONDS";

@@ -7,8 +7,8 @@
 
 #include "common/data_type.h"
 #include "common/deadline.h"
-#include "common/status.h"
 #include "common/reduce_op.h"
+#include "common/status.h"
 #include "runtime/transport/transport.h"
 #include "runtime/world/communicator.h"
 #include "runtime/world/process_set.h"
@@ -19,6 +19,9 @@ struct AlgorithmContext {
   Communicator& comm;
   const ProcessSet& set;
   Deadline deadline;
+  // The transport that reaches the set's members when it is not the communicator's own (the
+  // shared memory among one host's ranks, for the local phases of a hierarchical collective).
+  Transport* via = nullptr;
 
   int rank() const { return set.rank(); }
   int size() const { return set.size(); }
@@ -27,7 +30,7 @@ struct AlgorithmContext {
     const int n = size();
     return set.global_rank(((set_rank % n) + n) % n);
   }
-  Transport& transport() { return comm.transport(); }
+  Transport& transport() { return via != nullptr ? *via : comm.transport(); }
 
   Status Send(int set_rank, const std::byte* data, size_t len) {
     return transport().Exchange({peer(set_rank), data, len}, {}, deadline);

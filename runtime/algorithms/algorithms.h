@@ -22,6 +22,16 @@ Status RingAllgather(AlgorithmContext& ctx, std::byte* buf, const BlockLayout& b
 Status RingAllreduce(AlgorithmContext& ctx, std::byte* buf, size_t count, DataType type,
                      ReduceOp op, double postscale, int divisor = 1);
 
+// Hierarchical allreduce (runtime/world/host_layout.h): `local` runs over this host's ranks,
+// `cross` over the ranks with this rank's local index on every host. Ring reduce-scatter within
+// the host, allreduce of this rank's block across hosts (recursive doubling up to
+// `cross_small_max` bytes, else the ring; it applies postscale/divisor), ring allgather within the
+// host. Every rank ends with the same bits: each block is finished by one cross allreduce and
+// copied to the host's other ranks.
+Status HierarchicalAllreduce(AlgorithmContext& local, AlgorithmContext& cross, std::byte* buf,
+                             size_t count, DataType type, ReduceOp op, double postscale,
+                             int divisor, size_t cross_small_max);
+
 // Latency-optimal allreduce: ceil(log2 N) full-message exchanges (+2 for non-powers of two).
 Status RecursiveDoublingAllreduce(AlgorithmContext& ctx, std::byte* buf, size_t count,
                                   DataType type, ReduceOp op, double postscale, int divisor = 1);

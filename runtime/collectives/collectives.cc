@@ -7,8 +7,8 @@
 #include <string>
 
 #include "runtime/algorithms/algorithms.h"
-#include "runtime/world/communicator.h"
 #include "runtime/reduce/reduce_kernels.h"
+#include "runtime/world/communicator.h"
 
 namespace korovod {
 namespace {
@@ -73,6 +73,8 @@ const char* AllreduceAlgorithmName(AllreduceAlgorithm a) {
       return "recursive_doubling";
     case AllreduceAlgorithm::kSharedMemory:
       return "shared_memory";
+    case AllreduceAlgorithm::kHierarchical:
+      return "hierarchical";
   }
   return "unknown";
 }
@@ -92,10 +94,17 @@ Status Allreduce(Communicator& comm, const AllreduceOptions& o) {
   const int divisor = o.op == ReduceOp::kAverage ? set->size() : 1;
   SharedWindows* windows = comm.transport().shared_windows();
   AllreduceAlgorithm algo = o.algorithm;
+  const bool hierarchical = comm.hierarchy().on && set->size() == comm.size();
   if (algo == AllreduceAlgorithm::kAuto) {
     algo = bytes <= comm.small_allreduce_max_bytes() ? AllreduceAlgorithm::kRecursiveDoubling
+           : hierarchical                            ? AllreduceAlgorithm::kHierarchical
            : windows != nullptr                      ? AllreduceAlgorithm::kSharedMemory
                                                      : AllreduceAlgorithm::kRing;
+  }
+  if (algo == AllreduceAlgorithm::kHierarchical && !hierarchical) {
+    return InvalidArgument("allreduce: the hierarchical algorithm needs the world set of a world " +
+                           std::string("whose hierarchy is on (here: ") + comm.hierarchy().reason +
+                           ")");
   }
   if (algo == AllreduceAlgorithm::kSharedMemory && set->size() > 1) {
     if (windows == nullptr) {
@@ -119,7 +128,12 @@ Status Allreduce(Communicator& comm, const AllreduceOptions& o) {
   }
   AlgorithmContext ctx{comm, *set, comm.OpDeadline()};
   Status s;
-  if (algo == AllreduceAlgorithm::kRing) {
+  if (algo == AllreduceAlgorithm::kHierarchical) {
+    AlgorithmContext local{comm, comm.local_set(), ctx.deadline, comm.local_transport()};
+    AlgorithmContext cross{comm, comm.cross_set(), ctx.deadline};
+    s = HierarchicalAllreduce(local, cross, out, o.count, o.type, o.op, postscale, divisor,
+                              comm.small_allreduce_max_bytes());
+  } else if (algo == AllreduceAlgorithm::kRing) {
     s = RingAllreduce(ctx, out, o.count, o.type, o.op, postscale, divisor);
   } else {
     PhaseScope phase(ctx, "RECURSIVE_DOUBLING");

@@ -9,8 +9,8 @@
 #include <span>
 
 #include "common/data_type.h"
-#include "common/status.h"
 #include "common/reduce_op.h"
+#include "common/status.h"
 #include "runtime/world/process_set.h"
 
 namespace korovod {
@@ -18,8 +18,9 @@ namespace korovod {
 class Communicator;
 
 // kSharedMemory needs the shm transport's windows; kAuto takes it there above the small-message
-// crossover, and the ring over TCP.
-enum class AllreduceAlgorithm { kAuto, kRing, kRecursiveDoubling, kSharedMemory };
+// crossover, and the ring over TCP. kHierarchical needs a communicator whose hierarchy is on
+// (Communicator::hierarchy) and the world set; kAuto takes it there above the crossover.
+enum class AllreduceAlgorithm { kAuto, kRing, kRecursiveDoubling, kSharedMemory, kHierarchical };
 const char* AllreduceAlgorithmName(AllreduceAlgorithm a);
 
 struct AllreduceOptions {

@@ -34,6 +34,11 @@ const std::vector<EngineVariable>& EngineVariables() {
        "over TCP, allreduces of at least 64 KiB run on this many lanes, each with its own "
        "connections to every peer, several at once and alongside the next cycle's negotiation "
        "(overlaps the network's latency); 1: one collective at a time"},
+      {env::kHierarchicalAllreduce, "auto",
+       "1: large world allreduces reduce within each host over shared memory and across hosts "
+       "between the ranks of equal local rank (every host must hold the same number of ranks); "
+       "0: one flat ring over every rank; auto: 1 when the world spans several hosts of more "
+       "than one rank each. The start-up line says which and why"},
       {env::kStragglerThresholdMs, "5",
        "a step's straggler is the rank the others waited for longest, if longer than this many "
        "milliseconds"},
@@ -70,6 +75,11 @@ StatusOr<EngineConfig> EngineConfig::FromEnvironment(const Getenv& getenv) {
   if (*pipeline == "0") c.fusion_pipeline = EngineConfig::Pipeline::kOff;
   KV_ASSIGN_OR_RETURN(c.collective_lanes,
                       settings.Int(env::kCollectiveLanes, c.collective_lanes, 1, 16));
+  StatusOr<std::string> hierarchical =
+      settings.Choice(env::kHierarchicalAllreduce, "auto", {"auto", "1", "0"});
+  if (!hierarchical.ok()) return hierarchical.status();
+  if (*hierarchical == "1") c.hierarchical = HierarchyMode::kOn;
+  if (*hierarchical == "0") c.hierarchical = HierarchyMode::kOff;
   // The upper bound is Validate()'s, which words its own error for values set in code.
   KV_ASSIGN_OR_RETURN(c.cycle_time_ms, settings.Number(env::kCycleTime, c.cycle_time_ms, 1e-9, 1e9,
                                                        "expected milliseconds > 0"));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "runtime/world/world.h"
 
 namespace korovod {
 
@@ -34,6 +35,9 @@ struct EngineConfig {
   // thread. The connections are made with the world (TransportOptions::collective_lanes), so the
   // launcher passes this on; shared memory always runs one at a time.
   int collective_lanes = 4;
+  // Hierarchical allreduce (runtime/world/host_layout.h); the world is made with it
+  // (WorldOptions::hierarchical), so the sidecar passes it on before connecting.
+  HierarchyMode hierarchical = HierarchyMode::kAuto;
   // Background cycle: the longest an idle engine waits before it reports to the other ranks (a
   // submit wakes it sooner).
   double cycle_time_ms = 1.0;

@@ -144,7 +144,7 @@ ShmTransport::~ShmTransport() = default;
 StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(
     std::shared_ptr<PeerMesh> mesh, size_t slot_bytes, int slots, size_t window_bytes,
     const std::vector<SharedRegion>& regions, WaitPolicy wait, Deadline deadline,
-    const std::string& name_prefix) {
+    const std::string& name_prefix, std::vector<int> members) {
   if (slot_bytes < 4096 || slot_bytes % 64 != 0) {
     return InvalidArgument("shm_slot_bytes must be a multiple of 64 and at least 4096, got " +
                            std::to_string(slot_bytes));
@@ -165,6 +165,13 @@ StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(
   auto t = std::make_unique<ShmTransport>(mesh, slot_bytes, slots, window_bytes, wait);
   const int me = mesh->rank();
   const int n = mesh->size();
+  if (members.empty()) {
+    for (int p = 0; p < n; ++p) members.push_back(p);
+  }
+  if (std::find(members.begin(), members.end(), me) == members.end() ||
+      std::any_of(members.begin(), members.end(), [n](int p) { return p < 0 || p >= n; })) {
+    return InvalidArgument("shared-memory members must be ranks of the world, this one among them");
+  }
   const size_t ring_bytes = sizeof(RingHeader) + Stride(slot_bytes) * static_cast<size_t>(slots);
   // The window is /dev/shm pages on first touch, like the rings: an unused one costs nothing.
   const size_t seg_bytes = RingSegment::Bytes(n, ring_bytes, window_bytes);
@@ -198,16 +205,16 @@ StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(
   t->own_regions_ = regions;
   t->regions_.resize(n);
   Status s;
-  for (int p = 0; p < n && s.ok(); ++p) {
-    if (p == me) continue;
+  for (int p : members) {
+    if (p == me || !s.ok()) continue;
     for (const std::string& nm : names) {
       char wire[kNameBytes] = {};
       std::memcpy(wire, nm.data(), nm.size());
       if (s.ok()) s = WriteFull(mesh->fd(p, 0), wire, kNameBytes, deadline, mesh->Describe(p));
     }
   }
-  for (int p = 0; p < n && s.ok(); ++p) {
-    if (p == me) continue;
+  for (int p : members) {
+    if (p == me || !s.ok()) continue;
     char peer_name[kNameBytes];
     s = ReadFull(mesh->fd(p, 0), peer_name, kNameBytes, deadline, mesh->Describe(p));
     if (!s.ok()) break;
@@ -250,11 +257,11 @@ StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(
     }
   }
   const char ack = s.ok() ? 1 : 0;
-  for (int p = 0; p < n && s.ok(); ++p) {
-    if (p != me) s = WriteFull(mesh->fd(p, 0), &ack, 1, deadline, mesh->Describe(p));
+  for (int p : members) {
+    if (p != me && s.ok()) s = WriteFull(mesh->fd(p, 0), &ack, 1, deadline, mesh->Describe(p));
   }
-  for (int p = 0; p < n && s.ok(); ++p) {
-    if (p == me) continue;
+  for (int p : members) {
+    if (p == me || !s.ok()) continue;
     char their = 0;
     s = ReadFull(mesh->fd(p, 0), &their, 1, deadline, mesh->Describe(p));
     if (s.ok() && their != 1) s = Unavailable(mesh->Describe(p) + " failed to map shared memory");
@@ -341,6 +348,11 @@ Status ShmTransport::Barrier(const std::vector<int>& ranks, Deadline deadline) {
   const int me = mesh_->rank();
   RingSegment* own = segments_[me].get();
   for (int p : ranks) {
+    if (p != me && !member(p)) {
+      return InvalidArgument(mesh_->Describe(p) + " does not share this rank's shared memory");
+    }
+  }
+  for (int p : ranks) {
     if (p == me) continue;
     // Release: this rank's window writes are visible to a peer that sees the count.
     own->barriers(p)->store(++peers_[p].barriers, std::memory_order_seq_cst);
@@ -379,6 +391,11 @@ Status ShmTransport::Exchange(const SendSpec& send, const RecvSpec& recv, Deadli
   const int me = mesh_->rank();
   if (send.peer == me || recv.peer == me) {
     return InvalidArgument("a rank cannot exchange with itself");
+  }
+  for (int p : {send.peer, recv.peer}) {
+    if (p >= 0 && !member(p)) {
+      return InvalidArgument(mesh_->Describe(p) + " does not share this rank's shared memory");
+    }
   }
   const size_t slot = slot_bytes_;
   const size_t stride = Stride(slot);

@@ -29,12 +29,13 @@ class ShmTransport : public Transport, public SharedWindows {
   // at most kMaxNamePrefixBytes - 1 more characters, no other "/".
   // `window_bytes`: each rank's window (a multiple of 64; 0: none). `regions`: this rank's shared
   // regions; every peer's are mapped here (the names must stay linked until Create returns).
-  static StatusOr<std::unique_ptr<ShmTransport>> Create(std::shared_ptr<PeerMesh> mesh,
-                                                        size_t slot_bytes, int slots,
-                                                        size_t window_bytes,
-                                                        const std::vector<SharedRegion>& regions,
-                                                        WaitPolicy wait, Deadline deadline,
-                                                        const std::string& name_prefix);
+  // `members`: the mesh ranks this transport joins (global ranks, this one among them; every
+  // member passes the same list), e.g. the ranks of one host in a world of several; empty: all.
+  // Exchanges and barriers with any other rank are refused.
+  static StatusOr<std::unique_ptr<ShmTransport>> Create(
+      std::shared_ptr<PeerMesh> mesh, size_t slot_bytes, int slots, size_t window_bytes,
+      const std::vector<SharedRegion>& regions, WaitPolicy wait, Deadline deadline,
+      const std::string& name_prefix, std::vector<int> members = {});
   static constexpr size_t kMaxNamePrefixBytes = 201;
   ShmTransport(std::shared_ptr<PeerMesh> mesh, size_t slot_bytes, int slots, size_t window_bytes,
                WaitPolicy wait);
@@ -55,6 +56,9 @@ class ShmTransport : public Transport, public SharedWindows {
 
  private:
   Status Fail(Status s);
+  bool member(int rank) const {
+    return rank >= 0 && rank < static_cast<int>(segments_.size()) && segments_[rank] != nullptr;
+  }
   // Sleeps on this rank's doorbell unless `ready` (one slice at most), then checks that the
   // peers are alive when the last check is a slice old.
   Status BlockUntilRung(FunctionRef<bool()> ready, Clock::time_point& last_check,

@@ -8,6 +8,7 @@
 
 #include "runtime/transport/peer_mesh.h"
 #include "runtime/transport/shm_transport.h"
+#include "runtime/transport/socket.h"
 #include "runtime/transport/tcp_transport.h"
 #include "runtime/world/preflight.h"
 #include "runtime/world/world_table.h"
@@ -19,11 +20,43 @@ namespace {
 constexpr size_t kSmallAllreduceShm = 32 << 10;
 constexpr size_t kSmallAllreduceTcp = 32 << 10;
 
-bool AllOnOneHost(const std::vector<PeerAddress>& peers) {
-  for (const PeerAddress& p : peers) {
-    if (p.host != peers.front().host) return false;
+// The host each rank counts as: options.hosts, else the world table's nodes, else the peers'
+// addresses as written (ranks on 127.0.0.2 and 127.0.0.3 count apart, as korovod-bench's TCP
+// sidecars want; the wait policy still counts them as one machine).
+std::vector<std::string> HostPerRank(const WorldOptions& options) {
+  if (!options.hosts.empty()) return options.hosts;
+  std::vector<std::string> out;
+  for (size_t r = 0; r < options.peers.size(); ++r) {
+    if (!options.ranks.empty()) {
+      out.push_back(options.ranks[r].node);
+    } else {
+      out.push_back(options.peers[r].host);
+    }
   }
-  return true;
+  return out;
+}
+
+// Every rank must take the same shape: a hierarchical rank trades shared-memory names over the
+// control connections that a flat one never sends (KOROVOD_HIERARCHICAL_ALLREDUCE set differently
+// on some ranks). One byte each way with every peer, before anything else uses them.
+Status AgreeOnHierarchy(PeerMesh& mesh, const HierarchyChoice& mine, Deadline deadline) {
+  const char byte = mine.on ? 1 : 0;
+  for (int p = 0; p < mesh.size(); ++p) {
+    if (p != mesh.rank())
+      KV_RETURN_IF_ERROR(WriteFull(mesh.fd(p, 0), &byte, 1, deadline, mesh.Describe(p)));
+  }
+  for (int p = 0; p < mesh.size(); ++p) {
+    if (p == mesh.rank()) continue;
+    char theirs = 0;
+    KV_RETURN_IF_ERROR(ReadFull(mesh.fd(p, 0), &theirs, 1, deadline, mesh.Describe(p)));
+    if (theirs != byte) {
+      return InvalidArgument(std::string("hierarchical allreduce is ") + (mine.on ? "on" : "off") +
+                             " here (" + mine.reason + ") but " + (theirs ? "on" : "off") + " on " +
+                             mesh.Describe(p) +
+                             ": set KOROVOD_HIERARCHICAL_ALLREDUCE alike on every rank");
+    }
+  }
+  return OkStatus();
 }
 
 // Cores this process may run on (taskset/cgroup cpusets shrink it below the machine's count).
@@ -57,8 +90,14 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(const WorldOptions&
     return InvalidArgument("WorldOptions.ranks has " + std::to_string(options.ranks.size()) +
                            " entries but peers " + std::to_string(options.peers.size()));
   }
+  if (!options.hosts.empty() && options.hosts.size() != options.peers.size()) {
+    return InvalidArgument("WorldOptions.hosts has " + std::to_string(options.hosts.size()) +
+                           " entries but peers " + std::to_string(options.peers.size()));
+  }
   // With a world table the node ids say who shares a machine (host strings differ per address).
-  const bool one_host = with_table ? AllOnOneNode(options.ranks) : AllOnOneHost(options.peers);
+  const HostLayout layout = HostLayoutOf(HostPerRank(options));
+  const bool one_host = layout.hosts.size() == 1;
+  KV_ASSIGN_OR_RETURN(HierarchyChoice hierarchy, ChooseHierarchy(layout, options.hierarchical));
   TransportKind kind = options.transport;
   if (kind == TransportKind::kAuto) kind = one_host ? TransportKind::kShm : TransportKind::kTcp;
   if (kind == TransportKind::kShm && !one_host) {
@@ -114,6 +153,7 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(const WorldOptions&
     effective.peers[p] = mesh->peer(p);
   }
 
+  KV_RETURN_IF_ERROR(AgreeOnHierarchy(*mesh, hierarchy, Deadline::After(options.connect_timeout)));
   std::unique_ptr<Transport> transport;
   if (kind == TransportKind::kShm) {
     KV_ASSIGN_OR_RETURN(
@@ -127,17 +167,33 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(const WorldOptions&
         std::make_unique<TcpTransport>(mesh, options.tcp_stripe_min, wait, 0, options.tcp_streams);
   }
   const bool oversubscribed = local_ranks > CoreCount();
-  auto make = [&](std::unique_ptr<Transport> t) {
+  const std::vector<int> host_ranks = layout.LocalRanks(options.rank);
+  auto make = [&](std::unique_ptr<Transport> t) -> StatusOr<std::unique_ptr<Communicator>> {
     auto c = std::make_unique<Communicator>(effective, std::move(t));
     c->link_ends_ = ends;
     c->local_ranks_ = local_ranks;
     c->oversubscribed_ = oversubscribed;
+    c->host_layout_ = layout;
+    c->hierarchy_ = hierarchy;
+    if (hierarchy.on) {
+      const int n = static_cast<int>(options.peers.size());
+      KV_ASSIGN_OR_RETURN(c->local_set_, ProcessSet::Create(host_ranks, n, options.rank));
+      KV_ASSIGN_OR_RETURN(c->cross_set_,
+                          ProcessSet::Create(layout.CrossRanks(options.rank), n, options.rank));
+      // This host's ranks meet over shared memory (each communicator, lanes too, its own rings).
+      KV_ASSIGN_OR_RETURN(c->local_transport_,
+                          ShmTransport::Create(mesh, options.shm_slot_bytes, options.shm_slots, 0,
+                                               {}, wait, Deadline::After(options.connect_timeout),
+                                               options.shm_prefix, host_ranks));
+    }
     return c;
   };
-  auto comm = make(std::move(transport));
+  KV_ASSIGN_OR_RETURN(auto comm, make(std::move(transport)));
   for (int l = 1; l < sets; ++l) {
-    comm->lanes_.push_back(make(std::make_unique<TcpTransport>(
-        mesh, options.tcp_stripe_min, wait, l * options.tcp_streams, options.tcp_streams)));
+    KV_ASSIGN_OR_RETURN(auto lane, make(std::make_unique<TcpTransport>(
+                                       mesh, options.tcp_stripe_min, wait, l * options.tcp_streams,
+                                       options.tcp_streams)));
+    comm->lanes_.push_back(std::move(lane));
   }
   return comm;
 }

@@ -9,6 +9,7 @@
 #include "common/deadline.h"
 #include "common/status.h"
 #include "runtime/transport/transport.h"
+#include "runtime/world/host_layout.h"
 #include "runtime/world/process_set.h"
 #include "runtime/world/world.h"
 
@@ -75,6 +76,16 @@ class Communicator {
   void set_phase_observer(PhaseObserver* o) { phase_observer_ = o; }
   PhaseObserver* phase_observer() const { return phase_observer_; }
 
+  // Which ranks share a host, and whether collectives over the world go hierarchical (and why:
+  // the start-up line says it). With hierarchy().on, local_set() holds this host's ranks and
+  // local_transport() reaches them over shared memory; cross_set() holds the ranks with this
+  // rank's local index on every host, reached over transport().
+  const HostLayout& host_layout() const { return host_layout_; }
+  const HierarchyChoice& hierarchy() const { return hierarchy_; }
+  const ProcessSet& local_set() const { return local_set_; }
+  const ProcessSet& cross_set() const { return cross_set_; }
+  Transport* local_transport() { return local_transport_.get(); }
+
   // The collective lanes made by Create (TCP with options.collective_lanes > 1): communicators of
   // the same world over their own connections to every peer (the peer mesh's control connection
   // is shared), each usable by one thread while this one and the others are used by theirs. A
@@ -89,6 +100,7 @@ class Communicator {
     if (broken_.ok() && !s.ok()) {
       broken_ = s;
       transport_->Abort(s);
+      if (local_transport_ != nullptr) local_transport_->Abort(s);
     }
     return s;
   }
@@ -105,6 +117,11 @@ class Communicator {
   int local_ranks_ = 1;
   bool oversubscribed_ = false;
   std::vector<std::unique_ptr<Communicator>> lanes_;
+  HostLayout host_layout_;
+  HierarchyChoice hierarchy_;
+  ProcessSet local_set_;
+  ProcessSet cross_set_;
+  std::unique_ptr<Transport> local_transport_;
 };
 
 }  // namespace korovod

@@ -1,5 +1,6 @@
 #include "runtime/world/startup_summary.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace korovod {
@@ -57,6 +58,14 @@ std::string FormatStartupSummary(const Communicator& comm, const std::vector<Lin
             (ends.remote_ip.empty() ? "?" : ends.remote_ip) + " (" +
             RemoteIface(comm, p, ends.remote_ip, interfaces) + ") " +
             Rate(rates[i].bytes_per_second);
+  }
+  // Only where it matters: several hosts, some holding several ranks.
+  const HostLayout& layout = comm.host_layout();
+  const bool shared_hosts = std::any_of(layout.hosts.begin(), layout.hosts.end(),
+                                        [](const std::vector<int>& h) { return h.size() > 1; });
+  if (layout.hosts.size() > 1 && shared_hosts) {
+    line += std::string("; allreduce ") + (comm.hierarchy().on ? "hierarchical" : "flat") + " (" +
+            comm.hierarchy().reason + ")";
   }
   return line;
 }

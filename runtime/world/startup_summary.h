@@ -7,7 +7,9 @@
 // (one line). "iface"/"addr" are this rank's end of the link to its next neighbour (the
 // interface its traffic leaves by) and its data port; each neighbour shows the IP at the far end
 // of the link, that rank's interface for it (from the world table, or "?"), and the link rate
-// measured by ProbeRingLinks (GB/s = 1e9 bytes per second).
+// measured by ProbeRingLinks (GB/s = 1e9 bytes per second). A world of several hosts where some
+// hold several ranks ends with the allreduce's shape and why: "; allreduce hierarchical (2 hosts
+// x 2 ranks)" or "; allreduce flat (turned off)".
 #pragma once
 
 #include <string>

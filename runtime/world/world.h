@@ -16,6 +16,8 @@ struct CandidateAddress {
   std::string host;   // IPv4 address (or a name resolvable on every rank)
 };
 
+enum class HierarchyMode { kAuto, kOn, kOff };
+
 // A rank as a rendezvous or a world file describes it (runtime/world/world_table.h).
 struct RankEntry {
   std::string host_name;  // the rank's host, for messages
@@ -36,6 +38,14 @@ struct WorldOptions : TransportOptions {
   std::vector<RankEntry> ranks;
   // Preflight: how long one connection attempt to one candidate address may take.
   std::chrono::milliseconds probe_attempt_timeout{2000};
+
+  // Optional, indexed by rank: the host each rank counts as (korovodrun's virtual hosts; tests).
+  // Ranks with equal names are one host: shared memory among them, TCP between hosts. Empty:
+  // ranks[].node when there is a world table, else peers[].host (loopback is one host).
+  std::vector<std::string> hosts;
+  // Hierarchical collectives (runtime/world/host_layout.h): kAuto takes them when the world spans
+  // several hosts that each hold the same number (> 1) of ranks.
+  HierarchyMode hierarchical = HierarchyMode::kAuto;
 };
 
 }  // namespace korovod

@@ -202,6 +202,7 @@ int Main() {
   auto engine_config = EngineConfig::FromProcessEnvironment();
   if (!engine_config.ok()) return Fail(engine_config.status());
   world->collective_lanes = engine_config->collective_lanes;  // connections are made per lane
+  world->hierarchical = engine_config->hierarchical;          // shared memory among a host's ranks
 
   // Before the world connects: ranks on one host map each other's arenas there, so the engine
   // reduces tensors in the arena straight from the peers' mappings.

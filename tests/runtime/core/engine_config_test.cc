@@ -87,6 +87,8 @@ std::vector<VariableCase> EveryVariable() {
        [](const EngineConfig& c) { EXPECT_EQ(c.fusion_pipeline, EngineConfig::Pipeline::kOff); }},
       {"KOROVOD_COLLECTIVE_LANES", "4",
        [](const EngineConfig& c) { EXPECT_EQ(c.collective_lanes, 4); }},
+      {"KOROVOD_HIERARCHICAL_ALLREDUCE", "1",
+       [](const EngineConfig& c) { EXPECT_EQ(c.hierarchical, HierarchyMode::kOn); }},
       {"KOROVOD_CYCLE_TIME", "2.5", [](const EngineConfig& c) { EXPECT_EQ(c.cycle_time_ms, 2.5); }},
       {"KOROVOD_STRAGGLER_THRESHOLD_MS", "250",
        [](const EngineConfig& c) { EXPECT_EQ(c.straggler_threshold, 250ms); }},
@@ -256,6 +258,19 @@ TEST(EngineConfigTest, BadCollectiveLanes) {
   Status s = c.Validate();
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("KOROVOD_COLLECTIVE_LANES"), std::string::npos) << s.ToString();
+}
+
+TEST(EngineConfigTest, HierarchicalAllreduceIsAutoOneOrZeroAndTakesHorovodsName) {
+  EXPECT_EQ(Parse({})->hierarchical, HierarchyMode::kAuto);
+  EXPECT_EQ(Parse({{"KOROVOD_HIERARCHICAL_ALLREDUCE", "0"}})->hierarchical, HierarchyMode::kOff);
+  EXPECT_EQ(Parse({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}})->hierarchical, HierarchyMode::kOn);
+  EXPECT_EQ(
+      Parse({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}, {"KOROVOD_HIERARCHICAL_ALLREDUCE", "0"}})
+          ->hierarchical,
+      HierarchyMode::kOff);
+  for (const char* bad : {"yes", "2", "on", "hier"}) {
+    ExpectRejected("KOROVOD_HIERARCHICAL_ALLREDUCE", bad);
+  }
 }
 
 TEST(EngineConfigTest, FusionPipelineIsAutoOneOrZero) {
