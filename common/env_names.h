@@ -38,6 +38,7 @@ inline constexpr char kLocalSize[] = "KOROVOD_LOCAL_SIZE";
 inline constexpr char kCrossRank[] = "KOROVOD_CROSS_RANK";
 inline constexpr char kCrossSize[] = "KOROVOD_CROSS_SIZE";
 inline constexpr char kPeers[] = "KOROVOD_PEERS";
+inline constexpr char kHosts[] = "KOROVOD_HOSTS";
 inline constexpr char kCoordinator[] = "KOROVOD_COORDINATOR";
 inline constexpr char kWorldFile[] = "KOROVOD_WORLD_FILE";
 inline constexpr char kIface[] = "KOROVOD_IFACE";

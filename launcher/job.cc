@@ -124,6 +124,7 @@ class JobRun {
   Fd dev_null_;
   std::vector<Listener> listeners_;
   std::string peers_;
+  std::string hosts_;  // each rank's (virtual) host, in rank order: KOROVOD_HOSTS
   OutputPump pump_;
   std::vector<Rank> ranks_;
 
@@ -164,6 +165,7 @@ Status JobRun::Setup() {
   for (int i = 0; i < n; ++i) {
     if (i > 0) peers_ += ",";
     peers_ += "127.0.0.1:" + std::to_string(listeners_[static_cast<size_t>(i)].port);
+    hosts_ += (i > 0 ? "," : "") + config_.layout[static_cast<size_t>(i)].host;
   }
   ranks_.resize(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
@@ -236,6 +238,7 @@ Status JobRun::StartSidecar(Rank& r) {
   SetRankVars(env, "KOROVOD_", p);
   env.Set(env::kListenFd, std::to_string(listener.fd.get()));
   env.Set(env::kPeers, peers_);
+  env.Set(env::kHosts, hosts_);  // -H's (virtual) hosts: shared memory inside, TCP between
   env.Set(env::kJobKeyFile, key_file_);
   env.Set(env::kSocket, r.socket_path);
   env.Set(env::kShmPrefix, shm_->prefix());

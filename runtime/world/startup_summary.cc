@@ -26,6 +26,8 @@ std::string RemoteIface(const Communicator& comm, int peer, const std::string& i
 }
 
 std::string HostOf(const Communicator& comm, int peer) {
+  const auto& hosts = comm.options().hosts;  // korovodrun's virtual hosts
+  if (peer < static_cast<int>(hosts.size())) return hosts[peer];
   const auto& ranks = comm.options().ranks;
   if (peer < static_cast<int>(ranks.size())) return ranks[peer].host_name;
   return comm.peer(peer).host;
@@ -37,8 +39,9 @@ std::string FormatStartupSummary(const Communicator& comm, const std::vector<Lin
                                  const std::vector<NetInterface>& interfaces,
                                  const std::string& host_name) {
   const int r = comm.rank();
+  const auto& hosts = comm.options().hosts;  // a virtual host names this rank's host
   std::string line = "korovod: rank " + std::to_string(r) + "/" + std::to_string(comm.size()) +
-                     " host " + host_name;
+                     " host " + (r < static_cast<int>(hosts.size()) ? hosts[r] : host_name);
   const int port = comm.peer(r).port;
   if (rates.empty()) {
     return line + " port " + std::to_string(port) + " transport " + comm.transport_name() +

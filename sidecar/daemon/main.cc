@@ -58,6 +58,7 @@ StatusOr<WorldOptions> WorldOptionsFrom(const SidecarConfig& cfg) {
   WorldOptions world;
   world.rank = cfg.rank;
   world.peers = cfg.peers;
+  world.hosts = cfg.hosts;
   world.listen_fd = cfg.listen_fd;
   world.connect_timeout = cfg.start_timeout;
   world.shm_prefix = cfg.shm_prefix;  // korovodrun unlinks the job's prefix if a rank is killed

@@ -91,6 +91,12 @@ StatusOr<SidecarConfig> SidecarConfig::FromEnvironment(const Getenv& getenv) {
     }
     c.coordinator = parsed.front();
   }
+  KV_ASSIGN_OR_RETURN(c.hosts, settings.List(env::kHosts, {}));
+  if (!c.hosts.empty() && static_cast<int>(c.hosts.size()) != c.size) {
+    return InvalidArgument(Name(env::kHosts) + " names " + std::to_string(c.hosts.size()) +
+                           " hosts but " + env::kSize + " is " + std::to_string(c.size) +
+                           " (one per rank)");
+  }
   KV_ASSIGN_OR_RETURN(c.iface, settings.String(env::kIface));
   KV_ASSIGN_OR_RETURN(c.data_port, settings.Int(env::kDataPort, 0, 0, 65535));
   // Inherited from korovodrun. -1: none.

@@ -21,7 +21,10 @@ struct SidecarConfig {
   int cross_rank = 0;
   int cross_size = 1;
   // Where the peers are: exactly one of KOROVOD_PEERS, KOROVOD_COORDINATOR, KOROVOD_WORLD_FILE.
-  std::vector<PeerAddress> peers;          // KOROVOD_PEERS, one per rank
+  std::vector<PeerAddress> peers;  // KOROVOD_PEERS, one per rank
+  // KOROVOD_HOSTS: the host each rank counts as (korovodrun's -H virtual hosts), one per rank;
+  // empty: from the addresses or the world table.
+  std::vector<std::string> hosts;
   std::optional<PeerAddress> coordinator;  // KOROVOD_COORDINATOR: rendezvous host:port (rank 0)
   std::string world_file;                  // KOROVOD_WORLD_FILE
   std::string iface;                       // KOROVOD_IFACE: the one interface to use, or empty

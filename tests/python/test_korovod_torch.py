@@ -179,6 +179,35 @@ def test_gradient_burst_with_default_settings(np_, model, threads):
     assert_each_rank(out, np_, "burst %s OK" % model)
 
 
+# ---- virtual hosts: hierarchical allreduce (issue 17) ----
+
+@pytest.mark.parametrize("setting,shape", [("auto", "hierarchical (2 hosts x 2 ranks)"),
+                                           ("0", "flat (turned off)")])
+def test_virtual_hosts_run_every_collective_hierarchically_or_flat(setting, shape):
+    """korovodrun -H localhost:2,127.0.0.2:2: two hosts of two ranks (shared memory inside, TCP
+    between). Every collective of the collectives worker is exact, and every rank's start-up line
+    says how allreduce runs; HOROVOD_HIERARCHICAL_ALLREDUCE=0 keeps it flat."""
+    cmd = [KOROVODRUN, "-np", "4", "-H", "localhost:2,127.0.0.2:2", PYTHON,
+           os.path.join(HERE, "collectives_worker.py")]
+    p = subprocess.run(cmd, env=dict(_env(), HOROVOD_HIERARCHICAL_ALLREDUCE=setting),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+    assert_each_rank(p.stdout, 4, "OK")
+    for r in range(4):
+        assert re.search(r"\[rank %d\] world: korovod: rank %d/4 .* transport tcp: .*; allreduce %s"
+                         % (r, r, re.escape(shape)), p.stderr), p.stderr[-4000:]
+
+
+def test_resnet50_burst_on_virtual_hosts_is_exact():
+    """ResNet-50's 161 gradients in one burst through the hierarchy (fusion, lanes, 2 x 2)."""
+    cmd = [KOROVODRUN, "-np", "4", "-H", "localhost:2,127.0.0.2:2", PYTHON,
+           os.path.join(HERE, "burst_worker.py"), "resnet50", "1"]
+    p = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+    assert_each_rank(p.stdout, 4, "burst resnet50 OK")
+    assert "allreduce hierarchical (2 hosts x 2 ranks)" in p.stderr
+
+
 def test_gradient_burst_waits_for_space_when_the_heap_cannot_grow():
     """A heap capped at 16 MiB and a 97.5 MiB burst from 4 threads: submissions wait for
     completions to free space, and every result is right."""

@@ -42,6 +42,7 @@ this machine). Each flag maps to a korovodrun flag or an engine variable:
   --timeline-filename FILE             korovodrun --timeline FILE (KOROVOD_TIMELINE)
   --[no-]timeline-mark-cycles          KOROVOD_TIMELINE_MARK_CYCLES
   --[no-]autotune                      KOROVOD_AUTOTUNE
+  --[no-]hierarchical-allreduce        KOROVOD_HIERARCHICAL_ALLREDUCE (1/0; auto when absent)
   --autotune-log-file FILE             KOROVOD_AUTOTUNE_LOG
   --autotune-warmup-samples N          KOROVOD_AUTOTUNE_WARMUP_SAMPLES
   --autotune-steps-per-sample N        KOROVOD_AUTOTUNE_CYCLES_PER_SAMPLE
@@ -149,6 +150,8 @@ _SWITCHES = {
     "--no-timeline-mark-cycles": ("timeline_mark_cycles", False),
     "--autotune": ("autotune", True),
     "--no-autotune": ("autotune", False),
+    "--hierarchical-allreduce": ("hierarchical_allreduce", True),
+    "--no-hierarchical-allreduce": ("hierarchical_allreduce", False),
     "--no-stall-check": ("no_stall_check", True),
     "--stall-check": ("no_stall_check", False),
     "--gloo": ("controller", "--gloo"),
@@ -163,7 +166,8 @@ _NO_SSH = "korovodrun uses no SSH: every rank runs on this machine"
 _NO_ELASTIC = "elastic training is not supported by korovod"
 _NO_MPI = "korovod runs no MPI"
 _NO_TIMESTAMP = "korovodrun prefixes each output line with its rank, not a timestamp"
-_NO_HIERARCHICAL = "the engine picks its allreduce/allgather algorithms itself (docs/engine.md)"
+_NO_HIERARCHICAL = ("allgather is not hierarchical in korovod (allreduce is: "
+                    "--hierarchical-allreduce)")
 # Horovod flags that have no korovod equivalent, with the reason the error gives.
 _UNSUPPORTED = {
     "-cb": "korovod has no Horovod build to check; python3 -c 'import horovod.torch' checks the "
@@ -176,8 +180,6 @@ _UNSUPPORTED = {
     "-i": _NO_SSH,
     "--ssh-identity-file": _NO_SSH,
     "--config-file": "give the settings as flags",
-    "--hierarchical-allreduce": _NO_HIERARCHICAL,
-    "--no-hierarchical-allreduce": _NO_HIERARCHICAL,
     "--hierarchical-allgather": _NO_HIERARCHICAL,
     "--no-hierarchical-allgather": _NO_HIERARCHICAL,
     "--min-np": _NO_ELASTIC,
@@ -345,6 +347,8 @@ def plan(opts, command, environ=None, interfaces=None):
         env["KOROVOD_TIMELINE_MARK_CYCLES"] = "1" if opts["timeline_mark_cycles"] else "0"
     if "autotune" in opts:
         env["KOROVOD_AUTOTUNE"] = "1" if opts["autotune"] else "0"
+    if "hierarchical_allreduce" in opts:
+        env["KOROVOD_HIERARCHICAL_ALLREDUCE"] = "1" if opts["hierarchical_allreduce"] else "0"
     if "autotune_log_file" in opts:
         env["KOROVOD_AUTOTUNE_LOG"] = opts["autotune_log_file"]
     if "autotune_warmup_samples" in opts:

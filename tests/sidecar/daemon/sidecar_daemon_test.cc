@@ -336,12 +336,11 @@ TEST(SidecarDaemonTest, ShutdownRpcAnswersOpsInFlight) {
 
 // A valid korovodrun-style sidecar environment plus `extra` (which wins).
 StatusOr<SidecarConfig> ValidConfigWith(std::map<std::string, std::string> extra) {
-  const std::map<std::string, std::string> base = {
-      {"KOROVOD_SIZE", "2"},
-      {"KOROVOD_RANK", "1"},
-      {"KOROVOD_PEERS", "127.0.0.1:1,127.0.0.1:2"},
-      {"KOROVOD_SOCKET", "/tmp/x.sock"},
-      {"KOROVOD_SHM_PREFIX", "/korovod-j-"}};
+  const std::map<std::string, std::string> base = {{"KOROVOD_SIZE", "2"},
+                                                   {"KOROVOD_RANK", "1"},
+                                                   {"KOROVOD_PEERS", "127.0.0.1:1,127.0.0.1:2"},
+                                                   {"KOROVOD_SOCKET", "/tmp/x.sock"},
+                                                   {"KOROVOD_SHM_PREFIX", "/korovod-j-"}};
   extra.insert(base.begin(), base.end());
   return SidecarConfig::FromEnvironment(
       [extra](const std::string& name) -> std::optional<std::string> {
@@ -379,6 +378,21 @@ TEST(SidecarConfigTest, ErrorsNameTheVariable) {
   EXPECT_EQ(ok->arena_name(), "/korovod-j-rank1");
   EXPECT_EQ(ok->peers[1].port, 2);
   EXPECT_TRUE(ok->job_key.empty());
+}
+
+TEST(SidecarConfigTest, HostsNameOneHostPerRank) {
+  const auto with = ValidConfigWith;
+  auto none = with({});
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_TRUE(none->hosts.empty());
+  auto two = with({{"KOROVOD_HOSTS", "localhost, 127.0.0.2"}});
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  EXPECT_EQ(two->hosts, (std::vector<std::string>{"localhost", "127.0.0.2"}));
+  auto short_list = with({{"KOROVOD_HOSTS", "localhost"}});
+  ASSERT_FALSE(short_list.ok());
+  EXPECT_NE(short_list.status().message().find("KOROVOD_HOSTS names 1 hosts but KOROVOD_SIZE is 2"),
+            std::string::npos)
+      << short_list.status().ToString();
 }
 
 TEST(SidecarConfigTest, ArenaHeapSizes) {
