@@ -32,6 +32,21 @@ Status HierarchicalAllreduce(AlgorithmContext& local, AlgorithmContext& cross, s
                              size_t count, DataType type, ReduceOp op, double postscale,
                              int divisor, size_t cross_small_max);
 
+// Hierarchical broadcast: from the root across hosts among the ranks with the root's local index
+// (`root_cross`, where the root is set rank `cross_root`; null on the ranks outside it), then
+// within each host from that local index (`local`, set rank `local_root`).
+Status HierarchicalBroadcast(AlgorithmContext* root_cross, AlgorithmContext& local, std::byte* buf,
+                             size_t len, int cross_root, int local_root);
+
+// Hierarchical allgather in place, for hosts whose ranks are consecutive: host k holds ranks
+// host_first[k] .. host_first[k + 1] - 1 (host_first has hosts + 1 entries), `blocks` is the
+// world's layout. Ring allgather within the host, ring allgather of whole hosts' regions among the
+// hosts' first ranks (`leaders`, null on the others), then the leader broadcasts the other hosts'
+// regions within its host. Each host's link carries the other hosts' data once instead of the flat
+// ring's (N-1)/N of everything per host-crossing edge.
+Status HierarchicalAllgather(AlgorithmContext& local, AlgorithmContext* leaders, std::byte* buf,
+                             const BlockLayout& blocks, const std::vector<int>& host_first);
+
 // Latency-optimal allreduce: ceil(log2 N) full-message exchanges (+2 for non-powers of two).
 Status RecursiveDoublingAllreduce(AlgorithmContext& ctx, std::byte* buf, size_t count,
                                   DataType type, ReduceOp op, double postscale, int divisor = 1);

@@ -3,6 +3,7 @@
 // breaks it (peers are in an unknown state) and names the peer.
 #include "runtime/collectives/collectives.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -160,6 +161,14 @@ Status Allgather(Communicator& comm, const AllgatherOptions& o) {
   if (mine > 0) std::memmove(out + blocks[set->rank()], o.input, mine * esize);
   if (set->size() == 1) return OkStatus();
   AlgorithmContext ctx{comm, *set, comm.OpDeadline()};
+  if (comm.hierarchy().on && set->size() == comm.size() && comm.host_layout().contiguous()) {
+    AlgorithmContext local{comm, comm.local_set(), ctx.deadline, comm.local_transport()};
+    AlgorithmContext cross{comm, comm.cross_set(), ctx.deadline};
+    const bool leader = comm.local_set().rank() == 0;
+    return Run(comm, kWhat,
+               HierarchicalAllgather(local, leader ? &cross : nullptr, out, blocks,
+                                     comm.host_layout().HostFirst()));
+  }
   PhaseScope phase(ctx, "RING_ALLGATHER");
   return Run(comm, kWhat, RingAllgather(ctx, out, blocks));
 }
@@ -174,9 +183,23 @@ Status Broadcast(Communicator& comm, const BroadcastOptions& o) {
   }
   if (o.count > 0 && o.buffer == nullptr) return InvalidArgument("broadcast: null buffer");
   AlgorithmContext ctx{comm, *set, comm.OpDeadline()};
-  return Run(
-      comm, kWhat,
-      Broadcast(ctx, static_cast<std::byte*>(o.buffer), o.count * DataTypeSize(o.type), o.root));
+  auto* buf = static_cast<std::byte*>(o.buffer);
+  const size_t len = o.count * DataTypeSize(o.type);
+  if (comm.hierarchy().on && set->size() == comm.size()) {
+    // Across hosts among the ranks with the root's local index, then inside every host.
+    const HostLayout& layout = comm.host_layout();
+    const int root = set->global_rank(o.root);
+    const int root_local = layout.local_rank(root);
+    AlgorithmContext local{comm, comm.local_set(), ctx.deadline, comm.local_transport()};
+    AlgorithmContext cross{comm, comm.cross_set(), ctx.deadline};
+    const bool in_cross = comm.local_set().rank() == root_local;
+    const std::vector<int>& cr = comm.cross_set().ranks();
+    const int cross_root = static_cast<int>(std::find(cr.begin(), cr.end(), root) - cr.begin());
+    return Run(comm, kWhat,
+               HierarchicalBroadcast(in_cross ? &cross : nullptr, local, buf, len, cross_root,
+                                     root_local));
+  }
+  return Run(comm, kWhat, Broadcast(ctx, buf, len, o.root));
 }
 
 Status Alltoall(Communicator& comm, const AlltoallOptions& o) {

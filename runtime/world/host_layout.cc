@@ -22,6 +22,20 @@ bool HostLayout::homogeneous() const {
                      [&](const std::vector<int>& h) { return h.size() == hosts.front().size(); });
 }
 
+bool HostLayout::contiguous() const {
+  for (const std::vector<int>& h : hosts) {
+    if (h.back() - h.front() + 1 != static_cast<int>(h.size())) return false;
+  }
+  return true;
+}
+
+std::vector<int> HostLayout::HostFirst() const {
+  std::vector<int> first;
+  for (const std::vector<int>& h : hosts) first.push_back(h.front());
+  first.push_back(static_cast<int>(host_of.size()));
+  return first;
+}
+
 int HostLayout::local_rank(int rank) const {
   const std::vector<int>& h = hosts[host_of[rank]];
   return static_cast<int>(std::find(h.begin(), h.end(), rank) - h.begin());

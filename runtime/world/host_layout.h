@@ -23,6 +23,10 @@ struct HostLayout {
 
   // Every host holds the same number of ranks.
   bool homogeneous() const;
+  // Every host's ranks are consecutive (korovodrun's and the operator's placements): host k then
+  // holds ranks HostFirst()[k] .. HostFirst()[k + 1] - 1, hosts in rank order.
+  bool contiguous() const;
+  std::vector<int> HostFirst() const;
   int local_rank(int rank) const;  // index of `rank` among its host's ranks
   int local_size(int rank) const { return static_cast<int>(hosts[host_of[rank]].size()); }
   std::vector<int> LocalRanks(int rank) const { return hosts[host_of[rank]]; }

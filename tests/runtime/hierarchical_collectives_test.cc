@@ -1,4 +1,4 @@
-// Hierarchical allreduce: the host layout and the choice (on where every host holds the same
+// Hierarchical collectives: the host layout and the choice (on where every host holds the same
 // number > 1 of ranks, off with the reason otherwise, an error when forced on where it cannot
 // be), exact results equal to the flat ring's on every layout, op and size, the same bits on every
 // rank, the phases it runs (and that small messages, process sets and layouts without a
@@ -210,6 +210,57 @@ TEST_P(Hierarchical, ExactOnEveryOpAndSizeAndTheSameBitsEverywhere) {
       ctx.Check(refused.code() == StatusCode::kInvalidArgument,
                 "hierarchical on a process set: " + refused.ToString());
     }
+    // Broadcast from every root goes across hosts then inside each; exact on every rank.
+    for (int root = 0; root < n; ++root) {
+      for (size_t count : {size_t{1}, size_t{100000}}) {
+        log.phases.clear();
+        std::vector<int32_t> b(count, r == root ? 0 : -1);
+        if (r == root) {
+          for (size_t i = 0; i < count; ++i) b[i] = static_cast<int32_t>(i * 7 + root);
+        }
+        BroadcastOptions bo;
+        bo.buffer = b.data();
+        bo.count = count;
+        bo.type = DataType::kInt32;
+        bo.root = root;
+        KV_RETURN_IF_ERROR(Broadcast(comm, bo));
+        bool exact = true;
+        for (size_t i = 0; i < count; ++i)
+          exact = exact && b[i] == static_cast<int32_t>(i * 7 + root);
+        ctx.Check(exact, "broadcast from " + std::to_string(root) + " of " + std::to_string(count));
+        ctx.Check(log.Saw("HIERARCHICAL_LOCAL_BROADCAST"), "broadcast was not hierarchical");
+      }
+    }
+    // Allgather of uneven blocks (one empty): hierarchical where hosts hold consecutive ranks.
+    const bool contiguous = comm.host_layout().contiguous();
+    std::vector<size_t> counts(n);
+    size_t total = 0;
+    for (int k = 0; k < n; ++k) total += counts[k] = k == 1 ? 0 : 1000 * k + 3;
+    std::vector<float> mine(counts[r]);
+    for (size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<float>(r * 100000 + i);
+    std::vector<float> all(total, -1.0f);
+    log.phases.clear();
+    AllgatherOptions ao;
+    ao.input = mine.data();
+    ao.output = all.data();
+    ao.counts = counts;
+    KV_RETURN_IF_ERROR(Allgather(comm, ao));
+    size_t at = 0;
+    for (int k = 0; k < n; ++k) {
+      for (size_t i = 0; i < counts[k]; ++i, ++at) {
+        if (!ctx.Check(all[at] == static_cast<float>(k * 100000 + i),
+                       "allgather block " + std::to_string(k) + "[" + std::to_string(i) + "]")) {
+          k = n;
+          break;
+        }
+      }
+    }
+    ctx.Check(log.Saw("HIERARCHICAL_LOCAL_ALLGATHER") == contiguous,
+              std::string("allgather ") + (contiguous ? "not hierarchical" : "hierarchical") +
+                  " on " + comm.host_layout().Describe());
+    ctx.Check(
+        log.Saw("HIERARCHICAL_CROSS_ALLGATHER") == (contiguous && comm.local_set().rank() == 0),
+        "only the hosts' first ranks cross the network");
     // Lanes run the hierarchy over their own connections and shared memory, at the same time.
     std::vector<std::unique_ptr<Communicator>> lanes = comm.TakeLanes();
     ctx.Check(lanes.size() == 2, "lanes " + std::to_string(lanes.size()));
