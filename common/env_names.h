@@ -32,6 +32,7 @@ inline constexpr char kAutotuneMaxTrials[] = "KOROVOD_AUTOTUNE_MAX_TRIALS";
 
 // sidecar-variables: read by korovod-sidecar (its placement and wiring).
 inline constexpr char kRank[] = "KOROVOD_RANK";
+inline constexpr char kSidecarRanks[] = "KOROVOD_SIDECAR_RANKS";
 inline constexpr char kSize[] = "KOROVOD_SIZE";
 inline constexpr char kLocalRank[] = "KOROVOD_LOCAL_RANK";
 inline constexpr char kLocalSize[] = "KOROVOD_LOCAL_SIZE";

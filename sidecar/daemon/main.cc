@@ -1,6 +1,7 @@
-// korovod-sidecar: hosts the collective engine for one rank and serves its trainer over a unix
-// socket (gRPC control plane) and a shared-memory arena (tensors and op queues). Configured by the
-// environment (launcher/README.md); SIGTERM/SIGINT stop it cleanly.
+// korovod-sidecar: hosts the collective engine for each rank it serves (one, or every rank of a
+// pod: KOROVOD_SIDECAR_RANKS) and serves each rank's trainer over its own unix socket (gRPC control
+// plane) and shared-memory arena (tensors and op queues). Configured by the environment
+// (launcher/README.md); SIGTERM/SIGINT stop it cleanly.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -14,6 +15,8 @@
 #include <ctime>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "common/env_names.h"
 #include "common/http/health_server.h"
@@ -66,7 +69,6 @@ StatusOr<WorldOptions> WorldOptionsFrom(const SidecarConfig& cfg) {
     KV_ASSIGN_OR_RETURN(world.job_key, ReadJobKeyFile(cfg.job_key_file));
   } else if (!cfg.job_key.empty()) {
     world.job_key = cfg.job_key;
-    ::unsetenv(env::kJobKey);  // out of /proc/<pid>/environ's reach for anything we start
   }
   return world;
 }
@@ -160,15 +162,14 @@ void LogEndOfRun(int rank, const Engine& engine) {
   if (!line.empty()) KV_LOG(kWarning, kEngine, "korovod: %s", line.c_str());
 }
 
-// Until SIGTERM, SIGINT or a trainer's Shutdown; an engine failure turns /readyz red and is
-// logged once, and the sidecar stays up so that trainers get the error with their ops.
-void WaitForShutdown(const sigset_t& signals, const std::atomic<bool>& shutdown_requested,
+// Until `stop` (SIGTERM, SIGINT, or another served rank failed) or this rank's trainer's
+// Shutdown; an engine failure turns /readyz red and is logged once, and the sidecar stays up so
+// that trainers get the error with their ops.
+void WaitForShutdown(const std::atomic<bool>& stop, const std::atomic<bool>& shutdown_requested,
                      Engine& engine, http::HealthServer* health) {
   bool engine_failed = false;
-  while (!shutdown_requested.load()) {
-    timespec wait{0, 100 * 1000 * 1000};
-    const int sig = ::sigtimedwait(&signals, nullptr, &wait);
-    if (sig == SIGTERM || sig == SIGINT) break;
+  while (!shutdown_requested.load() && !stop.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (!engine_failed && !engine.health().ok()) {
       engine_failed = true;
       KV_LOG(kError, kEngine, "engine stopped: %s", engine.health().ToString().c_str());
@@ -176,6 +177,8 @@ void WaitForShutdown(const sigset_t& signals, const std::atomic<bool>& shutdown_
     }
   }
 }
+
+int ServeRank(const SidecarConfig& cfg, const std::atomic<bool>& stop);
 
 int Main() {
   // Signals are taken synchronously by the main thread (sigtimedwait); block them before any
@@ -194,8 +197,39 @@ int Main() {
   auto config = SidecarConfig::FromProcessEnvironment();
   if (!config.ok()) return Fail(config.status());
   const SidecarConfig& cfg = *config;
-  logging::SetRole("rank " + std::to_string(cfg.rank));
+  logging::SetRole(cfg.ranks == 1 ? "rank " + std::to_string(cfg.rank)
+                                  : "ranks " + std::to_string(cfg.rank) + "-" +
+                                        std::to_string(cfg.rank + cfg.ranks - 1));
 
+  // Out of /proc/<pid>/environ's reach for anything we start; before any thread reads the
+  // environment.
+  if (!cfg.job_key.empty()) ::unsetenv(env::kJobKey);
+
+  // One thread per served rank; this one takes the signals. A rank that fails stops the others
+  // (a pod is one unit: its worker fails as a whole).
+  std::atomic<bool> stop{false};
+  std::atomic<int> running{cfg.ranks};
+  std::vector<int> codes(static_cast<size_t>(cfg.ranks), 0);
+  {
+    std::vector<std::jthread> threads;
+    for (int i = 0; i < cfg.ranks; ++i) {
+      threads.emplace_back([&, i] {
+        codes[static_cast<size_t>(i)] = ServeRank(cfg.ForRank(i), stop);
+        if (codes[static_cast<size_t>(i)] != 0) stop.store(true);
+        running.fetch_sub(1);
+      });
+    }
+    while (running.load() > 0) {
+      timespec wait{0, 100 * 1000 * 1000};
+      const int sig = ::sigtimedwait(&signals, nullptr, &wait);
+      if (sig == SIGTERM || sig == SIGINT) stop.store(true);
+    }
+  }
+  return *std::max_element(codes.begin(), codes.end());
+}
+
+// One rank: its arena, its world, its engine, its trainer's socket; returns its exit status.
+int ServeRank(const SidecarConfig& cfg, const std::atomic<bool>& stop) {
   // Rendezvous, preflight, the mesh and the link probe all end by this one deadline.
   const Deadline start = Deadline::After(cfg.start_timeout);
   auto world = WorldOptionsFrom(cfg);
@@ -268,7 +302,7 @@ int Main() {
          static_cast<unsigned long long>((*arena)->layout().total_bytes),
          *health ? (*health)->port() : -1);
 
-  WaitForShutdown(signals, shutdown_requested, **engine, health->get());
+  WaitForShutdown(stop, shutdown_requested, **engine, health->get());
 
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   LogEndOfRun(cfg.rank, **engine);

@@ -18,10 +18,10 @@
 #include "common/deadline.h"
 #include "common/status.h"
 #include "runtime/core/engine.h"
-#include "sidecar/daemon/group_assembler.h"
-#include "sidecar/daemon/engine_metrics.h"
 #include "sidecar/arena/arena.h"
 #include "sidecar/arena/record_validation.h"
+#include "sidecar/daemon/engine_metrics.h"
+#include "sidecar/daemon/group_assembler.h"
 
 namespace korovod::sidecar {
 

@@ -56,6 +56,12 @@ StatusOr<SidecarConfig> SidecarConfig::FromEnvironment(const Getenv& getenv) {
   SidecarConfig c;
   KV_ASSIGN_OR_RETURN(c.size, settings.RequiredInt(env::kSize, 1, 1 << 20));
   KV_ASSIGN_OR_RETURN(c.rank, settings.RequiredInt(env::kRank, 0, c.size - 1));
+  KV_ASSIGN_OR_RETURN(c.ranks, settings.Int(env::kSidecarRanks, 1, 1, 1024));
+  if (c.rank + c.ranks > c.size) {
+    return InvalidArgument(Name(env::kSidecarRanks) + "=" + std::to_string(c.ranks) + " from " +
+                           env::kRank + "=" + std::to_string(c.rank) + " goes past " + env::kSize +
+                           "=" + std::to_string(c.size));
+  }
   // Wiring, not tuning: korovodrun or the operator sets these on every rank, so they are not
   // logged as overrides of a default (Find and the Required getters log nothing).
   auto wiring = [&settings](const char* name, int64_t fallback, int64_t lo,
@@ -63,8 +69,13 @@ StatusOr<SidecarConfig> SidecarConfig::FromEnvironment(const Getenv& getenv) {
     if (!settings.Find(name)) return fallback;
     return settings.RequiredInt(name, lo, hi);
   };
-  KV_ASSIGN_OR_RETURN(c.local_size, wiring(env::kLocalSize, 1, 1, c.size));
+  KV_ASSIGN_OR_RETURN(c.local_size, wiring(env::kLocalSize, c.ranks, 1, c.size));
   KV_ASSIGN_OR_RETURN(c.local_rank, wiring(env::kLocalRank, 0, 0, c.local_size - 1));
+  if (c.local_rank + c.ranks > c.local_size) {
+    return InvalidArgument(Name(env::kSidecarRanks) + "=" + std::to_string(c.ranks) + " from " +
+                           env::kLocalRank + "=" + std::to_string(c.local_rank) + " goes past " +
+                           env::kLocalSize + "=" + std::to_string(c.local_size));
+  }
   KV_ASSIGN_OR_RETURN(c.cross_size, wiring(env::kCrossSize, 1, 1, c.size));
   KV_ASSIGN_OR_RETURN(c.cross_rank, wiring(env::kCrossRank, 0, 0, c.cross_size - 1));
   const std::string peers = settings.Find(env::kPeers).value_or(EnvSettings::Found{}).value;
@@ -99,11 +110,26 @@ StatusOr<SidecarConfig> SidecarConfig::FromEnvironment(const Getenv& getenv) {
   }
   KV_ASSIGN_OR_RETURN(c.iface, settings.String(env::kIface));
   KV_ASSIGN_OR_RETURN(c.data_port, settings.Int(env::kDataPort, 0, 0, 65535));
-  // Inherited from korovodrun. -1: none.
-  KV_ASSIGN_OR_RETURN(c.listen_fd, wiring(env::kListenFd, -1, 0, 1 << 20));
-  if (c.listen_fd >= 0 && ::fcntl(c.listen_fd, F_GETFD) < 0) {
-    return InvalidArgument(Name(env::kListenFd) + "=" + std::to_string(c.listen_fd) +
-                           " is not an open file descriptor");
+  // Inherited from korovodrun, one per served rank. -1: none.
+  if (auto fds = settings.Find(env::kListenFd)) {
+    std::stringstream list(fds->value);
+    std::string item;
+    while (std::getline(list, item, ',')) {
+      int fd = -1;
+      auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), fd);
+      if (item.empty() || ec != std::errc() || p != item.data() + item.size() || fd < 0 ||
+          ::fcntl(fd, F_GETFD) < 0) {
+        return InvalidArgument(Name(env::kListenFd) + "=" + fds->value + ": \"" + item +
+                               "\" is not an open file descriptor");
+      }
+      c.listen_fds.push_back(fd);
+    }
+    if (static_cast<int>(c.listen_fds.size()) != c.ranks) {
+      return InvalidArgument(Name(env::kListenFd) + "=" + fds->value + " names " +
+                             std::to_string(c.listen_fds.size()) + " descriptors for " +
+                             std::to_string(c.ranks) + " ranks (" + env::kSidecarRanks + ")");
+    }
+    c.listen_fd = c.listen_fds.front();
   }
   c.job_key_file = settings.Find(env::kJobKeyFile).value_or(EnvSettings::Found{}).value;
   // Never through a logging getter: the key must not reach a log line.
@@ -125,6 +151,11 @@ StatusOr<SidecarConfig> SidecarConfig::FromEnvironment(const Getenv& getenv) {
                            " is too long for a unix socket path (max 99 bytes)");
   }
   c.socket_path = *socket;
+  if (c.ranks > 1 && c.socket_path.find("{local_rank}") == std::string::npos) {
+    return InvalidArgument(Name(env::kSocket) + "=" + c.socket_path + " must contain " +
+                           "\"{local_rank}\" when the sidecar serves " + std::to_string(c.ranks) +
+                           " ranks (" + env::kSidecarRanks + "): one socket each");
+  }
   KV_ASSIGN_OR_RETURN(const std::string shm_prefix, settings.RequiredString(env::kShmPrefix));
   const std::string* prefix = &shm_prefix;
   if (prefix->front() != '/' || prefix->find('/', 1) != std::string::npos || prefix->size() > 200) {
@@ -144,6 +175,21 @@ StatusOr<SidecarConfig> SidecarConfig::FromEnvironment(const Getenv& getenv) {
                            std::to_string(c.arena_heap_max_mib) +
                            ": a heap cannot start larger than it may grow");
   }
+  return c;
+}
+
+SidecarConfig SidecarConfig::ForRank(int i) const {
+  SidecarConfig c = *this;
+  c.ranks = 1;
+  c.rank = rank + i;
+  c.local_rank = local_rank + i;
+  for (size_t at; (at = c.socket_path.find("{local_rank}")) != std::string::npos;) {
+    c.socket_path.replace(at, 12, std::to_string(c.local_rank));
+  }
+  c.listen_fd = i < static_cast<int>(listen_fds.size()) ? listen_fds[i] : -1;
+  c.listen_fds.clear();
+  if (data_port > 0) c.data_port = data_port + i;
+  if (metrics_port > 0) c.metrics_port = metrics_port + i;
   return c;
 }
 

@@ -14,6 +14,10 @@
 namespace korovod::sidecar {
 
 struct SidecarConfig {
+  // The ranks this sidecar serves: `ranks` consecutive ones from `rank` (KOROVOD_RANK,
+  // KOROVOD_SIDECAR_RANKS), e.g. every rank of a pod; each gets its own engine, arena, socket and
+  // data port, all in this process. ForRank(i) is the configuration of the i-th.
+  int ranks = 1;
   int rank = 0;
   int size = 0;
   int local_rank = 0;
@@ -30,6 +34,7 @@ struct SidecarConfig {
   std::string iface;                       // KOROVOD_IFACE: the one interface to use, or empty
   int data_port = 0;                       // KOROVOD_DATA_PORT (coordinator mode; 0: any)
   int listen_fd = -1;                      // KOROVOD_LISTEN_FD, or -1
+  std::vector<int> listen_fds;             // KOROVOD_LISTEN_FD with several ranks: one each
   std::string job_key_file;                // KOROVOD_JOB_KEY_FILE, or empty
   // KOROVOD_JOB_KEY: the key itself, for a pod whose key comes from a Secret through
   // secretKeyRef (a non-root sidecar cannot read a root-owned 0400 Secret file). At most one of
@@ -45,6 +50,11 @@ struct SidecarConfig {
   int arena_heap_max_mib = 16384;  // KOROVOD_ARENA_HEAP_MAX_MIB (address space until used)
 
   std::string arena_name() const { return shm_prefix + "rank" + std::to_string(rank); }
+
+  // The i-th served rank's own configuration (0 <= i < ranks): rank + i, local rank + i, the
+  // socket with "{local_rank}" replaced by its local rank, its listen fd, data and metrics ports
+  // + i (0 stays "any free port").
+  SidecarConfig ForRank(int i) const;
 
   static StatusOr<SidecarConfig> FromEnvironment(
       const std::function<std::optional<std::string>(const std::string&)>& getenv);

@@ -12,12 +12,12 @@
 #include <utility>
 #include <vector>
 
-#include "sidecar/client/client.h"
-#include "sidecar/control/protocol_version.h"
 #include "sidecar/arena/arena.h"
 #include "sidecar/arena/op_queue.h"
-#include "tests/sidecar/daemon/sidecar_test_job.h"
+#include "sidecar/client/client.h"
+#include "sidecar/control/protocol_version.h"
 #include "tests/sidecar/arena/protocol_test_util.h"
+#include "tests/sidecar/daemon/sidecar_test_job.h"
 
 namespace korovod::sidecar {
 namespace {

@@ -74,7 +74,10 @@ grpc::Status CallHello(const std::string& socket, uint32_t version, v1::HelloRep
   return stub->Hello(&ctx, req, reply);
 }
 
-Job::Job(int n, std::vector<std::string> extra_env) : n_(n) {
+const char* SidecarBinary() { return KOROVOD_SIDECAR_BIN; }
+
+Job::Job(int n, std::vector<std::string> extra_env, int ranks_per_sidecar)
+    : n_(n), per_(ranks_per_sidecar) {
   char tmpl[] = "/tmp/kvsd-XXXXXX";
   dir_ = ::mkdtemp(tmpl);
   static int counter = 0;
@@ -93,20 +96,26 @@ Job::Job(int n, std::vector<std::string> extra_env) : n_(n) {
     peers += (r ? "," : "") + std::string("127.0.0.1:") + std::to_string(port);
     metrics_ports_.push_back(FreePort());
   }
-  for (int r = 0; r < n; ++r) {
+  for (int r = 0; r < n; r += per_) {
+    std::string listen_fds;
+    for (int k = r; k < r + per_; ++k) listen_fds += (k > r ? "," : "") + std::to_string(fds[k]);
+    const std::string socket_template =
+        per_ == 1 ? socket(r) : dir_ + "/s" + std::to_string(r / per_) + "-rank{local_rank}.sock";
     std::vector<std::string> env = {
         "KOROVOD_RANK=" + std::to_string(r),
         "KOROVOD_SIZE=" + std::to_string(n),
-        "KOROVOD_LOCAL_RANK=" + std::to_string(r),
-        "KOROVOD_LOCAL_SIZE=" + std::to_string(n),
-        "KOROVOD_CROSS_RANK=0",
-        "KOROVOD_CROSS_SIZE=1",
+        "KOROVOD_SIDECAR_RANKS=" + std::to_string(per_),
+        "KOROVOD_LOCAL_RANK=" + std::to_string(per_ == 1 ? r : 0),
+        "KOROVOD_LOCAL_SIZE=" + std::to_string(per_ == 1 ? n : per_),
+        "KOROVOD_CROSS_RANK=" + std::to_string(per_ == 1 ? 0 : r / per_),
+        "KOROVOD_CROSS_SIZE=" + std::to_string(per_ == 1 ? 1 : n / per_),
         "KOROVOD_PEERS=" + peers,
-        "KOROVOD_LISTEN_FD=" + std::to_string(fds[r]),
+        "KOROVOD_LISTEN_FD=" + listen_fds,
         "KOROVOD_JOB_KEY_FILE=" + key_file_,
-        "KOROVOD_SOCKET=" + socket(r),
+        "KOROVOD_SOCKET=" + socket_template,
         "KOROVOD_SHM_PREFIX=" + prefix_,
-        "KOROVOD_METRICS_PORT=" + std::to_string(metrics_ports_[r]),
+        // Several ranks take the port and the ones after it: let each pick a free one.
+        "KOROVOD_METRICS_PORT=" + std::to_string(per_ == 1 ? metrics_ports_[r] : 0),
         "KOROVOD_START_TIMEOUT_SECONDS=20",
         "KOROVOD_ARENA_HEAP_MIB=4",
         "PATH=/usr/bin:/bin",
@@ -115,11 +124,11 @@ Job::Job(int n, std::vector<std::string> extra_env) : n_(n) {
     std::vector<char*> envp;
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
-    const std::string log = dir_ + "/rank" + std::to_string(r) + ".log";
+    const std::string log = dir_ + "/rank" + std::to_string(r / per_) + ".log";
     char* argv[] = {const_cast<char*>(KOROVOD_SIDECAR_BIN), nullptr};
     pid_t pid = ::fork();
     if (pid == 0) {
-      ::fcntl(fds[r], F_SETFD, 0);
+      for (int k = r; k < r + per_; ++k) ::fcntl(fds[k], F_SETFD, 0);
       int logfd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       ::dup2(logfd, 2);
       ::execve(argv[0], argv, envp.data());
@@ -146,8 +155,10 @@ Job::~Job() {
           << "sidecar " << r << " status " << st << "\n"
           << Log(r);
     }
+  }
+  for (int r = 0; r < n_; ++r) {
     struct stat sb {};
-    EXPECT_NE(::stat(socket(r).c_str(), &sb), 0) << "socket left behind";
+    EXPECT_NE(::stat(socket(r).c_str(), &sb), 0) << "socket left behind: " << socket(r);
   }
   // Nothing of the job may stay in /dev/shm.
   const std::string name = prefix_.substr(1);
@@ -177,14 +188,15 @@ bool Job::WaitPid(pid_t pid, std::chrono::milliseconds timeout, int* st) {
   const auto end = std::chrono::steady_clock::now() + 20s;
   for (int r = 0; r < n_; ++r) {
     struct stat sb {};
+    const int s = r / per_;
     while (::stat(socket(r).c_str(), &sb) != 0) {
       int st = 0;
-      if (::waitpid(pids_[r], &st, WNOHANG) == pids_[r]) {
-        pids_[r] = -1;
-        return ::testing::AssertionFailure() << "sidecar " << r << " exited: " << Log(r);
+      if (pids_[s] <= 0 || ::waitpid(pids_[s], &st, WNOHANG) == pids_[s]) {
+        pids_[s] = -1;
+        return ::testing::AssertionFailure() << "sidecar " << s << " exited: " << Log(s);
       }
       if (std::chrono::steady_clock::now() > end) {
-        return ::testing::AssertionFailure() << "sidecar " << r << " not ready: " << Log(r);
+        return ::testing::AssertionFailure() << "sidecar " << s << " not ready: " << Log(s);
       }
       std::this_thread::sleep_for(10ms);
     }

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "korovod/sidecar/v1/sidecar.grpc.pb.h"
 #include "common/status.h"
+#include "korovod/sidecar/v1/sidecar.grpc.pb.h"
 
 namespace korovod::sidecar::daemon_test {
 
@@ -59,6 +59,9 @@ T Must(StatusOr<T> v) {
   return std::move(v).value();
 }
 
+// The korovod-sidecar binary under test.
+const char* SidecarBinary();
+
 // A TCP socket listening on 127.0.0.1 at a kernel-chosen port (*port); -1 on failure.
 int ListenOnLoopback(int* port);
 // A loopback port nobody listens on right now.
@@ -76,7 +79,10 @@ grpc::Status CallHello(const std::string& socket, uint32_t version, v1::HelloRep
 class Job {
  public:
   // `extra_env`: more KEY=value settings for every sidecar (engine settings, ...).
-  explicit Job(int n, std::vector<std::string> extra_env = {});
+  // `ranks_per_sidecar` > 1: n / ranks_per_sidecar sidecars, each serving that many consecutive
+  // ranks (KOROVOD_SIDECAR_RANKS, as in a pod of several ranks); pid/Log/Running/ExitsCleanly
+  // then take the sidecar's index, socket() still the rank.
+  explicit Job(int n, std::vector<std::string> extra_env = {}, int ranks_per_sidecar = 1);
   ~Job();
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
@@ -93,7 +99,10 @@ class Job {
   bool Running(int r);
 
   int size() const { return n_; }
-  std::string socket(int r) const { return dir_ + "/rank" + std::to_string(r) + ".sock"; }
+  std::string socket(int r) const {
+    if (per_ == 1) return dir_ + "/rank" + std::to_string(r) + ".sock";
+    return dir_ + "/s" + std::to_string(r / per_) + "-rank" + std::to_string(r % per_) + ".sock";
+  }
   const std::string& dir() const { return dir_; }
   int metrics_port(int r) const { return metrics_ports_[r]; }
   pid_t pid(int r) const { return pids_[r]; }
@@ -101,6 +110,7 @@ class Job {
 
  private:
   int n_;
+  int per_ = 1;
   std::string dir_;
   std::string prefix_;
   std::string key_file_;
