@@ -110,6 +110,7 @@ stage_sidecar() { install -m 0755 -s "$BUILD/bin/korovod-sidecar" "$1/korovod-si
 stage_trainer() {
   mkdir -p "$1/bin" "$1/python"
   install -m 0755 -s "$BUILD/bin/korovodrun" "$BUILD/bin/korovod-sidecar" "$1/bin/"
+  install -m 0755 python/bin/korovod-local-ranks "$1/bin/"  # a pod's ranks (ranksPerWorker)
   # Same merge as the Dockerfile: python/korovod + python/horovod + the build's korovod/_client.
   cp -r python/korovod python/horovod "$1/python/"
   cp -r "$BUILD/python/korovod/." "$1/python/korovod/"

@@ -150,8 +150,9 @@ Status ParseTemplate(const json& value, const std::string& path, json& out) {
 }
 
 Status ParseWorker(const ObjectReader& r, WorkerSpec& out) {
-  KV_RETURN_IF_ERROR(r.OnlyKnown({"gpus", "rdma"}));
+  KV_RETURN_IF_ERROR(r.OnlyKnown({"gpus", "ranksPerWorker", "rdma"}));
   KV_RETURN_IF_ERROR(r.Int("gpus", out.gpus, 0));
+  KV_RETURN_IF_ERROR(r.Int("ranksPerWorker", out.ranks_per_worker, 1));
   KV_ASSIGN_OR_RETURN(std::optional<ObjectReader> rdma, r.Child("rdma"));
   if (rdma) {
     KV_RETURN_IF_ERROR(rdma->OnlyKnown({"resourceName", "count"}));

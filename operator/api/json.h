@@ -5,8 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "operator/api/types.h"
 #include "common/status.h"
+#include "operator/api/types.h"
 
 namespace korovod::k8s_operator {
 

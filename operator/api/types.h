@@ -83,8 +83,16 @@ struct RdmaSpec {
 
 struct WorkerSpec {
   int64_t gpus = 0;  // nvidia.com/gpu per worker
+  // Ranks per worker pod (the trainer command runs once per local rank, one sidecar serves them
+  // all); 0 (unset): gpus when set, else 1. RanksPerWorker() resolves it.
+  int64_t ranks_per_worker = 0;
   RdmaSpec rdma;
 };
+
+inline int64_t RanksPerWorker(const WorkerSpec& w) {
+  if (w.ranks_per_worker > 0) return w.ranks_per_worker;
+  return w.gpus > 0 ? w.gpus : 1;
+}
 
 struct EngineSpec {
   std::optional<int64_t> fusion_threshold_bytes;  // unset: the engine's default
@@ -103,10 +111,14 @@ struct EnvEntry {
 // Variables the operator writes into the sidecar (identity and rendezvous) or derives from a spec
 // field: spec.sidecar.env may not set them (Validate names the field to use instead). The
 // builders' test checks that every variable they set is listed here.
-inline constexpr std::array<std::pair<std::string_view, std::string_view>, 12>
+inline constexpr std::array<std::pair<std::string_view, std::string_view>, 16>
     kSidecarEnvSetByOperator = {{
-        {env::kRank, "the worker's index"},
-        {env::kSize, "spec.replicas"},
+        {env::kRank, "the worker's index x spec.worker.ranksPerWorker"},
+        {env::kSize, "spec.replicas x spec.worker.ranksPerWorker"},
+        {env::kSidecarRanks, "spec.worker.ranksPerWorker"},
+        {env::kLocalSize, "spec.worker.ranksPerWorker"},
+        {env::kCrossRank, "the worker's index"},
+        {env::kCrossSize, "spec.replicas"},
         {env::kCoordinator, "rank 0's rendezvous address"},
         {env::kSocket, "the operator's socket volume"},
         {env::kJobKey, "the job key Secret"},
@@ -162,6 +174,11 @@ struct HorovodJobSpec {
   RunPolicy run_policy;
   SchedulingPolicy scheduling_policy;
 };
+
+// Ranks in the world: replicas x ranks per worker.
+inline int64_t WorldSize(const HorovodJobSpec& spec) {
+  return spec.replicas * RanksPerWorker(spec.worker);
+}
 
 // metav1.Condition.
 struct Condition {

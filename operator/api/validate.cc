@@ -113,6 +113,30 @@ Verdict Validate(std::string_view job_name, const HorovodJobSpec& spec) {
     }
   }
 
+  const WorkerSpec& worker = spec.worker;
+  if (worker.gpus > 0 && worker.ranks_per_worker > worker.gpus) {
+    return Fail(kReasonRanksExceedGpus,
+                "spec.worker.ranksPerWorker is " + std::to_string(worker.ranks_per_worker) +
+                    " but each worker has " + std::to_string(worker.gpus) +
+                    " GPUs (spec.worker.gpus): every rank needs a GPU of its own");
+  }
+  if (RanksPerWorker(worker) > 1) {
+    // The operator runs the trainer's command once per local rank (korovod-local-ranks -- CMD):
+    // it must know the command, not leave it to the image's entrypoint.
+    const int t = TrainerContainerIndex(spec);
+    const nlohmann::json* containers = Containers(spec);
+    const bool has_command = t >= 0 && (*containers)[t].contains("command") &&
+                             (*containers)[t]["command"].is_array() &&
+                             !(*containers)[t]["command"].empty();
+    if (!has_command) {
+      return Fail(kReasonLocalRanksNeedCommand,
+                  "spec.worker.ranksPerWorker is " + std::to_string(RanksPerWorker(worker)) +
+                      " (from " + (worker.ranks_per_worker > 0 ? "ranksPerWorker" : "gpus") +
+                      "), so the trainer container's command runs once per local rank; set its "
+                      "command (the image's entrypoint cannot be wrapped), or ranksPerWorker: 1");
+    }
+  }
+
   if (spec.worker.rdma.count > 0 && spec.worker.rdma.resource_name.empty()) {
     return Fail(kReasonRdmaResourceNameMissing,
                 "spec.worker.rdma.count is " + std::to_string(spec.worker.rdma.count) +

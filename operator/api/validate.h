@@ -16,6 +16,8 @@ inline constexpr std::string_view kReasonGangMinAvailableExceedsReplicas =
     "GangMinAvailableExceedsReplicas";
 inline constexpr std::string_view kReasonGangProviderMissing = "GangProviderMissing";
 inline constexpr std::string_view kReasonRdmaResourceNameMissing = "RdmaResourceNameMissing";
+inline constexpr std::string_view kReasonRanksExceedGpus = "RanksPerWorkerExceedsGpus";
+inline constexpr std::string_view kReasonLocalRanksNeedCommand = "LocalRanksNeedCommand";
 inline constexpr std::string_view kReasonTrainerContainerNotFound = "TrainerContainerNotFound";
 inline constexpr std::string_view kReasonReservedContainerName = "ReservedContainerName";
 inline constexpr std::string_view kReasonUnsupportedRestartPolicy = "UnsupportedRestartPolicy";

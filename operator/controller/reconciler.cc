@@ -522,7 +522,7 @@ class JobReconciler {
   // are created, so ranks of two epochs never meet in one world.
   void NewEpoch() {
     ++status_.epoch;
-    status_.world_size = job_.spec.replicas;
+    status_.world_size = WorldSize(job_.spec);
     status_.epoch_start_time.clear();  // set when its workers are created
     PartitionPods();
   }
@@ -761,10 +761,13 @@ class JobReconciler {
       if (size <= 0) return;
       status_.world_size = size;
     }
-    if (size == job_.spec.replicas) return;
+    if (size == WorldSize(job_.spec)) return;
     NewEpoch();
-    const std::string message = "spec.replicas changed from " + std::to_string(size) + " to " +
-                                std::to_string(job_.spec.replicas) +
+    const std::string what = RanksPerWorker(job_.spec.worker) == 1
+                                 ? "spec.replicas"
+                                 : "the world (spec.replicas x spec.worker.ranksPerWorker ranks)";
+    const std::string message = what + " changed from " + std::to_string(size) + " to " +
+                                std::to_string(WorldSize(job_.spec)) +
                                 "; restarting all workers as epoch " +
                                 std::to_string(status_.epoch);
     status_.phase = JobPhase::kRestarting;

@@ -30,8 +30,18 @@ json HttpProbe(std::string_view path, int64_t period_seconds, int64_t failure_th
 
 }  // namespace
 
-std::string SocketPath(const OperatorSettings& settings) {
+std::string SocketPath(const OperatorSettings& settings, const WorkerIdentity& id) {
+  if (id.ranks > 1) return settings.socket_dir + "/" + std::string(kLocalRankSocketFileName);
   return settings.socket_dir + "/" + std::string(kSocketFileName);
+}
+
+json LocalRanksEnv(const WorkerIdentity& id) {
+  return json::array({
+      EnvVar(env::kSidecarRanks, std::to_string(id.ranks)),
+      EnvVar(env::kLocalSize, std::to_string(id.ranks)),
+      EnvVar(env::kCrossRank, std::to_string(id.index)),
+      EnvVar(env::kCrossSize, std::to_string(id.workers)),
+  });
 }
 
 std::string TimelineDirectory(const HorovodJobSpec& spec, const OperatorSettings& settings) {
@@ -49,7 +59,7 @@ json BuildSidecarContainer(const HorovodJobSpec& spec, const WorkerIdentity& id,
       EnvVar(kEnvRank, std::to_string(id.rank)),
       EnvVar(kEnvSize, std::to_string(id.size)),
       EnvVar(kEnvCoordinator, id.coordinator),
-      EnvVar(kEnvSocket, SocketPath(settings)),
+      EnvVar(kEnvSocket, SocketPath(settings, id)),
       json{{"name", std::string(kEnvJobKey)},
            {"valueFrom",
             {{"secretKeyRef", {{"name", id.key_secret}, {"key", std::string(kJobKeySecretKey)}}}}}},
@@ -57,6 +67,9 @@ json BuildSidecarContainer(const HorovodJobSpec& spec, const WorkerIdentity& id,
       EnvVar(kEnvMetricsPort, std::to_string(id.ports.metrics)),
       EnvVar(kEnvStartTimeout, std::to_string(id.start_timeout_seconds)),
   });
+  if (id.ranks > 1) {
+    for (json& v : LocalRanksEnv(id)) env.push_back(std::move(v));
+  }
   if (!spec.networking.interface_name.empty()) {
     env.push_back(EnvVar(kEnvIface, spec.networking.interface_name));
   }

@@ -18,8 +18,14 @@ namespace korovod::k8s_operator {
 nlohmann::json BuildSidecarContainer(const HorovodJobSpec& spec, const WorkerIdentity& id,
                                      const OperatorSettings& settings);
 
-// settings.socket_dir + "/sidecar.sock"
-std::string SocketPath(const OperatorSettings& settings);
+// settings.socket_dir + "/sidecar.sock"; a pod of several ranks: "/sidecar-{local_rank}.sock",
+// which the sidecar and korovod-local-ranks resolve per local rank.
+std::string SocketPath(const OperatorSettings& settings, const WorkerIdentity& id);
+
+// What the sidecar and the trainer of a pod of several ranks also need: KOROVOD_SIDECAR_RANKS,
+// KOROVOD_LOCAL_SIZE (both the pod's ranks), KOROVOD_CROSS_RANK (the pod's index) and
+// KOROVOD_CROSS_SIZE (the workers).
+nlohmann::json LocalRanksEnv(const WorkerIdentity& id);
 
 // The directory the sidecar writes spec.sidecar.engine.timeline into, when it needs a writable
 // volume there (its root filesystem is read-only); "" when no extra volume is needed.

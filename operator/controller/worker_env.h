@@ -30,6 +30,11 @@ inline constexpr std::string_view kEnvTimeline = env::kTimeline;
 inline constexpr std::string_view kEnvStartTimeout = env::kStartTimeoutSeconds;
 
 inline constexpr std::string_view kSocketFileName = "sidecar.sock";
+// A pod of several ranks: one socket per local rank (the sidecar and korovod-local-ranks
+// replace the placeholder).
+inline constexpr std::string_view kLocalRankSocketFileName = "sidecar-{local_rank}.sock";
+// The trainer image's entry point that runs the command once per local rank.
+inline constexpr std::string_view kLocalRanksProgram = "korovod-local-ranks";
 
 // Pod volumes the operator adds (unless the template already has a volume of that name).
 inline constexpr std::string_view kSocketVolume = "korovod-socket";

@@ -11,8 +11,11 @@
 namespace korovod::k8s_operator {
 
 struct WorkerIdentity {
-  int64_t rank = 0;
-  int64_t size = 0;
+  int64_t rank = 0;   // the pod's first rank (its local rank 0)
+  int64_t size = 0;   // ranks in the world
+  int64_t ranks = 1;  // ranks in this pod: rank .. rank + ranks - 1 (spec.worker.ranksPerWorker)
+  int64_t index = 0;  // the pod's index among the workers (its cross rank)
+  int64_t workers = 1;
   std::string coordinator;       // "host:port" of rank 0's rendezvous
   std::string key_secret;        // the Secret whose item "key" is the job key
   std::string shm_prefix;        // "/korovod-<world>-<rank>-": unique per pod on a node

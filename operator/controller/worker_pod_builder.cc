@@ -75,8 +75,11 @@ json MergedStringMap(const json& template_meta, const char* key) {
 WorkerIdentity HorovodJobWorker(const HorovodJob& job, int64_t index, int64_t epoch,
                                 const OperatorSettings& settings) {
   WorkerIdentity id;
-  id.rank = index;
-  id.size = job.spec.replicas;
+  id.ranks = RanksPerWorker(job.spec.worker);
+  id.rank = index * id.ranks;
+  id.size = job.spec.replicas * id.ranks;
+  id.index = index;
+  id.workers = job.spec.replicas;
   id.coordinator = CoordinatorAddress(job, settings);
   id.key_secret = JobKeySecretName(job);
   id.shm_prefix = "/korovod-" + job.metadata.name + "-" + std::to_string(index) + "-";
@@ -96,10 +99,29 @@ void ConfigureWorkerPodSpec(json& pod_spec, int trainer_index, const HorovodJobS
     json env = json::array({
         EnvVar(kEnvRank, std::to_string(id.rank)),
         EnvVar(kEnvSize, std::to_string(id.size)),
-        EnvVar(kEnvSocket, SocketPath(settings)),
+        EnvVar(kEnvSocket, SocketPath(settings, id)),
         EnvVar(kEnvCoordinator, id.coordinator),
     });
     if (id.epoch) env.push_back(EnvVar(kEnvEpoch, std::to_string(*id.epoch)));
+    if (id.ranks > 1) {
+      for (json& v : LocalRanksEnv(id)) env.push_back(std::move(v));
+    }
+    if (id.ranks > 1 && trainer.contains("command") && trainer["command"].is_array()) {
+      // korovod-local-ranks runs the command once per local rank with each one's rank, local
+      // rank and socket (python/korovod/runner/local_ranks.py), as torchrun --nproc-per-node.
+      json command = json::array({std::string(kLocalRanksProgram), "--"});
+      for (const json& part : trainer["command"]) command.push_back(part);
+      if (trainer.contains("args") && trainer["args"].is_array()) {
+        for (const json& part : trainer["args"]) command.push_back(part);
+        trainer.erase("args");
+      }
+      trainer["command"] = std::move(command);
+      // A failing local rank's line ("local rank 1 (rank 5) exited with code 3") is the last the
+      // container writes: the kubelet makes it the termination message the worker's status shows.
+      if (!trainer.contains("terminationMessagePolicy")) {
+        trainer["terminationMessagePolicy"] = "FallbackToLogsOnError";
+      }
+    }
     MergeTrainerEnv(trainer, env);
     AddMountUnlessPathTaken(trainer, kSocketVolume, settings.socket_dir);
     AddMountUnlessPathTaken(trainer, kShmVolume, std::string(kShmMountPath));

@@ -24,7 +24,7 @@ struct WorkerPodState {
   // time plus the grace period, so it is when the kubelet should be done. nullopt when absent or
   // malformed.
   std::optional<int64_t> deletion_unix;
-  std::string phase;             // status.phase ("" when unknown)
+  std::string phase;  // status.phase ("" when unknown)
   WorkerOutcome outcome = WorkerOutcome::kActive;
   bool running = false;  // phase Running and the trainer has not terminated
   bool ready = false;    // the PodReady condition is True

@@ -17,7 +17,7 @@ nlohmann::json BuildWorldConfigMap(const HorovodJob& job, int64_t epoch,
                         {"metadata", ChildMetadata(job, WorldConfigMapName(job))},
                         {"data",
                          {{"epoch", std::to_string(epoch)},
-                          {"size", std::to_string(job.spec.replicas)},
+                          {"size", std::to_string(WorldSize(job.spec))},
                           {"coordinator", CoordinatorAddress(job, settings)},
                           {"members", members}}}};
 }

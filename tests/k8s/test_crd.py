@@ -47,6 +47,8 @@ def test_defaults_are_applied_by_the_server(crd):
     ({"template": None}, "spec.template"),
     ({"sidecar": {"image": "s", "env": [{"name": "PATH", "value": "/x"}]}},
      "spec.sidecar.env[0].name"),
+    ({"worker": {"ranksPerWorker": 0}}, "spec.worker.ranksPerWorker"),
+    ({"worker": {"gpus": 2, "ranksPerWorker": 4}}, "ranksPerWorker must not exceed gpus"),
 ])
 def test_schema_rejects_bad_specs_naming_the_field(crd, spec, field):
     doc = json.loads(job("bad"))
@@ -59,6 +61,16 @@ def test_schema_rejects_bad_specs_naming_the_field(crd, spec, field):
     assert r.returncode != 0
     assert field in r.stderr, r.stderr
     assert crd.kubectl("get", "hvdjob", "bad", check=False).returncode != 0
+
+
+def test_several_ranks_per_worker_are_accepted(crd):
+    doc = json.loads(job("pods-of-ranks"))
+    doc["spec"]["worker"] = {"gpus": 4, "ranksPerWorker": 4}
+    doc["spec"]["template"]["spec"]["containers"][0]["command"] = ["python3", "train.py"]
+    crd.kubectl("apply", "-f", "-", input=json.dumps(doc))
+    obj = json.loads(crd.kubectl("get", "hvdjob", "pods-of-ranks", "-o", "json").stdout)
+    assert obj["spec"]["worker"]["ranksPerWorker"] == 4, obj["spec"]
+    crd.kubectl("delete", "hvdjob", "pods-of-ranks")
 
 
 def test_status_is_a_subresource(crd):

@@ -43,7 +43,9 @@ TEST(HorovodJobFromJson, ParsesFullObject) {
   j["metadata"]["resourceVersion"] = "42";
   j["metadata"]["labels"] = {{"team", "ml"}};
   j["spec"]["replicas"] = 8;
-  j["spec"]["worker"] = {{"gpus", 4}, {"rdma", {{"resourceName", "rdma/ib"}, {"count", 2}}}};
+  j["spec"]["worker"] = {
+      {"gpus", 4}, {"ranksPerWorker", 2}, {"rdma", {{"resourceName", "rdma/ib"}, {"count", 2}}}};
+  j["spec"]["template"]["spec"]["containers"][0]["command"] = {"python3", "train.py"};
   j["spec"]["sidecar"]["resources"] = {{"requests", {{"cpu", "1"}}}};
   j["spec"]["sidecar"]["engine"] = {
       {"fusionThresholdBytes", 1 << 20}, {"cycleTimeMs", 2.5}, {"timeline", "/tmp/t.json"}};
@@ -77,6 +79,9 @@ TEST(HorovodJobFromJson, ParsesFullObject) {
   EXPECT_EQ(s.replicas, 8);
   EXPECT_EQ(s.pod_template["spec"]["containers"][0]["image"], "t");
   EXPECT_EQ(s.worker.gpus, 4);
+  EXPECT_EQ(s.worker.ranks_per_worker, 2);
+  EXPECT_EQ(RanksPerWorker(s.worker), 2);
+  EXPECT_EQ(WorldSize(s), 16);
   EXPECT_EQ(s.worker.rdma.resource_name, "rdma/ib");
   EXPECT_EQ(s.worker.rdma.count, 2);
   EXPECT_EQ(s.sidecar.image, "s");
@@ -252,6 +257,28 @@ TEST(Validate, GangWithoutProvider) {
   HorovodJobSpec s = MinimalSpec();
   s.scheduling_policy.gang.enabled = true;
   EXPECT_EQ(Validate("j", s).reason, kReasonGangProviderMissing);
+}
+
+TEST(Validate, RanksPerWorkerNeedsAGpuEachAndTheTrainersCommand) {
+  HorovodJobSpec s = MinimalSpec();
+  s.worker.gpus = 2;
+  s.worker.ranks_per_worker = 4;
+  Verdict v = Validate("j", s);
+  EXPECT_EQ(v.reason, kReasonRanksExceedGpus);
+  EXPECT_NE(v.message.find("ranksPerWorker is 4 but each worker has 2 GPUs"), std::string::npos)
+      << v.message;
+  // 2 ranks from 2 GPUs (the default): the command must be known to run it per local rank.
+  s.worker.ranks_per_worker = 0;
+  v = Validate("j", s);
+  EXPECT_EQ(v.reason, kReasonLocalRanksNeedCommand);
+  EXPECT_NE(v.message.find("ranksPerWorker is 2 (from gpus)"), std::string::npos) << v.message;
+  s.pod_template["spec"]["containers"][0]["command"] = {"python3", "train.py"};
+  EXPECT_TRUE(Validate("j", s).ok()) << Validate("j", s).message;
+  // Without GPUs any number of CPU ranks per worker.
+  s.worker.gpus = 0;
+  s.worker.ranks_per_worker = 3;
+  EXPECT_TRUE(Validate("j", s).ok());
+  EXPECT_EQ(WorldSize(s), 3 * s.replicas);
 }
 
 TEST(Validate, RdmaWithoutResourceName) {

@@ -278,6 +278,41 @@ TEST(WorkerPod, GpusRdmaAndIpcLock) {
   EXPECT_FALSE(Trainer(pod)["resources"]["limits"].contains("rdma/ib"));
 }
 
+// A worker of several ranks (gpus: 2, so ranksPerWorker defaults to 2): ranks 2 and 3 in pod 1,
+// one sidecar serving both, the trainer's command run once per local rank by korovod-local-ranks.
+TEST(WorkerPod, SeveralRanksPerWorker) {
+  json job = MinimalJob(2);
+  job["spec"]["worker"] = {{"gpus", 2}};
+  json& trainer_spec = job["spec"]["template"]["spec"]["containers"][0];
+  trainer_spec["command"] = {"python3", "train.py"};
+  trainer_spec["args"] = {"--epochs", "3"};
+  const json pod = Pod(job, 1);
+  const json trainer = Trainer(pod);
+  EXPECT_EQ(trainer["command"],
+            json::array({"korovod-local-ranks", "--", "python3", "train.py", "--epochs", "3"}));
+  EXPECT_FALSE(trainer.contains("args"));
+  EXPECT_EQ(trainer["terminationMessagePolicy"], "FallbackToLogsOnError");
+  for (const json& c : {trainer, Sidecar(pod)}) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    EXPECT_EQ(EnvValue(c, "KOROVOD_RANK"), "2");
+    EXPECT_EQ(EnvValue(c, "KOROVOD_SIZE"), "4");
+    EXPECT_EQ(EnvValue(c, "KOROVOD_SIDECAR_RANKS"), "2");
+    EXPECT_EQ(EnvValue(c, "KOROVOD_LOCAL_SIZE"), "2");
+    EXPECT_EQ(EnvValue(c, "KOROVOD_CROSS_RANK"), "1");
+    EXPECT_EQ(EnvValue(c, "KOROVOD_CROSS_SIZE"), "2");
+    EXPECT_NE(EnvValue(c, "KOROVOD_SOCKET").find("/sidecar-{local_rank}.sock"), std::string::npos);
+  }
+  EXPECT_EQ(Trainer(pod)["resources"]["limits"]["nvidia.com/gpu"], "2");
+
+  // ranksPerWorker: 1 keeps one rank per pod whatever the GPUs.
+  job["spec"]["worker"] = {{"gpus", 8}, {"ranksPerWorker", 1}};
+  const json one = Pod(job, 1);
+  EXPECT_EQ(Trainer(one)["command"], json::array({"python3", "train.py"}));
+  EXPECT_EQ(EnvValue(Trainer(one), "KOROVOD_RANK"), "1");
+  EXPECT_EQ(EnvValue(Trainer(one), "KOROVOD_SIZE"), "2");
+  EXPECT_EQ(EnvCount(Sidecar(one), "KOROVOD_SIDECAR_RANKS"), 0);
+}
+
 TEST(WorkerPod, ExtendedResourceRequestsFollowTheLimits) {
   json job = MinimalJob(2);
   job["spec"]["worker"] = {{"gpus", 4}, {"rdma", {{"count", 1}}}};
@@ -511,7 +546,7 @@ TEST(Samples, ProduceValidPods) {
           }
         }
       }
-      EXPECT_EQ(EnvValue(Trainer(pod), "KOROVOD_SIZE"), std::to_string(parsed.spec.replicas));
+      EXPECT_EQ(EnvValue(Trainer(pod), "KOROVOD_SIZE"), std::to_string(WorldSize(parsed.spec)));
     }
     EXPECT_EQ(static_cast<int64_t>(pods.size()), parsed.spec.replicas);
   }
