@@ -55,6 +55,9 @@ inline constexpr std::string_view kReadyzPath = "/readyz";
 inline constexpr std::string_view kHealthzPath = "/healthz";
 
 inline constexpr std::string_view kGpuResourceName = "nvidia.com/gpu";
+// The NVIDIA container runtime's device selection (device-plugin path, see ShareTrainerDevices).
+inline constexpr std::string_view kEnvNvidiaVisibleDevices = "NVIDIA_VISIBLE_DEVICES";
+inline constexpr std::string_view kEnvNvidiaDriverCapabilities = "NVIDIA_DRIVER_CAPABILITIES";
 inline constexpr std::string_view kIpcLockCapability = "IPC_LOCK";
 
 // One plain {name, value} entry of a container's env.

@@ -72,6 +72,30 @@ json MergedStringMap(const json& template_meta, const char* key) {
 
 }  // namespace
 
+void ShareTrainerDevices(const json& trainer, const HorovodJobSpec& spec, json& sidecar) {
+  // Dynamic Resource Allocation: every claim the trainer names, the sidecar names too. Containers
+  // of a pod that name one claim share its devices, so both see the same GPUs.
+  const json* claims = nullptr;
+  if (auto r = trainer.find("resources"); r != trainer.end() && r->is_object()) {
+    if (auto c = r->find("claims"); c != r->end() && c->is_array() && !c->empty()) claims = &*c;
+  }
+  if (claims != nullptr) {
+    json& mine = Ensure(Ensure(sidecar, "resources", json::object()), "claims", json::array());
+    for (const json& c : *claims) {
+      if (std::find(mine.begin(), mine.end(), c) == mine.end()) mine.push_back(c);
+    }
+    return;
+  }
+  // The device plugin gives spec.worker.gpus to the trainer alone; the NVIDIA container runtime
+  // shows the sidecar the node's GPUs, among them the trainer's, which it finds by UUID
+  // (docs/adr/0012-gpus-shared-by-trainer-and-sidecar.md).
+  if (spec.worker.gpus > 0) {
+    json& env = Ensure(sidecar, "env", json::array());
+    env.push_back(EnvVar(kEnvNvidiaVisibleDevices, "all"));
+    env.push_back(EnvVar(kEnvNvidiaDriverCapabilities, "compute,utility"));
+  }
+}
+
 WorkerIdentity HorovodJobWorker(const HorovodJob& job, int64_t index, int64_t epoch,
                                 const OperatorSettings& settings) {
   WorkerIdentity id;
@@ -146,7 +170,11 @@ void ConfigureWorkerPodSpec(json& pod_spec, int trainer_index, const HorovodJobS
   }
 
   // The native sidecar goes first so it is up before any template init container runs.
-  json init = json::array({BuildSidecarContainer(spec, id, settings)});
+  json sidecar = BuildSidecarContainer(spec, id, settings);
+  if (trainer_index >= 0 && static_cast<size_t>(trainer_index) < containers.size()) {
+    ShareTrainerDevices(containers[trainer_index], spec, sidecar);
+  }
+  json init = json::array({std::move(sidecar)});
   if (pod_spec.contains("initContainers") && pod_spec["initContainers"].is_array()) {
     for (const json& c : pod_spec["initContainers"]) init.push_back(c);
   }

@@ -25,6 +25,13 @@ WorkerIdentity HorovodJobWorker(const HorovodJob& job, int64_t index, int64_t ep
 // prepended to initContainers; the socket, /dev/shm (and timeline) volumes are added unless the
 // spec has volumes of those names. `spec` gives the sidecar's image, resources, engine settings,
 // interface, GPUs and RDMA. HorovodJob workers and webhook-injected pods both go through it.
+// The trainer's GPUs, visible to the sidecar too (CUDA IPC needs both processes on the devices):
+// the Dynamic Resource Allocation claims the trainer names are named by the sidecar as well;
+// without claims, spec.worker.gpus from the device plugin are the trainer's alone and the sidecar
+// gets NVIDIA_VISIBLE_DEVICES=all (docs/adr/0012-gpus-shared-by-trainer-and-sidecar.md).
+void ShareTrainerDevices(const nlohmann::json& trainer, const HorovodJobSpec& spec,
+                         nlohmann::json& sidecar);
+
 void ConfigureWorkerPodSpec(nlohmann::json& pod_spec, int trainer_index, const HorovodJobSpec& spec,
                             const WorkerIdentity& id, const OperatorSettings& settings);
 

@@ -276,6 +276,32 @@ RESTRICTED_TRAINER = {"name": "trainer", "image": "korovod/trainer:test",
                                           "seccompProfile": {"type": "RuntimeDefault"}}}
 
 
+def test_dra_claim_is_shared_by_trainer_and_sidecar(operator, crd, ns):
+    """The Dynamic Resource Allocation form (resource.k8s.io/v1): a ResourceClaimTemplate, a job
+    whose pods claim from it and whose trainer names the claim. The API server accepts the
+    template and the operator's pods, where the sidecar names the same claim (ADR 0012); the
+    workers run and the job succeeds."""
+    crd.kubectl("-n", ns, "apply", "-f", "-", input=json.dumps({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "two-gpus"},
+        "spec": {"spec": {"devices": {"requests": [{
+            "name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}]}}}}))
+    doc = json.loads(job_doc("dra", replicas=2))
+    tspec = doc["spec"]["template"]["spec"]
+    tspec["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "two-gpus"}]
+    tspec["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
+    with FakeKubelet(crd, ns, outcome=lambda p: "succeed"):
+        apply(crd, ns, json.dumps(doc))
+        job = wait_phase(crd, ns, "dra", "Succeeded")
+        assert job["status"]["succeededWorkers"] == 2, job["status"]
+    for p in pods(crd, ns, "dra"):
+        assert p["spec"]["resourceClaims"] == tspec["resourceClaims"], p["spec"]
+        side = p["spec"]["initContainers"][0]
+        assert side["name"] == "korovod-sidecar", side
+        assert side["resources"]["claims"] == [{"name": "gpus"}], side
+        assert p["spec"]["containers"][0]["resources"]["claims"] == [{"name": "gpus"}]
+
+
 def test_worker_pods_pass_pod_security_restricted(operator, crd, ns):
     # The API server's PodSecurity admission enforces "restricted" in this namespace: every
     # worker pod (sidecar included) must pass it when RDMA is off; with RDMA (IPC_LOCK) it may not.

@@ -376,6 +376,46 @@ def test_horovodjob_trains_from_the_images(node, operator):
                                                                   time.monotonic() - t0))
 
 
+def test_workers_of_two_ranks_train_hierarchically(node, operator):
+    """spec.worker.ranksPerWorker: 2 on 2 workers: 4 ranks, the trainer's command run once per
+    local rank by korovod-local-ranks in the image, one sidecar per pod serving both ranks, and
+    the pods (two network namespaces) as two hosts: allreduce goes hierarchical."""
+    ns = _namespace(node)
+    name = "pods-of-two"
+    job = {"apiVersion": "korovod.dev/v1alpha1", "kind": "HorovodJob",
+           "metadata": {"name": name, "namespace": ns},
+           "spec": {"replicas": 2, "worker": {"ranksPerWorker": 2},
+                    "sidecar": {"image": SIDECAR},
+                    "runPolicy": {"backoffLimit": 0, "cleanPodPolicy": "None"},
+                    "template": {"spec": {"containers": [{
+                        "name": "trainer", "image": TRAINER,
+                        "command": ["python3", "/examples/pytorch_digits.py"],
+                        "args": ["--epochs", "3"]}]}}}}
+    node.kubectl("apply", "-f", "-", input=json.dumps(job))
+    try:
+        node.wait_for(lambda: (_job(node, ns, name) or {}).get("status", {}).get("phase")
+                      in ("Succeeded", "Failed"), "job %s finished" % name, 420)
+    except AssertionError as e:
+        raise AssertionError("%s\n%s" % (e, _diagnose(node, ns))) from None
+    status = _job(node, ns, name)["status"]
+    assert status["phase"] == "Succeeded", (status, _diagnose(node, ns))
+    assert status.get("worldSize") == 4, status
+    pods = _pods(node, ns, "korovod.dev/job-name=" + name)
+    assert len(pods) == 2, [p["metadata"]["name"] for p in pods]
+    for i in range(2):
+        pod = name + "-worker-%d" % i
+        trainer = node.kubectl("-n", ns, "logs", pod, "-c", "trainer").stdout
+        sidecar = node.kubectl("-n", ns, "logs", pod, "-c", "korovod-sidecar").stdout
+        assert "[ranks %d-%d]" % (2 * i, 2 * i + 1) in sidecar, sidecar[-3000:]
+        for r in (2 * i, 2 * i + 1):
+            assert "rank %d/4" % r in sidecar, sidecar[-3000:]
+        assert "allreduce hierarchical (2 hosts x 2 ranks)" in sidecar, sidecar[-3000:]
+        if i == 0:  # rank 0 reports the training, prefixed by korovod-local-ranks
+            accuracies = [float(a) for a in re.findall(r"^\[0\] .*test accuracy ([0-9.]+)%",
+                                                       trainer, re.M)]
+            assert len(accuracies) == 3 and accuracies[-1] >= 70.0, trainer[-3000:]
+
+
 def _trainer(cmd_tail=""):
     return {"name": "trainer", "image": TRAINER,
             "command": ["sh", "-c", "python3 /examples/pytorch_digits.py --epochs 2" + cmd_tail]}

@@ -313,6 +313,34 @@ TEST(WorkerPod, SeveralRanksPerWorker) {
   EXPECT_EQ(EnvCount(Sidecar(one), "KOROVOD_SIDECAR_RANKS"), 0);
 }
 
+// GPUs the trainer and the sidecar both see: a Dynamic Resource Allocation claim the trainer
+// names is named by the sidecar too; with the device plugin's nvidia.com/gpu (the trainer's
+// alone) the sidecar gets the runtime's NVIDIA_VISIBLE_DEVICES=all instead.
+TEST(WorkerPod, TheSidecarSeesTheTrainersGpus) {
+  json job = MinimalJob(2);
+  json& tspec = job["spec"]["template"]["spec"];
+  tspec["resourceClaims"] = {{{"name", "gpus"}, {"resourceClaimTemplateName", "two-gpus"}}};
+  tspec["containers"][0]["resources"] = {{"claims", {{{"name", "gpus"}}}}};
+  json pod = Pod(job);
+  EXPECT_EQ(Sidecar(pod)["resources"]["claims"], json::array({{{"name", "gpus"}}}));
+  EXPECT_EQ(Trainer(pod)["resources"]["claims"], json::array({{{"name", "gpus"}}}));
+  EXPECT_EQ(pod["spec"]["resourceClaims"], tspec["resourceClaims"]);
+  EXPECT_EQ(EnvCount(Sidecar(pod), "NVIDIA_VISIBLE_DEVICES"), 0);
+
+  json plugin = MinimalJob(2);
+  plugin["spec"]["worker"] = {{"gpus", 2}, {"ranksPerWorker", 1}};
+  pod = Pod(plugin);
+  EXPECT_EQ(EnvValue(Sidecar(pod), "NVIDIA_VISIBLE_DEVICES"), "all");
+  EXPECT_EQ(EnvValue(Sidecar(pod), "NVIDIA_DRIVER_CAPABILITIES"), "compute,utility");
+  EXPECT_FALSE(Sidecar(pod)["resources"].contains("claims"));
+  EXPECT_EQ(Trainer(pod)["resources"]["limits"]["nvidia.com/gpu"], "2");
+
+  // CPU workers: nothing of either.
+  pod = Pod(MinimalJob(2));
+  EXPECT_EQ(EnvCount(Sidecar(pod), "NVIDIA_VISIBLE_DEVICES"), 0);
+  EXPECT_FALSE(Sidecar(pod)["resources"].contains("claims"));
+}
+
 TEST(WorkerPod, ExtendedResourceRequestsFollowTheLimits) {
   json job = MinimalJob(2);
   job["spec"]["worker"] = {{"gpus", 4}, {"rdma", {{"count", 1}}}};
