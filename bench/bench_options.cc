@@ -229,6 +229,8 @@ flags:
   --hosts LIST        with --join: the host each rank counts as (equal names share a host:
                       shared memory inside, hierarchical allreduce with --algo hier)
   --job-key-file F    with --join: the world's key, the same file for every rank
+  --hierarchy H       with --join: auto (default) | on | off: the world's hierarchical
+                      collectives (off measures the flat allgather and broadcast)
   --help
 
 exit status: 0 ok, 1 a rank failed or hung (the message names it), 2 bad usage,
@@ -304,7 +306,7 @@ std::optional<BenchOptions> ParseArgs(int argc, char** argv, UsageError* error, 
     if (a != "--ranks" && a != "--sizes" && a != "--transport" && a != "--target-time" &&
         a != "--algo" && a != "--dtype" && a != "--min-iters" && a != "--max-iters" &&
         a != "--timeout" && a != "--via" && a != "--sidecar-binary" && a != "--join" &&
-        a != "--peers" && a != "--hosts" && a != "--job-key-file") {
+        a != "--peers" && a != "--hosts" && a != "--job-key-file" && a != "--hierarchy") {
       return fail("unknown flag '" + std::string(a) + "'");
     }
     if (!need_value()) return fail("missing value for " + std::string(a));
@@ -361,6 +363,16 @@ std::optional<BenchOptions> ParseArgs(int argc, char** argv, UsageError* error, 
       for (std::string_view tok : SplitCsv(value)) o.join_hosts.emplace_back(tok);
     } else if (a == "--job-key-file") {
       o.job_key_file = std::string(value);
+    } else if (a == "--hierarchy") {
+      if (value == "auto") {
+        o.hierarchy = HierarchyMode::kAuto;
+      } else if (value == "on") {
+        o.hierarchy = HierarchyMode::kOn;
+      } else if (value == "off") {
+        o.hierarchy = HierarchyMode::kOff;
+      } else {
+        return fail("bad --hierarchy '" + std::string(value) + "' (auto, on or off)");
+      }
     } else if (a == "--target-time" || a == "--timeout") {
       auto s = ParseSeconds(value);
       if (!s) return fail("bad " + std::string(a) + " '" + std::string(value) + "' (seconds > 0)");
@@ -413,8 +425,9 @@ std::optional<BenchOptions> ParseArgs(int argc, char** argv, UsageError* error, 
       return fail("--join runs one world in process: one --transport, --via inproc, no crossover");
     }
     o.ranks = {n};
-  } else if (!o.join_peers.empty() || !o.join_hosts.empty() || !o.job_key_file.empty()) {
-    return fail("--peers, --hosts and --job-key-file belong to --join");
+  } else if (!o.join_peers.empty() || !o.join_hosts.empty() || !o.job_key_file.empty() ||
+             o.hierarchy != HierarchyMode::kAuto) {
+    return fail("--peers, --hosts, --job-key-file and --hierarchy belong to --join");
   }
   if (o.algo_given && (o.crossover || o.op != BenchOpKind::kAllreduce)) {
     return fail("--algo applies to allreduce only");

@@ -54,6 +54,9 @@ struct BenchOptions {
   std::vector<PeerAddress> join_peers;
   std::vector<std::string> join_hosts;
   std::string job_key_file;  // the world's shared key (every rank reads the same file)
+  // --hierarchy: the world's hierarchical collectives (WorldOptions::hierarchical); --algo hier
+  // turns it on.
+  HierarchyMode hierarchy = HierarchyMode::kAuto;
 };
 
 // Why parsing failed, phrased for the user; main prints it with the usage and exits 2.

@@ -210,7 +210,7 @@ int RunInprocRank(const BenchOptions& o, TransportKind transport, const std::str
   w.job_key = job_key;
   w.transport = transport;
   w.hosts = o.join_hosts;
-  if (o.algo == AllreduceAlgorithm::kHierarchical) w.hierarchical = HierarchyMode::kOn;
+  w.hierarchical = o.algo == AllreduceAlgorithm::kHierarchical ? HierarchyMode::kOn : o.hierarchy;
   auto comm_or = Communicator::Create(w);
   if (!comm_or.ok()) {
     RankError(rank, comm_or.status().WithContext("creating the communicator"));

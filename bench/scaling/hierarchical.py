@@ -7,9 +7,13 @@ For each launch and algorithm (interleaved, so drift hits both alike) it runs th
 protocol (bench/README.md) at every size and keeps rank 0's rows, annotated with the layout and
 the link; then prints the median busbw of each algorithm and their ratio per size.
 
-  hierarchical.py --bench build/bin/korovod-bench [--hosts 2] [--ranks-per-host 2]
-                  [--rate-mbit 1000] [--sizes 4M,64M] [--algos ring,hier] [--repeats 3]
-                  [--out rows.json]
+  hierarchical.py --bench build/bin/korovod-bench [--op allreduce] [--hosts 2]
+                  [--ranks-per-host 2] [--rate-mbit 1000] [--sizes 4M,64M] [--algos ring,hier]
+                  [--repeats 3] [--out rows.json]
+
+Variants (--algos): ring, hier (allreduce's --algo), auto (the runtime's choice: hierarchical
+where the layout allows), flat (the world's hierarchy off: every collective flat). Each row
+carries its variant in "variant".
 Needs root (ip netns, tc). Exit 0 when every launch verified; 77 (skipped) without root or
 network namespaces.
 """
@@ -35,9 +39,13 @@ def run_launch(args, cluster, procs, algo, work, launch):
     key = os.path.join(work, "key")
     ranks = []
     for r in range(n_hosts * per):
-        cmd = [args.bench, "allreduce", "--join", str(r), "--peers", peers, "--hosts", hosts,
-               "--transport", "tcp", "--algo", algo, "--sizes", args.sizes, "--job-key-file",
-               key, "--target-time", str(args.target_time)]
+        cmd = [args.bench, args.op, "--join", str(r), "--peers", peers, "--hosts", hosts,
+               "--transport", "tcp", "--sizes", args.sizes, "--job-key-file", key,
+               "--target-time", str(args.target_time)]
+        if algo == "flat":
+            cmd += ["--hierarchy", "off"]
+        elif algo != "auto":
+            cmd += ["--algo", algo]
         if args.no_loop:
             cmd.append("--no-loop")
         log = os.path.join(work, "%s-%d-rank%d.log" % (algo, launch, r))
@@ -60,7 +68,7 @@ def run_launch(args, cluster, procs, algo, work, launch):
         for line in f:
             if line.startswith("{"):
                 row = json.loads(line)
-                row.update({"hosts": n_hosts, "ranks_per_host": per,
+                row.update({"variant": algo, "hosts": n_hosts, "ranks_per_host": per,
                             "link_mbit": args.rate_mbit, "launch": launch})
                 rows.append(row)
     return rows
@@ -69,6 +77,8 @@ def run_launch(args, cluster, procs, algo, work, launch):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bench", required=True)
+    ap.add_argument("--op", default="allreduce",
+                    choices=["allreduce", "allgather", "broadcast"])
     ap.add_argument("--hosts", type=int, default=2)
     ap.add_argument("--ranks-per-host", type=int, default=2)
     ap.add_argument("--rate-mbit", type=float, default=1000)
@@ -123,7 +133,7 @@ def main():
     print("|---|" + "---|" * (2 * len(algos) - 1))
     for size in sorted({r["bytes"] for r in rows}):
         med = [statistics.median(r.get("busbw_gbps", 0) for r in rows
-                                 if r["bytes"] == size and r["algo"] == a) for a in algos]
+                                 if r["bytes"] == size and r["variant"] == a) for a in algos]
         print("| %d | %s | %s |" % (size, " | ".join("%.3f" % m for m in med),
                                     " | ".join("%.2f" % (m / med[0]) for m in med[1:])))
     want = len(args.algos.split(",")) * args.repeats * len(args.sizes.split(","))
