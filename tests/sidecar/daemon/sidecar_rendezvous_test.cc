@@ -24,45 +24,23 @@
 #include <vector>
 
 #include "sidecar/daemon/sidecar_config.h"
+#include "tests/sidecar/daemon/sidecar_test_job.h"
 
 namespace korovod::sidecar {
 namespace {
+
+using daemon_test::FreePort;
+using daemon_test::ReportedMetricsPort;
+
+std::string HttpGet(int port, const std::string& path) {
+  int status = 0;
+  return daemon_test::HttpGet(port, path, &status);
+}
 
 using namespace std::chrono_literals;
 
 bool Contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
-}
-
-// A loopback port nobody listens on right now (bound, then closed).
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-std::string HttpGet(int port, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  std::string resp;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-    const std::string req = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
-    (void)!::write(fd, req.data(), req.size());
-    char buf[4096];
-    ssize_t n;
-    while ((n = ::read(fd, buf, sizeof buf)) > 0) resp.append(buf, n);
-  }
-  ::close(fd);
-  return resp;
 }
 
 bool WaitPid(pid_t pid, std::chrono::milliseconds timeout, int* st) {
@@ -106,14 +84,13 @@ class Job {
     }
     ::chmod(key.c_str(), 0600);
     for (int r = 0; r < n; ++r) {
-      metrics_ports_.push_back(FreePort());
       std::vector<std::string> env = {
           "KOROVOD_RANK=" + std::to_string(r),
           "KOROVOD_SIZE=" + std::to_string(n),
           "KOROVOD_JOB_KEY_FILE=" + key,
           "KOROVOD_SOCKET=" + socket(r),
           "KOROVOD_SHM_PREFIX=" + prefix_,
-          "KOROVOD_METRICS_PORT=" + std::to_string(metrics_ports_[r]),
+          "KOROVOD_METRICS_PORT=0",
           "KOROVOD_START_TIMEOUT_SECONDS=20",
           "KOROVOD_ARENA_HEAP_MIB=16",
           "PATH=/usr/bin:/bin",
@@ -190,7 +167,7 @@ class Job {
   }
 
   std::string dir() const { return dir_; }
-  int metrics_port(int r) const { return metrics_ports_[r]; }
+  int metrics_port(int r) const { return ReportedMetricsPort(log(r), r, n_); }
   std::string Log(int r) const { return Read(log(r)); }
 
  private:
@@ -209,7 +186,6 @@ class Job {
   std::string dir_;
   std::string prefix_;
   std::vector<pid_t> pids_;
-  std::vector<int> metrics_ports_;
 };
 
 TEST(SidecarRendezvous, ThreeSidecarsMeetAtTheCoordinatorAndRunOps) {

@@ -94,7 +94,6 @@ Job::Job(int n, std::vector<std::string> extra_env, int ranks_per_sidecar)
     int port = 0;
     fds[r] = ListenOnLoopback(&port);
     peers += (r ? "," : "") + std::string("127.0.0.1:") + std::to_string(port);
-    metrics_ports_.push_back(FreePort());
   }
   for (int r = 0; r < n; r += per_) {
     std::string listen_fds;
@@ -114,8 +113,7 @@ Job::Job(int n, std::vector<std::string> extra_env, int ranks_per_sidecar)
         "KOROVOD_JOB_KEY_FILE=" + key_file_,
         "KOROVOD_SOCKET=" + socket_template,
         "KOROVOD_SHM_PREFIX=" + prefix_,
-        // Several ranks take the port and the ones after it: let each pick a free one.
-        "KOROVOD_METRICS_PORT=" + std::to_string(per_ == 1 ? metrics_ports_[r] : 0),
+        "KOROVOD_METRICS_PORT=0",
         "KOROVOD_START_TIMEOUT_SECONDS=20",
         "KOROVOD_ARENA_HEAP_MIB=4",
         "PATH=/usr/bin:/bin",
@@ -252,6 +250,32 @@ std::string Job::Log(int r) const {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+int ReportedMetricsPort(const std::string& log_path, int rank, int size) {
+  // The sidecar's start-up line: "rank R/N on HOST: ..., metrics port P".
+  const std::string line_start =
+      "rank " + std::to_string(rank) + "/" + std::to_string(size) + " on ";
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  do {
+    std::ifstream in(log_path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string log = ss.str();
+    const size_t at = log.find(line_start);
+    const size_t end = at == std::string::npos ? at : log.find('\n', at);
+    if (end != std::string::npos) {
+      const size_t port_at = log.rfind("metrics port ", end);
+      if (port_at != std::string::npos && port_at > at)
+        return std::atoi(log.c_str() + port_at + 13);
+    }
+    std::this_thread::sleep_for(10ms);
+  } while (std::chrono::steady_clock::now() < deadline);
+  return -1;
+}
+
+int Job::metrics_port(int r) const {
+  return ReportedMetricsPort(dir_ + "/rank" + std::to_string(r / per_) + ".log", r, n_);
 }
 
 }  // namespace korovod::sidecar::daemon_test

@@ -64,8 +64,12 @@ const char* SidecarBinary();
 
 // A TCP socket listening on 127.0.0.1 at a kernel-chosen port (*port); -1 on failure.
 int ListenOnLoopback(int* port);
-// A loopback port nobody listens on right now.
+// A loopback port nobody listens on right now (someone else may bind it before the caller does:
+// for addresses that must be known before a process starts).
 int FreePort();
+// The health/metrics port that rank `rank` of `size` reports on its start-up line in the sidecar
+// log at `log_path` (run with KOROVOD_METRICS_PORT=0); -1 when the line does not appear in 10 s.
+int ReportedMetricsPort(const std::string& log_path, int rank, int size);
 // GET http://127.0.0.1:port/path (HTTP/1.0); the raw response, *status its code (0: none).
 std::string HttpGet(int port, const std::string& path, int* status);
 
@@ -104,7 +108,9 @@ class Job {
     return dir_ + "/s" + std::to_string(r / per_) + "-rank" + std::to_string(r % per_) + ".sock";
   }
   const std::string& dir() const { return dir_; }
-  int metrics_port(int r) const { return metrics_ports_[r]; }
+  // Rank r's health/metrics port. Every sidecar binds an ephemeral one (KOROVOD_METRICS_PORT=0)
+  // and logs it: a free port picked here and bound later could be taken in between.
+  int metrics_port(int r) const;
   pid_t pid(int r) const { return pids_[r]; }
   std::string Log(int r) const;
 
@@ -115,7 +121,6 @@ class Job {
   std::string prefix_;
   std::string key_file_;
   std::vector<pid_t> pids_;
-  std::vector<int> metrics_ports_;
 };
 
 }  // namespace korovod::sidecar::daemon_test
