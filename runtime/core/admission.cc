@@ -20,6 +20,7 @@ Request ReportOf(const OpRequest& r, const std::string& group, int32_t group_siz
   q.group = group;
   q.group_size = group_size;
   q.set_ranks = r.members;
+  q.on_device = r.device >= 0;
   return q;
 }
 

@@ -119,6 +119,7 @@ Response Coordinator::Decide(const std::string& name, const Entry& e) const {
   resp.group = ref.group;
   resp.group_size = ref.group_size;
   resp.set_ranks = ref.set_ranks;
+  resp.on_device = ref.on_device;
   resp.error = Mismatch(name, e, ref);
   if (!resp.error.empty()) return resp;
 
@@ -152,6 +153,21 @@ std::string Coordinator::Mismatch(const std::string& name, const Entry& e,
           [](const DataType& t) { return S(DataTypeName(t)); }, describe_);
       !d.empty()) {
     return fail("dtype", d);
+  }
+  if (S d = Disagreement<bool>(
+          e.by_rank, [](const Request& r) { return r.on_device; },
+          [](const bool& dev) { return S(dev ? "GPU (device memory)" : "CPU (host memory)"); },
+          describe_);
+      !d.empty()) {
+    return fail("CPU/GPU device", d);
+  }
+  if (ref.on_device) {
+    for (int r = 0; r < size_; ++r) {
+      if (!e.by_rank[r]) {
+        return "tensor \"" + name + "\": " + describe_(r) +
+               " has joined; joined ranks cannot stand in for a device (GPU) tensor";
+      }
+    }
   }
   const bool ragged = IsRagged(ref.type);
   auto shape_key = [ragged](const Request& r) { return AgreedShape(r, ragged); };

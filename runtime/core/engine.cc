@@ -11,6 +11,7 @@
 #include "runtime/core/clock_sync.h"
 #include "runtime/core/collective_lanes.h"
 #include "runtime/core/coordinator.h"
+#include "runtime/core/device_executor.h"
 #include "runtime/core/fusion_planner.h"
 #include "runtime/core/negotiation.h"
 #include "runtime/core/op_executor.h"
@@ -83,7 +84,10 @@ struct Engine::Impl {
   int next_set_id = 1;
   std::unique_ptr<Timeline> timeline;
   OpExecutor executor;
+  DeviceExecutor device_executor;  // ops on device tensors (OpRequest::device >= 0)
+  int device_in_use = -1;          // guarded by mu: the device of this rank's device tensors
   std::unique_ptr<Autotuner> autotuner;
+  DeviceBackend device;
   Announcements to_announce;  // by the world's coordinator, in its next response list
   Clock::time_point last_autotune_record = Clock::now();
   std::atomic<uint64_t> cycle_bytes{0};  // lanes add theirs as they finish
@@ -100,8 +104,8 @@ struct Engine::Impl {
   bool lane_failed = false;  // guarded by mu: wakes an idle engine to stop
   std::thread thread;
 
-  explicit Impl(std::unique_ptr<Communicator> c, const EngineConfig& cfg)
-      : comm(std::move(c)), config(cfg), executor(*comm) {
+  Impl(std::unique_ptr<Communicator> c, const EngineConfig& cfg, DeviceBackend device)
+      : comm(std::move(c)), config(cfg), executor(*comm), device_executor(*comm, device) {
     fusion_threshold = cfg.fusion_threshold_bytes;
     cycle_time_ms = cfg.cycle_time_ms;
     executor.set_pipeline(
@@ -110,6 +114,38 @@ struct Engine::Impl {
   }
 
   int rank() const { return comm->rank(); }
+
+  // Submit's checks of a device tensor (mu held): a backend, a supported op, one device per rank
+  // (NCCL's rule): the device of the rank's first device tensor is its device from then on.
+  Status CheckDeviceTensor(const OpRequest& r) {
+    if (r.device < 0) return OkStatus();
+    const std::string who = "tensor \"" + r.name + "\" on device " + std::to_string(r.device);
+    if (!device.enabled()) {
+      return FailedPrecondition(who +
+                                ": this engine has no device backend (built without CUDA "
+                                "and NCCL, or started without a GPU)");
+    }
+    if (r.type != OpType::kAllreduce && r.type != OpType::kBroadcast) {
+      return InvalidArgument(who + ": " + OpTypeName(r.type) +
+                             " of device tensors is not supported yet (allreduce and broadcast "
+                             "are)");
+    }
+    if (r.device >= device.api->DeviceCount()) {
+      return InvalidArgument(who + ": " + std::to_string(device.api->DeviceCount()) +
+                             " devices visible");
+    }
+    if (NumElements(r.shape) > 0 && (r.input == nullptr || r.output == nullptr)) {
+      return InvalidArgument(who + ": null device buffer");
+    }
+    if (device_in_use >= 0 && r.device != device_in_use) {
+      return InvalidArgument(who + ": rank " + std::to_string(rank()) + " drives device " +
+                             std::to_string(device_in_use) +
+                             "; one device per rank (set it with torch.cuda.set_device("
+                             "hvd.local_rank()))");
+    }
+    device_in_use = r.device;
+    return OkStatus();
+  }
 
   SetState& AddSet(int id, ProcessSet ps) {
     auto st = std::make_unique<SetState>(id, std::move(ps), config.cache_capacity);
@@ -138,6 +174,7 @@ struct Engine::Impl {
     if (id == 0 || it == sets.end()) return;
     std::unique_ptr<SetState> st = std::move(it->second);
     sets.erase(it);
+    device_executor.ForgetSet(id);
     {
       std::lock_guard<std::mutex> lock(mu);
       admission.RemoveSet(id);
@@ -231,6 +268,7 @@ struct Engine::Impl {
       waits_lane.clear();
       timeline.reset();
       executor.set_timeline(nullptr);
+      device_executor.set_timeline(nullptr);
       if (lanes) lanes->set_timeline(nullptr);
     }
     if (start) {
@@ -243,6 +281,7 @@ struct Engine::Impl {
       if (t.ok()) {
         timeline = std::move(*t);
         executor.set_timeline(timeline.get());
+        device_executor.set_timeline(timeline.get());
         if (lanes) lanes->set_timeline(timeline.get());
       } else {
         result = t.status();
@@ -499,7 +538,8 @@ Status Engine::Impl::RunCollective(SetState& s, const FusedOp& f, const CycleRes
     }
     // Other collectives keep their order after the allreduces submitted before them; small
     // allreduces only pass large ones (which Horovod's ordering never promised either).
-    if (cycle.responses[f.responses.front()].type != OpType::kAllreduce) DrainLanes();
+    const Response& head = cycle.responses[f.responses.front()];
+    if (head.type != OpType::kAllreduce || head.on_device) DrainLanes();
   }
   std::vector<OpExecutor::Item> items;
   items.reserve(f.responses.size());
@@ -511,7 +551,9 @@ Status Engine::Impl::RunCollective(SetState& s, const FusedOp& f, const CycleRes
   }
   uint64_t bytes = 0;
   const uint64_t segments_before = executor.pipelined_segments();
-  Status st = executor.Run(s.set, items, &bytes);
+  Status st = cycle.responses[f.responses.front()].on_device
+                  ? device_executor.Run(s.id, s.set, items, &bytes)
+                  : executor.Run(s.set, items, &bytes);
   const uint64_t segments = executor.pipelined_segments() - segments_before;
   cycle_bytes += bytes;
   {
@@ -560,7 +602,7 @@ bool Engine::Impl::OnLane(const SetState& s, const FusedOp& f, const CycleRespon
   uint64_t bytes = 0;
   for (int i : f.responses) {
     const Response& r = cycle.responses[i];
-    if (r.type != OpType::kAllreduce) return false;
+    if (r.type != OpType::kAllreduce || r.on_device) return false;
     bytes += static_cast<uint64_t>(NumElements(r.shape)) * DataTypeSize(r.dtype);
   }
   return bytes >= kLaneMinBytes;
@@ -728,10 +770,11 @@ int Engine::rank() const { return impl_->comm->rank(); }
 int Engine::size() const { return impl_->comm->size(); }
 
 StatusOr<std::unique_ptr<Engine>> Engine::Start(std::unique_ptr<Communicator> comm,
-                                                const EngineConfig& config) {
+                                                const EngineConfig& config, DeviceBackend device) {
   KV_RETURN_IF_ERROR(config.Validate());
   if (comm == nullptr) return InvalidArgument("engine needs a communicator");
-  auto impl = std::make_unique<Impl>(std::move(comm), config);
+  auto impl = std::make_unique<Impl>(std::move(comm), config, device);
+  impl->device = device;
   Communicator& c = *impl->comm;
 
   KV_RETURN_IF_ERROR(CheckSettingsAgree(c, config));
@@ -809,6 +852,7 @@ StatusOr<std::vector<OpHandle>> Engine::SubmitGroup(std::vector<OpRequest> reque
     if (!im.health.ok() || im.stopped) {
       return im.health.ok() ? FailedPrecondition("the engine has shut down") : im.health;
     }
+    for (const OpRequest& r : requests) KV_RETURN_IF_ERROR(im.CheckDeviceTensor(r));
     KV_ASSIGN_OR_RETURN(auto ops, im.admission.Admit(std::move(requests), std::move(done)));
     handles.reserve(ops.size());
     for (auto& op : ops) {

@@ -18,6 +18,7 @@
 #include "common/status.h"
 #include "runtime/core/engine_config.h"
 #include "runtime/core/op_request.h"
+#include "runtime/device/device_collectives.h"
 #include "runtime/world/communicator.h"
 
 namespace korovod {
@@ -30,8 +31,11 @@ class Engine {
   // Takes the connected communicator. Checks that every rank runs with the same settings (the
   // error names the setting and the ranks), measures clock offsets to rank 0 for the timeline, and
   // starts the background thread.
+  // `device`: how to run ops on device tensors (OpRequest::device >= 0); without one they are
+  // refused at Submit.
   static StatusOr<std::unique_ptr<Engine>> Start(std::unique_ptr<Communicator> comm,
-                                                 const EngineConfig& config);
+                                                 const EngineConfig& config,
+                                                 DeviceBackend device = {});
   ~Engine();  // Shutdown()
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

@@ -85,12 +85,20 @@ Status Corrupt(const char* what, size_t at) {
                   " bytes left)");
 }
 
+template <typename R>
+bool GetBool(R& rd, bool& out) {
+  uint8_t b = 0;
+  if (!rd.Get(b) || b > 1) return false;
+  out = b != 0;
+  return true;
+}
+
 }  // namespace
 
 bool Request::SameAs(const Request& o) const {
   return type == o.type && name == o.name && dtype == o.dtype && shape == o.shape && op == o.op &&
          prescale == o.prescale && postscale == o.postscale && root == o.root && group == o.group &&
-         group_size == o.group_size && set_ranks == o.set_ranks;
+         group_size == o.group_size && set_ranks == o.set_ranks && on_device == o.on_device;
 }
 
 size_t Response::ByteSize() const { return NumElements(shape) * DataTypeSize(dtype); }
@@ -111,6 +119,7 @@ std::string EncodeRequests(const std::vector<Request>& requests) {
     w.PutString(r.group);
     w.Put(r.group_size);
     w.PutVector(r.set_ranks);
+    w.Put<uint8_t>(r.on_device ? 1 : 0);
   }
   return w.Take();
 }
@@ -128,7 +137,7 @@ StatusOr<std::vector<Request>> DecodeRequests(const std::byte* data, size_t len)
         !rd.GetEnum(r.dtype, kMaxDataType) || !rd.GetVector(r.shape) ||
         !rd.GetEnum(r.op, kMaxReduceOp) || !rd.Get(r.prescale) || !rd.Get(r.postscale) ||
         !rd.Get(r.root) || !rd.GetString(r.group) || !rd.Get(r.group_size) ||
-        !rd.GetVector(r.set_ranks)) {
+        !rd.GetVector(r.set_ranks) || !GetBool(rd, r.on_device)) {
       return Corrupt("truncated request", rd.left());
     }
   }
@@ -165,6 +174,7 @@ std::string EncodeResponses(const ResponseList& list) {
     w.Put(r.last_joined_rank);
     w.PutVector(r.set_ranks);
     w.PutVector(r.absent);
+    w.Put<uint8_t>(r.on_device ? 1 : 0);
   }
   return w.Take();
 }
@@ -197,7 +207,7 @@ StatusOr<ResponseList> DecodeResponses(const std::byte* data, size_t len) {
         !rd.GetVector(r.first_dims) || !rd.GetEnum(r.op, kMaxReduceOp) || !rd.Get(r.prescale) ||
         !rd.Get(r.postscale) || !rd.Get(r.root) || !rd.GetString(r.group) ||
         !rd.Get(r.group_size) || !rd.Get(r.last_joined_rank) || !rd.GetVector(r.set_ranks) ||
-        !rd.GetVector(r.absent)) {
+        !rd.GetVector(r.absent) || !GetBool(rd, r.on_device)) {
       return Corrupt("truncated response", rd.left());
     }
   }

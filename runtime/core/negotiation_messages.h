@@ -29,6 +29,7 @@ struct Request {
   std::string group;  // grouped allreduce: released together once all group_size are ready
   int32_t group_size = 0;
   std::vector<int32_t> set_ranks;  // add-process-set
+  bool on_device = false;          // the tensor is in device memory (OpRequest::device >= 0)
 
   // Same operation as far as the response cache is concerned.
   bool SameAs(const Request& o) const;
@@ -53,6 +54,7 @@ struct Response {
   // Set ranks that had joined without submitting this tensor: they contribute the op's identity
   // (allreduce, reducescatter) or no rows (allgather), and Average divides by the others.
   std::vector<int32_t> absent;
+  bool on_device = false;  // every rank's tensor is in device memory
 
   size_t ByteSize() const;  // tensor bytes this rank moves into a fusion buffer (allreduce)
 };

@@ -36,6 +36,9 @@ struct OpRequest {
   int root = 0;                  // broadcast: set rank of the root
   std::vector<int64_t> splits;   // alltoall: rows of the first dimension sent to each set rank
   int process_set = 0;           // 0: the world
+  // -1: input and output are host memory. >= 0: they are memory of that device (its ordinal in
+  // this process); the engine runs the op through its DeviceBackend (allreduce and broadcast).
+  int device = -1;
   // Engine-internal: add-process-set: the new set's ranks; remove-process-set: {the set's id}.
   std::vector<int32_t> members;
 };

@@ -214,12 +214,17 @@ NcclCommunicator::NcclCommunicator(Key, ncclComm* comm, int rank, int size, int 
       op_timeout_(op_timeout),
       scratch_(std::move(scratch)) {}
 
-StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(Communicator& cpu,
-                                                                     int device) {
-  const int rank = cpu.rank();
-  const int size = cpu.size();
-  const std::string who =
-      "nccl init on rank " + std::to_string(rank) + " (device " + std::to_string(device) + ")";
+StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(Communicator& cpu, int device,
+                                                                     const ProcessSet* set) {
+  if (set != nullptr && !set->contains_me()) {
+    return InvalidArgument("nccl init on rank " + std::to_string(cpu.rank()) +
+                           ": not a member of the process set");
+  }
+  const int rank = set != nullptr ? set->rank() : cpu.rank();
+  const int size = set != nullptr ? set->size() : cpu.size();
+  const std::string who = "nccl init on rank " + std::to_string(cpu.rank()) +
+                          (set != nullptr ? " (set rank " + std::to_string(rank) + ")" : "") +
+                          " (device " + std::to_string(device) + ")";
 
   // Local steps first; their outcome is shared with every rank below. The device stays bound
   // until init, which attaches the communicator to the current device.
@@ -260,12 +265,14 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(Communicato
   gather.output = ready.data();
   gather.counts = counts;
   gather.type = DataType::kUint8;
+  gather.set = set;
   KV_RETURN_IF_ERROR(::korovod::Allgather(cpu, gather).WithContext(who + ": readiness exchange"));
   if (!local_error.empty()) return FailedPrecondition(who + ": " + local_error);
   for (int r = 0; r < size; ++r) {
     if (!ready[r].ok) {
       const InitReady& bad = ready[r];
-      return Aborted(who + ": rank " + std::to_string(r) + " cannot join: " +
+      const int global = set != nullptr ? set->global_rank(r) : r;
+      return Aborted(who + ": rank " + std::to_string(global) + " cannot join: " +
                      std::string(bad.reason, strnlen(bad.reason, sizeof(bad.reason))));
     }
   }
@@ -332,8 +339,9 @@ std::string NcclCommunicator::Describe(const char* op, size_t count, DataType ty
 Status NcclCommunicator::Usable(const ProcessSet* set, const std::string& what) const {
   if (!broken_.ok()) return broken_;
   if (set != nullptr && set->size() != size_) {
-    return Unimplemented(what + ": process sets other than the world are not supported by the " +
-                         "NCCL backend");
+    return InvalidArgument(what + ": a process set of " + std::to_string(set->size()) +
+                           " ranks on a communicator of " + std::to_string(size_) +
+                           " (one NCCL communicator per set)");
   }
   return OkStatus();
 }

@@ -15,9 +15,9 @@
 #include <memory>
 #include <string>
 
-#include "runtime/collectives/collectives.h"
 #include "common/deadline.h"
 #include "common/status.h"
+#include "runtime/collectives/collectives.h"
 
 struct ncclComm;  // nccl.h stays an implementation detail of the .cc
 
@@ -31,10 +31,13 @@ int CudaDeviceCount();
 
 class NcclCommunicator {
  public:
-  // Collective over `cpu`'s world: every rank calls it with the CUDA device it drives (one device
-  // per rank; NCCL does not support two ranks on one device). Errors name the failing rank. The
-  // result does not refer to `cpu` afterwards.
-  static StatusOr<std::unique_ptr<NcclCommunicator>> Create(Communicator& cpu, int device);
+  // Collective over `cpu`'s world, or over `set`'s members when given (its ranks are then the
+  // set ranks): every member calls it with the CUDA device it drives (one device per rank; NCCL
+  // does not support two ranks on one device). The unique id travels in the CPU allgather over
+  // the engine's authenticated connections. Errors name the failing rank. The result does not
+  // refer to `cpu` or `set` afterwards.
+  static StatusOr<std::unique_ptr<NcclCommunicator>> Create(Communicator& cpu, int device,
+                                                            const ProcessSet* set = nullptr);
 
   ~NcclCommunicator();
   NcclCommunicator(const NcclCommunicator&) = delete;
@@ -47,8 +50,9 @@ class NcclCommunicator {
 
   // The collectives take the CPU API's options with device pointers for input/output, enqueue on
   // `stream` and return once the stream has drained (so also after any earlier work on it), or
-  // with DeadlineExceeded after op_timeout. `set` must be null or the world: process sets are not
-  // mapped to NCCL communicators yet. AllreduceOptions::algorithm is ignored (NCCL chooses).
+  // with DeadlineExceeded after op_timeout. `set` must be null or of
+  // this communicator's own set (a communicator is made per set). AllreduceOptions::algorithm is
+  // ignored (NCCL chooses).
   //
   // prescale/postscale: for floating-point Sum and Average they are folded, with Average's 1/size,
   // into one factor applied to each input before the sum (ncclRedOpCreatePreMulSum). Equal to

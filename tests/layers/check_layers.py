@@ -28,6 +28,7 @@ _RUNTIME_LAYERS = (
     "runtime/world",
     "runtime/algorithms",
     "runtime/collectives",
+    "runtime/device",
 )
 
 
@@ -55,6 +56,8 @@ RULES: Dict[str, Optional[Tuple[str, ...]]] = {
     "common/http": ("common",),
     **{layer: _runtime_below(layer) for layer in _RUNTIME_LAYERS},
     "runtime": ("common",) + _RUNTIME_LAYERS,
+    # The CUDA DeviceApi is its own library (korovod_cuda_device) on top of korovod_runtime.
+    "runtime/device": ("common", "runtime") + _RUNTIME_LAYERS[: _RUNTIME_LAYERS.index("runtime/device")],
     "runtime/nccl": ("common", "runtime") + _RUNTIME_LAYERS,
     "runtime/core": _ALL_RUNTIME,
     "sidecar/arena": ("common",),

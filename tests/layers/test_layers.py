@@ -95,7 +95,7 @@ def test_generated_proto_headers_belong_to_their_proto(tmp_path):
         'runtime/core/engine.cc:1: includes "korovod/sidecar/v1/sidecar.pb.h" (sidecar/control)'
         " -- rule: runtime/core may import only common, runtime, runtime/reduce, "
         "runtime/transport, runtime/world, runtime/algorithms, runtime/collectives, "
-        "runtime/nccl, runtime/core"
+        "runtime/device, runtime/nccl, runtime/core"
     ]
 
 

@@ -37,7 +37,8 @@ std::vector<EngineRankReport> RunEngineRanks(const EngineWorldSpec& spec,
         rep.start = comm.status();
         return;
       }
-      auto engine = Engine::Start(std::move(*comm), cfg);
+      auto engine =
+          Engine::Start(std::move(*comm), cfg, spec.device ? spec.device(r) : DeviceBackend{});
       if (!engine.ok()) {
         rep.start = engine.status();
         return;

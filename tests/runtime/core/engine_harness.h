@@ -22,6 +22,8 @@ struct EngineWorldSpec {
   // Per-rank last word on the engine config (tests that make ranks disagree).
   std::function<void(int rank, EngineConfig&)> customize;
   bool closing_barrier = true;
+  // The device backend each rank's engine gets (none: device tensors are refused).
+  std::function<DeviceBackend(int rank)> device;
 };
 
 class EngineRank {

@@ -1,0 +1,298 @@
+// The engine's device path (OpRequest::device >= 0) end to end on machines without a GPU: engines
+// on loopback whose DeviceBackend is HostDeviceApi + HostDeviceCollectives, the same interface the
+// NCCL backend serves on a GPU host. Checks what a trainer sees: exact results of fused and lone
+// device allreduces (sum, average, scaling, half precision), broadcasts, process sets, device and
+// host tensors never fused together, and clear errors (no backend, unsupported op, a second device,
+// ranks disagreeing on CPU/GPU) that leave the engine running.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+
+#include "common/data_type.h"
+#include "runtime/device/host_device_api.h"
+#include "runtime/device/host_device_collectives.h"
+#include "tests/runtime/core/engine_harness.h"
+
+namespace korovod::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// One host "device" per rank (ranks are threads of this process and share the API object).
+struct Devices {
+  explicit Devices(int n) : api(n, "/kvdevtest-" + std::to_string(::getpid()) + "-") {}
+  DeviceBackend Backend() { return {&api, HostDeviceCollectives::Factory(&api)}; }
+  HostDeviceApi api;
+};
+
+EngineWorldSpec Spec(int size, Devices* devices) {
+  EngineWorldSpec s;
+  s.size = size;
+  s.config.stall_check = 0ms;
+  if (devices != nullptr) s.device = [devices](int) { return devices->Backend(); };
+  return s;
+}
+
+// A device buffer of `n` floats (host memory standing in for a GPU's), freed with the test body.
+class DeviceFloats {
+ public:
+  DeviceFloats(HostDeviceApi& api, int device, size_t n) : api_(api), device_(device), n_(n) {
+    auto p = api.Malloc(device, n * sizeof(float));
+    if (p.ok()) p_ = static_cast<float*>(*p);
+  }
+  ~DeviceFloats() {
+    if (p_ != nullptr) api_.Free(device_, p_);
+  }
+  DeviceFloats(const DeviceFloats&) = delete;
+  DeviceFloats& operator=(const DeviceFloats&) = delete;
+  float* data() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  HostDeviceApi& api_;
+  int device_;
+  size_t n_;
+  float* p_ = nullptr;
+};
+
+OpRequest DeviceAllreduce(const std::string& name, const DeviceFloats& in, const DeviceFloats& out,
+                          int device, ReduceOp op = ReduceOp::kSum) {
+  OpRequest r;
+  r.type = OpType::kAllreduce;
+  r.name = name;
+  r.dtype = DataType::kFloat32;
+  r.shape = {static_cast<int64_t>(in.size())};
+  r.input = in.data();
+  r.output = out.data();
+  r.op = op;
+  r.device = device;
+  return r;
+}
+
+float Value(int rank, int k, size_t i) { return static_cast<float>((rank + 1) * (k + 1) + i % 5); }
+
+TEST(EngineDevice, ABurstOfDeviceTensorsIsOneFusedCollectiveWithExactResults) {
+  constexpr int kRanks = 3, kTensors = 24;
+  Devices devices(kRanks);
+  EngineWorldSpec spec = Spec(kRanks, &devices);
+  auto reports = RunEngineRanks(spec, [&](EngineRank& c) -> Status {
+    const int dev = c.rank();
+    std::vector<std::unique_ptr<DeviceFloats>> in, out;
+    std::vector<OpRequest> reqs;
+    for (int k = 0; k < kTensors; ++k) {
+      const size_t n = 1 + 37 * k;  // odd sizes: every tensor at its own aligned offset
+      in.push_back(std::make_unique<DeviceFloats>(devices.api, dev, n));
+      out.push_back(std::make_unique<DeviceFloats>(devices.api, dev, n));
+      for (size_t i = 0; i < n; ++i) in.back()->data()[i] = Value(c.rank(), k, i);
+      reqs.push_back(DeviceAllreduce("grad." + std::to_string(k), *in.back(), *out.back(), dev,
+                                     k % 2 == 0 ? ReduceOp::kSum : ReduceOp::kAverage));
+      if (k % 4 == 3) {  // Horovod's prescale/postscale on some of them (a group of their own)
+        reqs.back().prescale = 0.5;
+        reqs.back().postscale = 4.0;
+      }
+    }
+    const EngineStats before = c.engine().stats();
+    KV_ASSIGN_OR_RETURN(auto handles, c.engine().SubmitGroup(std::move(reqs)));
+    for (auto& h : handles) KV_RETURN_IF_ERROR(h.Wait(Deadline::After(60s)));
+    const uint64_t collectives = c.engine().stats().collectives - before.collectives;
+    // Sum, average, and scaled average: three kinds that cannot share a buffer.
+    c.Check(collectives == 3, "expected 3 fused collectives, got " + std::to_string(collectives));
+    for (int k = 0; k < kTensors; ++k) {
+      for (size_t i = 0; i < in[k]->size(); ++i) {
+        float sum = 0;
+        for (int r = 0; r < kRanks; ++r) sum += Value(r, k, i);
+        float want = k % 2 == 0 ? sum : sum / kRanks;
+        if (k % 4 == 3) want *= 2.0f;  // 0.5 before, 4 after
+        if (out[k]->data()[i] != want) {
+          c.Fail("grad." + std::to_string(k) + "[" + std::to_string(i) +
+                 "] = " + std::to_string(out[k]->data()[i]) + ", want " + std::to_string(want));
+          break;
+        }
+      }
+    }
+    return OkStatus();
+  });
+  ExpectEnginesOk(reports);
+}
+
+TEST(EngineDevice, ALoneTensorIsReducedInPlaceAndHalfPrecisionIsExact) {
+  constexpr int kRanks = 2;
+  Devices devices(kRanks);
+  auto reports = RunEngineRanks(Spec(kRanks, &devices), [&](EngineRank& c) -> Status {
+    DeviceFloats buf(devices.api, c.rank(), 1000);
+    for (size_t i = 0; i < 1000; ++i) buf.data()[i] = Value(c.rank(), 0, i);
+    KV_RETURN_IF_ERROR(RunOp(c.engine(), DeviceAllreduce("inplace", buf, buf, c.rank())));
+    c.Check(buf.data()[999] == Value(0, 0, 999) + Value(1, 0, 999), "in-place sum");
+    // float16 in device memory: 500 halves in the same buffer.
+    auto* halves = reinterpret_cast<uint16_t*>(buf.data());
+    for (int i = 0; i < 500; ++i) halves[i] = FloatToHalf(static_cast<float>(c.rank() + 1));
+    OpRequest r = DeviceAllreduce("half", buf, buf, c.rank());
+    r.dtype = DataType::kFloat16;
+    r.shape = {500};
+    KV_RETURN_IF_ERROR(RunOp(c.engine(), r));
+    c.Check(HalfToFloat(halves[499]) == 3.0f, "half sum");
+    return OkStatus();
+  });
+  ExpectEnginesOk(reports);
+}
+
+TEST(EngineDevice, BroadcastFromEveryRootAndOnAProcessSet) {
+  constexpr int kRanks = 3;
+  Devices devices(kRanks);
+  auto reports = RunEngineRanks(Spec(kRanks, &devices), [&](EngineRank& c) -> Status {
+    DeviceFloats in(devices.api, c.rank(), 64), out(devices.api, c.rank(), 64);
+    for (int root = 0; root < kRanks; ++root) {
+      for (int i = 0; i < 64; ++i) in.data()[i] = static_cast<float>(c.rank() * 100 + i);
+      OpRequest r = DeviceAllreduce("bcast." + std::to_string(root), in, out, c.rank());
+      r.type = OpType::kBroadcast;
+      r.root = root;
+      KV_RETURN_IF_ERROR(RunOp(c.engine(), r));
+      c.Check(out.data()[63] == static_cast<float>(root * 100 + 63),
+              "broadcast from " + std::to_string(root));
+    }
+    // A set of ranks 0 and 2: its own device collectives beside the world's.
+    KV_ASSIGN_OR_RETURN(int set, c.engine().AddProcessSet({0, 2}, Deadline::After(60s)));
+    if (c.rank() != 1) {
+      for (int i = 0; i < 64; ++i) in.data()[i] = static_cast<float>(c.rank() + 1);
+      OpRequest r = DeviceAllreduce("set.sum", in, out, c.rank());
+      r.process_set = set;
+      KV_RETURN_IF_ERROR(RunOp(c.engine(), r));
+      c.Check(out.data()[0] == 1.0f + 3.0f, "process set sum: " + std::to_string(out.data()[0]));
+    }
+    KV_RETURN_IF_ERROR(c.engine().RemoveProcessSet(set, Deadline::After(60s)).status());
+    // The world's collectives still work after the set's are gone.
+    for (int i = 0; i < 64; ++i) in.data()[i] = 1.0f;
+    KV_RETURN_IF_ERROR(RunOp(c.engine(), DeviceAllreduce("after.set", in, out, c.rank())));
+    c.Check(out.data()[5] == 3.0f, "world sum after the set");
+    return OkStatus();
+  });
+  ExpectEnginesOk(reports);
+}
+
+TEST(EngineDevice, HostAndDeviceTensorsOfOneGroupAreNeverFusedTogether) {
+  constexpr int kRanks = 2;
+  Devices devices(kRanks);
+  auto reports = RunEngineRanks(Spec(kRanks, &devices), [&](EngineRank& c) -> Status {
+    DeviceFloats d0(devices.api, c.rank(), 100), d1(devices.api, c.rank(), 100);
+    std::vector<float> h0(100, 2.0f), h1(100, 3.0f), ho0(100), ho1(100);
+    for (int i = 0; i < 100; ++i) d0.data()[i] = d1.data()[i] = 5.0f;
+    std::vector<OpRequest> reqs = {DeviceAllreduce("d0", d0, d0, c.rank()),
+                                   DeviceAllreduce("d1", d1, d1, c.rank())};
+    for (auto [name, in, out] : {std::tuple{"h0", &h0, &ho0}, std::tuple{"h1", &h1, &ho1}}) {
+      OpRequest r;
+      r.name = name;
+      r.shape = {100};
+      r.input = in->data();
+      r.output = out->data();
+      reqs.push_back(r);
+    }
+    const EngineStats before = c.engine().stats();
+    KV_ASSIGN_OR_RETURN(auto handles, c.engine().SubmitGroup(std::move(reqs)));
+    for (auto& h : handles) KV_RETURN_IF_ERROR(h.Wait(Deadline::After(60s)));
+    const uint64_t collectives = c.engine().stats().collectives - before.collectives;
+    c.Check(collectives == 2,
+            "expected 2 collectives (device, host), got " + std::to_string(collectives));
+    c.Check(d0.data()[99] == 10.0f && d1.data()[0] == 10.0f, "device sums");
+    c.Check(ho0[0] == 4.0f && ho1[99] == 6.0f, "host sums");
+    return OkStatus();
+  });
+  ExpectEnginesOk(reports);
+}
+
+TEST(EngineDevice, RanksDisagreeingOnCpuOrGpuFailEverywhereAndTheEngineGoesOn) {
+  constexpr int kRanks = 3;
+  Devices devices(kRanks);
+  auto reports = RunEngineRanks(Spec(kRanks, &devices), [&](EngineRank& c) -> Status {
+    DeviceFloats d(devices.api, c.rank(), 10);
+    std::vector<float> h(10, 1.0f), ho(10);
+    OpRequest r = DeviceAllreduce("w", d, d, c.rank());
+    if (c.rank() == 1) {  // rank 1 passes a CPU tensor under the same name
+      r.device = -1;
+      r.input = h.data();
+      r.output = ho.data();
+    }
+    Status s = RunOp(c.engine(), r);
+    c.Check(s.code() == StatusCode::kInvalidArgument, "mismatch: " + s.ToString());
+    c.Check(s.message().find("mismatched CPU/GPU device") != std::string::npos &&
+                s.message().find("rank 1") != std::string::npos,
+            "the error names the mismatch and the rank: " + s.ToString());
+    for (int i = 0; i < 10; ++i) d.data()[i] = 1.0f;
+    KV_RETURN_IF_ERROR(RunOp(c.engine(), DeviceAllreduce("w.again", d, d, c.rank())));
+    c.Check(d.data()[9] == 3.0f, "the next device allreduce");
+    return OkStatus();
+  });
+  ExpectEnginesOk(reports);
+}
+
+TEST(EngineDevice, UnsupportedDeviceRequestsAreRefusedAtSubmit) {
+  constexpr int kRanks = 2;
+  Devices devices(kRanks + 1);
+  auto reports = RunEngineRanks(Spec(kRanks, &devices), [&](EngineRank& c) -> Status {
+    DeviceFloats a(devices.api, c.rank(), 8), other(devices.api, 2, 8);
+    OpRequest gather = DeviceAllreduce("g", a, a, c.rank());
+    gather.type = OpType::kAllgather;
+    Status s = c.engine().Submit(gather).status();
+    c.Check(s.code() == StatusCode::kInvalidArgument &&
+                s.message().find("ALLGATHER of device tensors is not supported yet") !=
+                    std::string::npos,
+            "allgather: " + s.ToString());
+    s = c.engine().Submit(DeviceAllreduce("far", a, a, 7)).status();
+    c.Check(s.code() == StatusCode::kInvalidArgument &&
+                s.message().find("3 devices visible") != std::string::npos,
+            "device out of range: " + s.ToString());
+    KV_RETURN_IF_ERROR(RunOp(c.engine(), DeviceAllreduce("first", a, a, c.rank())));
+    s = c.engine().Submit(DeviceAllreduce("second.device", other, other, 2)).status();
+    c.Check(
+        s.code() == StatusCode::kInvalidArgument &&
+            s.message().find("drives device " + std::to_string(c.rank())) != std::string::npos &&
+            s.message().find("one device per rank") != std::string::npos,
+        "second device: " + s.ToString());
+    return OkStatus();
+  });
+  ExpectEnginesOk(reports);
+}
+
+TEST(EngineDevice, WithoutABackendDeviceTensorsAreRefusedNamingWhy) {
+  Devices devices(1);
+  auto reports = RunEngineRanks(Spec(2, nullptr), [&](EngineRank& c) -> Status {
+    DeviceFloats a(devices.api, 0, 8);
+    Status s = c.engine().Submit(DeviceAllreduce("t", a, a, 0)).status();
+    c.Check(s.code() == StatusCode::kFailedPrecondition &&
+                s.message().find("tensor \"t\" on device 0: this engine has no device backend") !=
+                    std::string::npos,
+            s.ToString());
+    return OkStatus();
+  });
+  ExpectEnginesOk(reports);
+}
+
+TEST(EngineDevice, AJoinedRankCannotStandInForADeviceTensor) {
+  constexpr int kRanks = 2;
+  Devices devices(kRanks);
+  auto reports = RunEngineRanks(Spec(kRanks, &devices), [&](EngineRank& c) -> Status {
+    DeviceFloats a(devices.api, c.rank(), 8);
+    if (c.rank() == 1) {
+      OpRequest join;
+      join.type = OpType::kJoin;
+      join.name = "join";
+      OpHandle h;
+      { KV_ASSIGN_OR_RETURN(h, c.engine().Submit(join)); }
+      // Rank 0's device allreduce fails while rank 1 waits in join; then rank 0 joins too.
+      return h.Wait(Deadline::After(60s));
+    }
+    Status s = RunOp(c.engine(), DeviceAllreduce("late", a, a, 0));
+    c.Check(
+        s.message().find("has joined; joined ranks cannot stand in for a device (GPU) tensor") !=
+            std::string::npos,
+        s.ToString());
+    OpRequest join;
+    join.type = OpType::kJoin;
+    join.name = "join";
+    return RunOp(c.engine(), join);
+  });
+  ExpectEnginesOk(reports);
+}
+
+}  // namespace
+}  // namespace korovod::testing
