@@ -50,6 +50,9 @@ inline constexpr char kJobKeyFile[] = "KOROVOD_JOB_KEY_FILE";
 inline constexpr char kSocket[] = "KOROVOD_SOCKET";
 inline constexpr char kShmPrefix[] = "KOROVOD_SHM_PREFIX";
 inline constexpr char kMetricsPort[] = "KOROVOD_METRICS_PORT";
+// How the sidecar runs ops on device (GPU) tensors: auto (NCCL where built and a GPU is visible,
+// else none), nccl, host (host memory standing in for GPUs: tests), none.
+inline constexpr char kDeviceBackend[] = "KOROVOD_DEVICE_BACKEND";
 inline constexpr char kStartTimeoutSeconds[] = "KOROVOD_START_TIMEOUT_SECONDS";
 inline constexpr char kArenaHeapMib[] = "KOROVOD_ARENA_HEAP_MIB";
 inline constexpr char kArenaHeapMaxMib[] = "KOROVOD_ARENA_HEAP_MAX_MIB";

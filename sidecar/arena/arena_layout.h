@@ -95,7 +95,11 @@ inline constexpr uint8_t kRecordStatusCodeCount = 9;
 
 // SubmissionRecord::flags
 inline constexpr uint8_t kSubmitOutputInResultHeap = 1u << 0;  // sidecar allocates the output
-inline constexpr uint8_t kSubmitKnownFlags = kSubmitOutputInResultHeap;
+// The tensors are in device (GPU) memory: input_offset names a DeviceTensorDescriptor in the
+// client heap, input_bytes is still the tensor's size, output_offset/output_bytes are 0.
+// Allreduce and broadcast only.
+inline constexpr uint8_t kSubmitDeviceTensor = 1u << 1;
+inline constexpr uint8_t kSubmitKnownFlags = kSubmitOutputInResultHeap | kSubmitDeviceTensor;
 
 // One op (or release) from the client. Zero-initialise, fill, push. Shapes are the input's.
 struct SubmissionRecord {
@@ -135,6 +139,40 @@ static_assert(sizeof(SubmissionRecord) % kCacheLineBytes == 0);
 static_assert(offsetof(SubmissionRecord, dims) % 8 == 0 &&
               offsetof(SubmissionRecord, splits) ==
                   sizeof(SubmissionRecord) - 8 * kMaxInlineSplits);
+
+// One device buffer of a DeviceTensorDescriptor: the allocation it lies in, as its owner exported
+// it (cudaIpcGetMemHandle of the allocation; PyTorch's caching allocator hands out blocks of
+// larger allocations), and the tensor's offset from the allocation's base. The sidecar opens each
+// allocation once and keeps it open, keyed by (device, allocation_base): a base that comes back
+// with another handle is a new allocation, and the old mapping is closed.
+struct DeviceBufferRecord {
+  uint8_t mem_handle[64];
+  uint64_t allocation_base;   // the base address in the trainer's process
+  uint64_t allocation_bytes;  // > 0
+  uint64_t offset;            // offset + tensor bytes <= allocation_bytes
+  uint64_t reserved;          // zero
+};
+static_assert(sizeof(DeviceBufferRecord) == 96);
+
+// DeviceTensorDescriptor::flags
+inline constexpr uint32_t kDeviceReadyEvent = 1u << 0;  // event_handle is set
+inline constexpr uint32_t kDeviceKnownFlags = kDeviceReadyEvent;
+
+// Where a device op's tensors are (kSubmitDeviceTensor), in the client heap. The ready event is an
+// interprocess event the trainer recorded on its stream after the tensor's producer: the sidecar
+// runs the collective only once it has completed. Output may equal input (in place).
+struct DeviceTensorDescriptor {
+  uint8_t device_uuid[16];  // the device's UUID: ordinals differ between the two processes
+  uint32_t flags;           // kDevice*
+  uint32_t reserved0;       // zero
+  uint64_t reserved1[5];    // zero
+  uint8_t event_handle[64];
+  DeviceBufferRecord input;
+  DeviceBufferRecord output;
+};
+static_assert(std::is_trivially_copyable_v<DeviceTensorDescriptor>);
+static_assert(sizeof(DeviceTensorDescriptor) == 320,
+              "DeviceTensorDescriptor is part of the arena protocol");
 
 // CompletionRecord::flags
 inline constexpr uint8_t kCompleteMessageTruncated = 1u << 0;

@@ -69,6 +69,8 @@ class Validator {
   Status CheckNoTensor();
   Status CheckSplits();
   Status CheckGroup();
+  Status CheckDeviceTensor();
+  Status CheckDeviceBuffer(const char* which, const DeviceBufferRecord& b) const;
   Status CheckRange(const char* field, uint64_t offset, uint64_t bytes, Region* out) const;
 
   const SubmissionRecord& r_;  // a private copy (see ValidateSubmission)
@@ -288,6 +290,73 @@ Status Validator::CheckGroup() {
   return OkStatus();
 }
 
+Status Validator::CheckDeviceBuffer(const char* which, const DeviceBufferRecord& b) const {
+  const std::string f = std::string("device ") + which;
+  const uint64_t bytes = r_.input_bytes;
+  if (b.allocation_bytes == 0) return Bad(f + " allocation_bytes is 0");
+  if (b.reserved != 0) return Bad(f + " reserved is " + std::to_string(b.reserved) + ", must be 0");
+  if (b.offset > b.allocation_bytes || bytes > b.allocation_bytes - b.offset) {
+    return Bad(f + " tensor of " + std::to_string(bytes) + " bytes at offset " +
+               std::to_string(b.offset) + " lies outside its allocation of " +
+               std::to_string(b.allocation_bytes) + " bytes");
+  }
+  if (b.offset % elem_bytes_ != 0) {
+    return Bad(f + " offset " + std::to_string(b.offset) + " is not aligned to " +
+               std::to_string(elem_bytes_) + " bytes (" + DataTypeName(op_.dtype) + ")");
+  }
+  return OkStatus();
+}
+
+Status Validator::CheckDeviceTensor() {
+  const char* type = RecordOpTypeName(op_.type);
+  if (op_.type != RecordOpType::kAllreduce && op_.type != RecordOpType::kBroadcast) {
+    return Bad(std::string("device tensors: ") + type +
+               " is not supported yet (allreduce and broadcast are)");
+  }
+  if ((r_.flags & kSubmitOutputInResultHeap) != 0) {
+    return Bad("device tensors cannot have their output in the result heap");
+  }
+  if (r_.output_offset != 0 || r_.output_bytes != 0) {
+    return Bad("output_offset " + std::to_string(r_.output_offset) + " and output_bytes " +
+               std::to_string(r_.output_bytes) +
+               " must be 0 for device tensors (the descriptor names the output)");
+  }
+  const uint64_t off = r_.input_offset;
+  constexpr uint64_t size = sizeof(DeviceTensorDescriptor);
+  if (off % 8 != 0 || !layout_.client_heap.Contains(off, size)) {
+    return Bad("device descriptor at input_offset " + std::to_string(off) +
+               " is not an 8-byte-aligned range of " + std::to_string(size) +
+               " bytes inside the client heap (" + std::to_string(layout_.client_heap.bytes) +
+               " bytes)");
+  }
+  if (client_heap_.size() != layout_.client_heap.bytes) {
+    return Internal(prefix_ + "client heap mapping does not match the layout");
+  }
+  // Copy first, then check the copy: the client may still be writing.
+  std::memcpy(&op_.device, client_heap_.data() + off, size);
+  const DeviceTensorDescriptor& d = op_.device;
+  if ((d.flags & ~kDeviceKnownFlags) != 0) {
+    return Bad("device descriptor flags " + std::to_string(d.flags) + " has unknown bits");
+  }
+  size_t at = 0;
+  if (d.reserved0 != 0 ||
+      !AllZero(reinterpret_cast<const uint8_t*>(d.reserved1), sizeof(d.reserved1), &at)) {
+    return Bad("device descriptor reserved bytes must be 0");
+  }
+  KV_RETURN_IF_ERROR(CheckDeviceBuffer("input", d.input));
+  KV_RETURN_IF_ERROR(CheckDeviceBuffer("output", d.output));
+  const bool same_allocation = d.input.allocation_base == d.output.allocation_base;
+  const uint64_t bytes = r_.input_bytes;
+  if (same_allocation && d.input.offset != d.output.offset &&
+      d.input.offset < d.output.offset + bytes && d.output.offset < d.input.offset + bytes) {
+    return Bad("device output overlaps the device input (in place needs the same offset)");
+  }
+  op_.on_device = true;
+  op_.input = Region{off, size};
+  op_.output = Region{};
+  return OkStatus();
+}
+
 StatusOr<ValidatedOp> Validator::Run() {
   op_.op_id = r_.op_id;
   KV_RETURN_IF_ERROR(CheckCommon());
@@ -328,7 +397,10 @@ StatusOr<ValidatedOp> Validator::Run() {
   }
   op_.root = op_.type == RecordOpType::kBroadcast ? r_.root : 0;
 
-  if (op_.type == RecordOpType::kBarrier || op_.type == RecordOpType::kJoin) {
+  if ((r_.flags & kSubmitDeviceTensor) != 0) {
+    KV_RETURN_IF_ERROR(CheckShape());
+    KV_RETURN_IF_ERROR(CheckDeviceTensor());
+  } else if (op_.type == RecordOpType::kBarrier || op_.type == RecordOpType::kJoin) {
     KV_RETURN_IF_ERROR(CheckNoTensor());
   } else {
     KV_RETURN_IF_ERROR(CheckShape());

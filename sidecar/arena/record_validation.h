@@ -36,6 +36,10 @@ struct ValidatedOp {
   std::vector<int64_t> splits;  // alltoall: empty (even) or one per set rank, sum == shape[0]
   uint64_t group_id = 0;
   uint32_t group_size = 0;  // 0: not grouped
+  // kSubmitDeviceTensor: the tensors are device memory described by `device` (a checked copy);
+  // `input` is then the descriptor's client-heap range and `output` is empty.
+  bool on_device = false;
+  DeviceTensorDescriptor device{};
 
   // kReleaseResult: the result-heap block to free (64-aligned, inside the result heap; whether it
   // is allocated is the allocator's call).

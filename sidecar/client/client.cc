@@ -311,6 +311,10 @@ struct Client::Impl {
                                 HandleState& state);
   StatusOr<uint64_t> PlaceOutput(const OpSpec& spec, const Tensor& in, uint64_t in_offset,
                                  const Tensor& out, uint64_t bytes, HandleState& state);
+  StatusOr<ClientHandle> RunDevice(RecordOpType type, const DeviceTensorRef& in,
+                                   const DeviceTensorRef& out, DataType dtype,
+                                   const TensorShape& shape, const DeviceEventHandle* ready_event,
+                                   const OpOptions& options);
   StatusOr<ClientHandle> Submit(SubmissionRecord& r, std::shared_ptr<HandleState> state) {
     state->core = core;
     Status s = core->Submit(r, state);
@@ -780,6 +784,64 @@ StatusOr<std::vector<ClientHandle>> Client::GroupedAllreduce(
   std::vector<ClientHandle> handles;
   for (auto& st : states) handles.emplace_back(std::move(st));
   return handles;
+}
+
+namespace {
+
+DeviceBufferRecord DeviceBuffer(const DeviceTensorRef& t) {
+  DeviceBufferRecord b{};
+  std::memcpy(b.mem_handle, t.mem_handle.data(), sizeof(b.mem_handle));
+  b.allocation_base = t.allocation_base;
+  b.allocation_bytes = t.allocation_bytes;
+  b.offset = t.offset;
+  return b;
+}
+
+}  // namespace
+
+// The record names a descriptor in a client-heap block that lives as long as the op.
+StatusOr<ClientHandle> Client::Impl::RunDevice(RecordOpType type, const DeviceTensorRef& in,
+                                               const DeviceTensorRef& out, DataType dtype,
+                                               const TensorShape& shape,
+                                               const DeviceEventHandle* ready_event,
+                                               const OpOptions& options) {
+  if (in.device_uuid != out.device_uuid) {
+    return InvalidArgument(std::string(RecordOpTypeName(type)) + " " + options.name +
+                           ": input and output are on different devices");
+  }
+  KV_ASSIGN_OR_RETURN(SubmissionRecord r, BaseRecord(type, dtype, shape, options));
+  auto state = std::make_shared<HandleState>();
+  KV_ASSIGN_OR_RETURN(state->staging_in, Allocate(sizeof(DeviceTensorDescriptor)));
+  DeviceTensorDescriptor d{};
+  std::memcpy(d.device_uuid, in.device_uuid.data(), sizeof(d.device_uuid));
+  if (ready_event != nullptr) {
+    d.flags |= kDeviceReadyEvent;
+    std::memcpy(d.event_handle, ready_event->data(), sizeof(d.event_handle));
+  }
+  d.input = DeviceBuffer(in);
+  d.output = DeviceBuffer(out);
+  std::memcpy(state->staging_in.data(), &d, sizeof d);
+  r.flags = kSubmitDeviceTensor;
+  r.input_offset = state->staging_in.offset();
+  r.input_bytes = BytesOf(dtype, shape);
+  return Submit(r, std::move(state));
+}
+
+StatusOr<ClientHandle> Client::DeviceAllreduce(const DeviceTensorRef& input,
+                                               const DeviceTensorRef& output, DataType dtype,
+                                               const TensorShape& shape,
+                                               const DeviceEventHandle* ready_event,
+                                               const OpOptions& options) {
+  return impl_->RunDevice(RecordOpType::kAllreduce, input, output, dtype, shape, ready_event,
+                          options);
+}
+
+StatusOr<ClientHandle> Client::DeviceBroadcast(const DeviceTensorRef& tensor, DataType dtype,
+                                               const TensorShape& shape,
+                                               const DeviceEventHandle* ready_event,
+                                               const OpOptions& options) {
+  return impl_->RunDevice(RecordOpType::kBroadcast, tensor, tensor, dtype, shape, ready_event,
+                          options);
 }
 
 StatusOr<ClientHandle> Client::Barrier(const OpOptions& options) {

@@ -6,6 +6,7 @@
 // copy_stats()). Thread-safe.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -16,11 +17,11 @@
 
 #include "common/data_type.h"
 #include "common/deadline.h"
-#include "common/status.h"
 #include "common/engine_stats.h"
 #include "common/op_type.h"
-#include "common/tensor_shape.h"
 #include "common/reduce_op.h"
+#include "common/status.h"
+#include "common/tensor_shape.h"
 
 namespace korovod::sidecar {
 
@@ -102,6 +103,21 @@ struct GroupTensor {
   std::string name;
 };
 
+// A tensor in device (GPU) memory as its owner exports it: the IPC handle of the allocation it
+// lies in (cudaIpcGetMemHandle; PyTorch's storage._share_cuda_() gives the same), that
+// allocation's base address and size in this process, and the tensor's offset from the base.
+// The sidecar maps the allocation once and reads and writes the tensor there: no host copy.
+struct DeviceTensorRef {
+  std::array<uint8_t, 16> device_uuid{};  // the device's UUID (ordinals differ per process)
+  std::array<std::byte, 64> mem_handle{};
+  uint64_t allocation_base = 0;
+  uint64_t allocation_bytes = 0;
+  uint64_t offset = 0;
+};
+// An interprocess event (cudaIpcGetEventHandle) recorded on the trainer's stream after the work
+// that produces the tensor: the collective starts once it has completed.
+using DeviceEventHandle = std::array<std::byte, 64>;
+
 class Client {
  public:
   static StatusOr<std::unique_ptr<Client>> Connect(
@@ -169,6 +185,18 @@ class Client {
   StatusOr<std::vector<ClientHandle>> GroupedAllreduce(const std::vector<GroupTensor>& tensors,
                                                        DataType dtype,
                                                        const OpOptions& options = {});
+  // Device tensors (the sidecar needs a device backend: KOROVOD_DEVICE_BACKEND). `output` may be
+  // `input` (in place); both on one device. Completion means the result is in device memory: the
+  // sidecar's stream has finished, so any later work of the trainer sees it.
+  StatusOr<ClientHandle> DeviceAllreduce(const DeviceTensorRef& input,
+                                         const DeviceTensorRef& output, DataType dtype,
+                                         const TensorShape& shape,
+                                         const DeviceEventHandle* ready_event = nullptr,
+                                         const OpOptions& options = {});
+  StatusOr<ClientHandle> DeviceBroadcast(const DeviceTensorRef& tensor, DataType dtype,
+                                         const TensorShape& shape,
+                                         const DeviceEventHandle* ready_event = nullptr,
+                                         const OpOptions& options = {});
   StatusOr<ClientHandle> Barrier(const OpOptions& options = {});
   StatusOr<ClientHandle> Join(const OpOptions& options = {});
 

@@ -81,6 +81,16 @@ Status EngineMetrics::Init() {
                       r.GetGauge("korovod_fusion_threshold_bytes", "Tensor fusion threshold."));
   KV_ASSIGN_OR_RETURN(cycle_time_seconds_,
                       r.GetGauge("korovod_cycle_time_seconds", "Engine cycle time."));
+  KV_ASSIGN_OR_RETURN(device_allocations_open_,
+                      r.GetGauge("korovod_device_allocations_open",
+                                 "The trainer's device (GPU) allocations mapped by CUDA IPC now."));
+  KV_ASSIGN_OR_RETURN(device_allocations_opened_,
+                      r.GetCounter("korovod_device_allocations_opened_total",
+                                   "Device allocations opened (once each, then cached)."));
+  KV_ASSIGN_OR_RETURN(device_allocations_replaced_,
+                      r.GetCounter("korovod_device_allocations_replaced_total",
+                                   "Cached device allocations closed because their address came "
+                                   "back as a new allocation."));
   for (size_t i = 0; i < kOpTypes; ++i) {
     auto type = static_cast<OpType>(i);
     if (type == OpType::kAddProcessSet || type == OpType::kRemoveProcessSet) {
@@ -135,6 +145,12 @@ void EngineMetrics::RecordOp(OpType type, uint64_t bytes, double latency_seconds
   p.ops->Increment();
   p.bytes->Increment(static_cast<double>(bytes));
   p.latency->Observe(latency_seconds);
+}
+
+void EngineMetrics::RecordDeviceAllocations(double open_delta, uint64_t opened, uint64_t replaced) {
+  device_allocations_open_->Add(open_delta);
+  if (opened > 0) device_allocations_opened_->Increment(static_cast<double>(opened));
+  if (replaced > 0) device_allocations_replaced_->Increment(static_cast<double>(replaced));
 }
 
 void EngineMetrics::SetPeerBandwidth(int peer_rank, double bytes_per_second) {

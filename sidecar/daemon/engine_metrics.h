@@ -77,6 +77,10 @@ class EngineMetrics {
   // Last measured bandwidth of the link to `peer_rank`.
   void SetPeerBandwidth(int peer_rank, double bytes_per_second);
 
+  // The trainer's device allocations mapped (CUDA IPC): `open_delta` to the ones open now,
+  // `opened` new opens, `replaced` closed because their address came back as a new allocation.
+  void RecordDeviceAllocations(double open_delta, uint64_t opened, uint64_t replaced);
+
  private:
   static constexpr size_t kOpTypes = static_cast<size_t>(OpType::kRemoveProcessSet) + 1;
   struct PerCollective {
@@ -109,6 +113,9 @@ class EngineMetrics {
   http::Gauge* fusion_ratio_ = nullptr;
   http::Gauge* fusion_threshold_bytes_ = nullptr;
   http::Gauge* cycle_time_seconds_ = nullptr;
+  http::Gauge* device_allocations_open_ = nullptr;
+  http::Counter* device_allocations_opened_ = nullptr;
+  http::Counter* device_allocations_replaced_ = nullptr;
   std::array<PerCollective, kOpTypes> per_collective_{};  // fixed after Create; internal types null
 };
 

@@ -31,6 +31,7 @@
 #include "runtime/world/startup_summary.h"
 #include "runtime/world/world_discovery.h"
 #include "sidecar/arena/arena.h"
+#include "sidecar/daemon/device_backend_choice.h"
 #include "sidecar/daemon/engine_metrics.h"
 #include "sidecar/daemon/op_loop.h"
 #include "sidecar/daemon/sidecar_config.h"
@@ -178,7 +179,7 @@ void WaitForShutdown(const std::atomic<bool>& stop, const std::atomic<bool>& shu
   }
 }
 
-int ServeRank(const SidecarConfig& cfg, const std::atomic<bool>& stop);
+int ServeRank(const SidecarConfig& cfg, SidecarDevice& device, const std::atomic<bool>& stop);
 
 int Main() {
   // Signals are taken synchronously by the main thread (sigtimedwait); block them before any
@@ -205,6 +206,10 @@ int Main() {
   // environment.
   if (!cfg.job_key.empty()) ::unsetenv(env::kJobKey);
 
+  auto device = ChooseDeviceBackend(cfg.device_backend, cfg.shm_prefix);
+  if (!device.ok()) return Fail(device.status());
+  KV_LOG(kInfo, kSidecar, "device tensors: %s", device->description.c_str());
+
   // One thread per served rank; this one takes the signals. A rank that fails stops the others
   // (a pod is one unit: its worker fails as a whole).
   std::atomic<bool> stop{false};
@@ -214,7 +219,7 @@ int Main() {
     std::vector<std::jthread> threads;
     for (int i = 0; i < cfg.ranks; ++i) {
       threads.emplace_back([&, i] {
-        codes[static_cast<size_t>(i)] = ServeRank(cfg.ForRank(i), stop);
+        codes[static_cast<size_t>(i)] = ServeRank(cfg.ForRank(i), *device, stop);
         if (codes[static_cast<size_t>(i)] != 0) stop.store(true);
         running.fetch_sub(1);
       });
@@ -229,7 +234,7 @@ int Main() {
 }
 
 // One rank: its arena, its world, its engine, its trainer's socket; returns its exit status.
-int ServeRank(const SidecarConfig& cfg, const std::atomic<bool>& stop) {
+int ServeRank(const SidecarConfig& cfg, SidecarDevice& device, const std::atomic<bool>& stop) {
   // Rendezvous, preflight, the mesh and the link probe all end by this one deadline.
   const Deadline start = Deadline::After(cfg.start_timeout);
   auto world = WorldOptionsFrom(cfg);
@@ -263,7 +268,7 @@ int ServeRank(const SidecarConfig& cfg, const std::atomic<bool>& stop) {
   const std::vector<LinkRate> rates = connected->rates;
   const std::string transport = connected->comm->transport_name();
   const std::string listen_address = connected->comm->peer(cfg.rank).ToString();
-  auto engine = Engine::Start(std::move(connected->comm), *engine_config);
+  auto engine = Engine::Start(std::move(connected->comm), *engine_config, device.backend);
   if (!engine.ok()) return Fail(engine.status());
 
   http::MetricsRegistry registry;
@@ -277,7 +282,8 @@ int ServeRank(const SidecarConfig& cfg, const std::atomic<bool>& stop) {
     return Fail(health.status());
   }
 
-  OpLoop loop(**engine, **arena, metrics_ptr);
+  OpLoop loop(**engine, **arena, metrics_ptr, device.api.get(),
+              std::chrono::duration_cast<std::chrono::milliseconds>(world->op_timeout));
   loop.Start();
 
   std::atomic<bool> shutdown_requested{false};

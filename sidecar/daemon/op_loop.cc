@@ -18,12 +18,24 @@
 namespace korovod::sidecar {
 
 struct OpLoop::Session {
-  explicit Session(Arena& arena)
-      : submissions(arena),
+  Session(Arena& arena, DeviceApi* device, EngineMetrics* metrics)
+      : metrics(metrics),
+        submissions(arena),
         completions(arena),
         results(arena.layout().result_heap.bytes, "result heap of arena " + arena.name(),
                 [&arena](uint64_t end) { return arena.Reserve(ArenaHeap::kResult, end); }),
-        result_base(arena.result_heap().data()) {}
+        result_base(arena.result_heap().data()) {
+    if (device != nullptr) device_handles = std::make_unique<DeviceHandleCache>(*device);
+  }
+  // The last reference goes with the session's last op: only then are its client's device
+  // allocations closed (an op in flight may still be reading them).
+  ~Session() {
+    if (device_handles && metrics != nullptr) {
+      metrics->RecordDeviceAllocations(-static_cast<double>(device_handles->open()), 0, 0);
+    }
+  }
+
+  EngineMetrics* metrics;
 
   SubmissionQueue submissions;  // op loop thread only
   std::mutex mu;                // guards completions and alive
@@ -31,6 +43,7 @@ struct OpLoop::Session {
   bool alive = true;
   HeapAllocator results;
   std::byte* result_base;
+  std::unique_ptr<DeviceHandleCache> device_handles;  // op loop thread only; null: no device
 
   // Pushes unless the session ended (its client is gone: the completion is discarded). A client
   // that reads nothing gets `wait` to make room.
@@ -74,9 +87,14 @@ struct PendingOp {
 
 }  // namespace
 
-OpLoop::OpLoop(Engine& engine, Arena& arena, EngineMetrics* metrics)
-    : engine_(engine), arena_(arena), metrics_(metrics) {
-  session_ = std::make_shared<Session>(arena_);
+OpLoop::OpLoop(Engine& engine, Arena& arena, EngineMetrics* metrics, DeviceApi* device,
+               std::chrono::milliseconds ready_timeout)
+    : engine_(engine),
+      arena_(arena),
+      metrics_(metrics),
+      device_(device),
+      ready_timeout_(ready_timeout) {
+  session_ = std::make_shared<Session>(arena_, device_, metrics_);
 }
 
 OpLoop::~OpLoop() { Stop(); }
@@ -202,7 +220,7 @@ void OpLoop::EndSession(const char* why) {
   ResetQueue(h.completion);
   h.client_pid.value.store(0, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mu_);
-  session_ = std::make_shared<Session>(arena_);
+  session_ = std::make_shared<Session>(arena_, device_, metrics_);
   client_seen_ = false;
   client_pid_visible_ = false;
   arena_.ReleaseClient();
@@ -235,6 +253,16 @@ void OpLoop::Handle(const SubmissionRecord& record) {
       uint64_t{record.num_splits} * sizeof(int64_t) <= heap_bytes - record.splits_offset) {
     Status s = arena_.Reserve(ArenaHeap::kClient,
                               record.splits_offset + uint64_t{record.num_splits} * sizeof(int64_t));
+    if (!s.ok()) {
+      Fail(record.op_id, s);
+      return;
+    }
+  }
+  if (record.kind == RecordKind::kOp && (record.flags & kSubmitDeviceTensor) != 0 &&
+      record.input_offset <= heap_bytes &&
+      sizeof(DeviceTensorDescriptor) <= heap_bytes - record.input_offset) {
+    Status s =
+        arena_.Reserve(ArenaHeap::kClient, record.input_offset + sizeof(DeviceTensorDescriptor));
     if (!s.ok()) {
       Fail(record.op_id, s);
       return;
@@ -480,36 +508,86 @@ StatusOr<OpLoop::Prepared> OpLoop::Prepare(const ValidatedOp& op) {
   std::byte* heap = arena_.client_heap().data();
   OpRequest req = RequestFor(op, heap);
 
-  switch (pending->type) {
-    case OpType::kAllreduce:
-    case OpType::kBroadcast:
-      pending->known_shape = op.shape;
-      KV_RETURN_IF_ERROR(PlaceKnownOutput(op, op.input.bytes, heap, *pending, req));
-      break;
-    case OpType::kReduceScatter: {
-      auto info = engine_.ProcessSetInfo(op.process_set);
-      if (!info.ok()) return info.status().WithContext("tensor \"" + req.name + "\"");
-      pending->known_shape = ReduceScatterBlock(op.shape, *info);
-      const uint64_t bytes =
-          static_cast<uint64_t>(NumElements(pending->known_shape)) * DataTypeSize(op.dtype);
-      KV_RETURN_IF_ERROR(PlaceKnownOutput(op, bytes, heap, *pending, req));
-      break;
+  if (op.on_device) {
+    // Device tensors: the output is the trainer's device buffer, nothing to place here.
+    pending->known_shape = op.shape;
+    pending->input_bytes = static_cast<uint64_t>(op.num_elements) * DataTypeSize(op.dtype);
+    KV_RETURN_IF_ERROR(PrepareDevice(op, req.name, req));
+  } else {
+    switch (pending->type) {
+      case OpType::kAllreduce:
+      case OpType::kBroadcast:
+        pending->known_shape = op.shape;
+        KV_RETURN_IF_ERROR(PlaceKnownOutput(op, op.input.bytes, heap, *pending, req));
+        break;
+      case OpType::kReduceScatter: {
+        auto info = engine_.ProcessSetInfo(op.process_set);
+        if (!info.ok()) return info.status().WithContext("tensor \"" + req.name + "\"");
+        pending->known_shape = ReduceScatterBlock(op.shape, *info);
+        const uint64_t bytes =
+            static_cast<uint64_t>(NumElements(pending->known_shape)) * DataTypeSize(op.dtype);
+        KV_RETURN_IF_ERROR(PlaceKnownOutput(op, bytes, heap, *pending, req));
+        break;
+      }
+      case OpType::kAllgather:
+      case OpType::kAlltoall:
+        req.allocate = LateOutputAllocator(op, heap, pending, req.name);
+        break;
+      case OpType::kBarrier:
+      case OpType::kJoin:
+      case OpType::kAddProcessSet:
+      case OpType::kRemoveProcessSet:
+        break;
     }
-    case OpType::kAllgather:
-    case OpType::kAlltoall:
-      req.allocate = LateOutputAllocator(op, heap, pending, req.name);
-      break;
-    case OpType::kBarrier:
-    case OpType::kJoin:
-    case OpType::kAddProcessSet:
-    case OpType::kRemoveProcessSet:
-      break;
   }
 
   auto done = [pending, metrics = metrics_](const Status& status, const OpResult& result) {
     CompleteOp(pending, metrics, status, result);
   };
   return Prepared{std::move(req), std::move(done), std::move(pending)};
+}
+
+Status OpLoop::PrepareDevice(const ValidatedOp& op, const std::string& name, OpRequest& req) {
+  const std::string who = "tensor \"" + name + "\"";
+  if (device_ == nullptr || !session_->device_handles) {
+    return FailedPrecondition(who +
+                              " is in device (GPU) memory, but this sidecar has no device "
+                              "backend (KOROVOD_DEVICE_BACKEND; a CUDA build and the "
+                              "trainer's GPUs visible to the sidecar)");
+  }
+  const DeviceTensorDescriptor& d = op.device;
+  DeviceUuid uuid;
+  std::memcpy(uuid.data(), d.device_uuid, uuid.size());
+  auto dev = device_->DeviceOf(uuid);
+  if (!dev.ok()) return dev.status().WithContext(who);
+  DeviceHandleCache& cache = *session_->device_handles;
+  const size_t open_before = cache.open();
+  const uint64_t opened_before = cache.opened(), replaced_before = cache.replaced();
+  auto in = cache.Resolve(*dev, d.input, name);
+  StatusOr<std::byte*> out = in.status();
+  if (in.ok()) out = cache.Resolve(*dev, d.output, name);
+  if (metrics_ != nullptr) {
+    metrics_->RecordDeviceAllocations(
+        static_cast<double>(cache.open()) - static_cast<double>(open_before),
+        cache.opened() - opened_before, cache.replaced() - replaced_before);
+  }
+  KV_RETURN_IF_ERROR(out.status());
+  if ((d.flags & kDeviceReadyEvent) != 0) {
+    // The trainer's stream may still be producing the tensor: the collective starts only after
+    // the work before the event has completed (Horovod waits for its ready event the same way).
+    IpcEventHandle handle;
+    std::memcpy(handle.data(), d.event_handle, handle.size());
+    auto event = device_->OpenEventHandle(*dev, handle);
+    if (!event.ok()) return event.status().WithContext(who + ": opening its ready event");
+    Status ready = PollUntilReady([&] { return device_->QueryEvent(*event); },
+                                  Deadline::After(ready_timeout_), who + ": ready event");
+    device_->DestroyEvent(*event);
+    KV_RETURN_IF_ERROR(ready);
+  }
+  req.input = *in;
+  req.output = *out;
+  req.device = *dev;
+  return OkStatus();
 }
 
 }  // namespace korovod::sidecar

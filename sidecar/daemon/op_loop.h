@@ -18,8 +18,10 @@
 #include "common/deadline.h"
 #include "common/status.h"
 #include "runtime/core/engine.h"
+#include "runtime/device/device_api.h"
 #include "sidecar/arena/arena.h"
 #include "sidecar/arena/record_validation.h"
+#include "sidecar/daemon/device_handle_cache.h"
 #include "sidecar/daemon/engine_metrics.h"
 #include "sidecar/daemon/group_assembler.h"
 
@@ -27,8 +29,11 @@ namespace korovod::sidecar {
 
 class OpLoop {
  public:
-  // `engine`, `arena` and `metrics` (may be null) must outlive the loop.
-  OpLoop(Engine& engine, Arena& arena, EngineMetrics* metrics);
+  // `engine`, `arena`, `metrics` (may be null) and `device` must outlive the loop. `device` (null:
+  // device tensors are refused) maps the trainer's device allocations; a device op's ready event
+  // is waited for up to `ready_timeout` before the op reaches the engine.
+  OpLoop(Engine& engine, Arena& arena, EngineMetrics* metrics, DeviceApi* device = nullptr,
+         std::chrono::milliseconds ready_timeout = std::chrono::seconds(60));
   ~OpLoop();  // Stop()
   OpLoop(const OpLoop&) = delete;
   OpLoop& operator=(const OpLoop&) = delete;
@@ -69,9 +74,15 @@ class OpLoop {
   Status SubmitOp(const ValidatedOp& op);
   void SubmitGroup(std::vector<ValidatedOp> ops);
 
+  // A device op's tensors in this process (mapped through the session's handle cache), after its
+  // ready event completed.
+  Status PrepareDevice(const ValidatedOp& op, const std::string& name, OpRequest& req);
+
   Engine& engine_;
   Arena& arena_;
   EngineMetrics* metrics_;
+  DeviceApi* device_;
+  std::chrono::milliseconds ready_timeout_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 

@@ -165,6 +165,8 @@ StatusOr<SidecarConfig> SidecarConfig::FromEnvironment(const Getenv& getenv) {
   c.shm_prefix = *prefix;
   // -1: no HTTP server (the default); 0: any free port.
   KV_ASSIGN_OR_RETURN(c.metrics_port, settings.Int(env::kMetricsPort, -1, -1, 65535));
+  KV_ASSIGN_OR_RETURN(c.device_backend, settings.Choice(env::kDeviceBackend, "auto",
+                                                        {"auto", "nccl", "host", "none"}));
   KV_ASSIGN_OR_RETURN(int64_t timeout, settings.Int(env::kStartTimeoutSeconds, 60, 1, 86400));
   c.start_timeout = std::chrono::seconds(timeout);
   KV_ASSIGN_OR_RETURN(c.arena_heap_mib, settings.Int(env::kArenaHeapMib, 64, 1, 1 << 20));

@@ -43,6 +43,7 @@ struct SidecarConfig {
   std::string socket_path;                 // KOROVOD_SOCKET
   std::string shm_prefix;                  // KOROVOD_SHM_PREFIX, e.g. "/korovod-<job>-"
   int metrics_port = -1;                   // KOROVOD_METRICS_PORT; -1: no HTTP server, 0: ephemeral
+  std::string device_backend = "auto";     // KOROVOD_DEVICE_BACKEND: auto, nccl, host, none
   std::chrono::seconds start_timeout{60};  // KOROVOD_START_TIMEOUT_SECONDS
   // Each of the arena's two heaps (client, result): reserved in /dev/shm at start, and the most
   // it may grow to as bursts need it.

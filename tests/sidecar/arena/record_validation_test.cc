@@ -349,6 +349,91 @@ TEST_F(ValidationTest, RejectsBadSplits) {
   EXPECT_EQ(v.status().code(), StatusCode::kInternal);
 }
 
+// A device allreduce of float32 [4, 8]: the descriptor at heap offset 8192, both buffers in one
+// allocation of 1 MiB (input at 0, output at 4096).
+constexpr uint64_t kDescriptorAt = 8192;
+SubmissionRecord DeviceAllreduce() {
+  SubmissionRecord r = Allreduce();
+  r.flags = kSubmitDeviceTensor;
+  r.input_offset = kDescriptorAt;
+  r.output_offset = 0;
+  r.output_bytes = 0;
+  return r;
+}
+DeviceTensorDescriptor Descriptor() {
+  DeviceTensorDescriptor d{};
+  d.device_uuid[0] = 7;
+  d.flags = kDeviceReadyEvent;
+  d.input.allocation_base = d.output.allocation_base = 0x7f0000000000;
+  d.input.allocation_bytes = d.output.allocation_bytes = 1 << 20;
+  d.output.offset = 4096;
+  return d;
+}
+
+TEST_F(ValidationTest, DeviceTensorsNeedASoundDescriptor) {
+  auto put = [&](const DeviceTensorDescriptor& d) {
+    std::memcpy(heap_.data() + kDescriptorAt, &d, sizeof d);
+  };
+  put(Descriptor());
+  auto ok = Validate(DeviceAllreduce());
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_TRUE(ok->on_device);
+  EXPECT_EQ(ok->input, (Region{kDescriptorAt, sizeof(DeviceTensorDescriptor)}));
+  EXPECT_EQ(ok->device.output.offset, 4096u);
+  EXPECT_EQ(ok->num_elements, 32);
+
+  struct DeviceCase {
+    const char* what;
+    std::function<void(SubmissionRecord&, DeviceTensorDescriptor&)> mutate;
+    const char* expect;
+  };
+  const DeviceCase cases[] = {
+      {"gather", [](auto& r, auto&) { r.op_type = RecordOpType::kAllgather; },
+       "device tensors: allgather is not supported yet"},
+      {"result heap", [](auto& r, auto&) { r.flags |= kSubmitOutputInResultHeap; },
+       "cannot have their output in the result heap"},
+      {"output set", [](auto& r, auto&) { r.output_bytes = 128; }, "must be 0 for device tensors"},
+      {"descriptor outside", [](auto& r, auto&) { r.input_offset = kHeap - 64; },
+       "is not an 8-byte-aligned range of 320 bytes inside the client heap"},
+      {"descriptor unaligned", [](auto& r, auto&) { r.input_offset = kDescriptorAt + 4; },
+       "is not an 8-byte-aligned range"},
+      {"flags", [](auto&, auto& d) { d.flags = 6; }, "descriptor flags 6 has unknown bits"},
+      {"reserved", [](auto&, auto& d) { d.reserved1[2] = 1; }, "reserved bytes must be 0"},
+      {"empty allocation", [](auto&, auto& d) { d.input.allocation_bytes = 0; },
+       "device input allocation_bytes is 0"},
+      {"past the end", [](auto&, auto& d) { d.output.offset = (1 << 20) - 64; },
+       "device output tensor of 128 bytes at offset 1048512 lies outside its allocation"},
+      {"offset overflow", [](auto&, auto& d) { d.input.offset = ~uint64_t{0}; },
+       "lies outside its allocation"},
+      {"misaligned", [](auto&, auto& d) { d.input.offset = 2; }, "is not aligned to 4 bytes"},
+      {"overlap", [](auto&, auto& d) { d.output.offset = 64; },
+       "device output overlaps the device input"},
+      {"shape", [](auto& r, auto&) { r.input_bytes = 100; }, "input_bytes 100 does not match"},
+  };
+  for (const DeviceCase& c : cases) {
+    SubmissionRecord r = DeviceAllreduce();
+    DeviceTensorDescriptor d = Descriptor();
+    c.mutate(r, d);
+    put(d);
+    auto v = Validate(r);
+    ASSERT_FALSE(v.ok()) << c.what;
+    EXPECT_NE(v.status().message().find(c.expect), std::string::npos)
+        << c.what << ": " << v.status().message();
+    EXPECT_NE(v.status().message().find("op id 42"), std::string::npos) << c.what;
+  }
+  // In place (same offset) and separate allocations are both fine; a broadcast too.
+  DeviceTensorDescriptor d = Descriptor();
+  d.output.offset = 0;
+  put(d);
+  EXPECT_TRUE(Validate(DeviceAllreduce()).ok());
+  d.output.allocation_base += 1 << 20;
+  d.output.offset = 64;
+  put(d);
+  SubmissionRecord b = DeviceAllreduce();
+  b.op_type = RecordOpType::kBroadcast;
+  EXPECT_TRUE(Validate(b).ok());
+}
+
 TEST_F(ValidationTest, MessagesNameTheTensor) {
   SubmissionRecord r = Allreduce();
   r.dims[0] = -1;
