@@ -203,6 +203,11 @@ int CudaDeviceCount() {
   return n;
 }
 
+int NcclVersion() {
+  int v = 0;
+  return ncclGetVersion(&v) == ncclSuccess ? v : 0;
+}
+
 void NcclCommunicator::DeviceFree::operator()(void* p) const { (void)cudaFree(p); }
 
 NcclCommunicator::NcclCommunicator(Key, ncclComm* comm, int rank, int size, int device,

@@ -28,6 +28,8 @@ class Communicator;
 // CUDA devices visible to this process; 0 when there is no driver or no GPU (never an error, so
 // callers and tests can fall back to the CPU path).
 int CudaDeviceCount();
+// The NCCL library's version code (ncclGetVersion, e.g. 22105 for 2.21.5); 0 if it cannot say.
+int NcclVersion();
 
 class NcclCommunicator {
  public:

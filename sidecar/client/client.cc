@@ -504,6 +504,8 @@ int Client::local_size() const { return impl_->hello.local_size(); }
 int Client::cross_rank() const { return impl_->hello.cross_rank(); }
 int Client::cross_size() const { return impl_->hello.cross_size(); }
 const std::string& Client::session_id() const { return impl_->hello.session_id(); }
+const std::string& Client::device_backend() const { return impl_->hello.device_backend(); }
+int Client::nccl_version() const { return impl_->hello.nccl_version(); }
 
 void Client::set_allocation_timeout(std::chrono::milliseconds timeout) {
   impl_->allocation_timeout_ms.store(timeout.count());

@@ -135,6 +135,10 @@ class Client {
   int cross_rank() const;
   int cross_size() const;
   const std::string& session_id() const;
+  // The sidecar's device backend ("nccl", "host", "none"; "" from a sidecar that predates it) and
+  // NCCL version code (0 unless "nccl").
+  const std::string& device_backend() const;
+  int nccl_version() const;
 
   // A block of the client heap. When the heap is full, waits for ops in flight to complete and
   // free space (the heap also grows, up to the sidecar's KOROVOD_ARENA_HEAP_MAX_MIB, while

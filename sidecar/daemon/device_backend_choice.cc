@@ -31,6 +31,7 @@ StatusOr<SidecarDevice> ChooseDeviceBackend(const std::string& setting,
     auto api = std::make_unique<HostDeviceApi>(kHostDevices, shm_prefix + "dev-");
     d.backend = {api.get(), HostDeviceCollectives::Factory(api.get())};
     d.api = std::move(api);
+    d.kind = "host";
     d.description = "host (" + std::to_string(kHostDevices) + " host-memory devices, " + name + ")";
     return d;
   }
@@ -40,8 +41,10 @@ StatusOr<SidecarDevice> ChooseDeviceBackend(const std::string& setting,
   if (devices > 0) {
     d.backend = {cuda.get(), NcclDeviceCollectives::Factory()};
     d.api = std::move(cuda);
-    d.description =
-        "nccl (" + std::to_string(devices) + " CUDA device" + (devices == 1 ? "" : "s") + ")";
+    d.kind = "nccl";
+    d.nccl_version = NcclVersion();
+    d.description = "nccl " + std::to_string(d.nccl_version) + " (" + std::to_string(devices) +
+                    " CUDA device" + (devices == 1 ? "" : "s") + ")";
     return d;
   }
   if (setting == "nccl") {

@@ -19,6 +19,8 @@ struct SidecarDevice {
   std::unique_ptr<DeviceApi> api;  // null for none
   DeviceBackend backend;           // {api.get(), collectives}; disabled for none
   std::string description;         // for the start-up log: "nccl (2 CUDA devices)", ...
+  std::string kind = "none";       // "nccl", "host" or "none"
+  int nccl_version = 0;            // NCCL's version code with "nccl"
 };
 
 // `shm_prefix`: the job's shared-memory prefix (the host backend's allocations live under it).

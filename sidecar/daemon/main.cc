@@ -293,6 +293,7 @@ int ServeRank(const SidecarConfig& cfg, SidecarDevice& device, const std::atomic
                                   reason.empty() ? "" : ": ", reason.c_str());
                            shutdown_requested.store(true);
                          });
+  service.set_device_backend(device.kind, device.nccl_version);
   std::unique_ptr<grpc::Server> server = ServeTrainers(cfg.socket_path, service);
   if (server == nullptr) {
     loop.Stop();

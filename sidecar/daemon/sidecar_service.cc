@@ -51,6 +51,8 @@ grpc::Status SidecarService::Hello(grpc::ServerContext* ctx, const v1::HelloRequ
   reply->set_cross_size(config_.cross_size);
   reply->set_arena_name(arena_name_);
   reply->set_arena_bytes(arena_bytes_);
+  reply->set_device_backend(device_backend_);
+  reply->set_nccl_version(nccl_version_);
   reply->set_session_id("rank" + std::to_string(config_.rank) + "-session" +
                         std::to_string(sessions.fetch_add(1) + 1));
   return grpc::Status::OK;

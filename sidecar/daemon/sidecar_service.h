@@ -22,6 +22,12 @@ class SidecarService final : public v1::Sidecar::WithCallbackMethod_Shutdown<v1:
   SidecarService(const SidecarConfig& config, Engine& engine, OpLoop& loop, std::string arena_name,
                  uint64_t arena_bytes, std::function<void(const std::string&)> on_shutdown);
 
+  // What Hello tells trainers about device tensors (hvd.nccl_built(), hvd.cuda_built()).
+  void set_device_backend(std::string kind, int nccl_version) {
+    device_backend_ = std::move(kind);
+    nccl_version_ = nccl_version;
+  }
+
   grpc::Status Hello(grpc::ServerContext* ctx, const v1::HelloRequest* req,
                      v1::HelloReply* reply) override;
   grpc::Status AddProcessSet(grpc::ServerContext* ctx, const v1::AddProcessSetRequest* req,
@@ -44,6 +50,8 @@ class SidecarService final : public v1::Sidecar::WithCallbackMethod_Shutdown<v1:
   OpLoop& loop_;
   std::string arena_name_;
   uint64_t arena_bytes_;
+  std::string device_backend_ = "none";
+  int nccl_version_ = 0;
   std::function<void(const std::string&)> on_shutdown_;
 };
 

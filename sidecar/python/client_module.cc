@@ -6,11 +6,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <array>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "sidecar/client/client.h"
@@ -53,6 +55,38 @@ auto Unlocked(F&& submit) {
     return submit();
   }();
   return Take(std::move(result));
+}
+
+// A device buffer as korovod.torch.cuda_ipc.buffer_ref gives it: (IPC handle bytes, allocation
+// base, allocation size, offset).
+using DeviceBufferTuple = std::tuple<py::bytes, uint64_t, uint64_t, uint64_t>;
+
+template <size_t N>
+std::array<std::byte, N> Bytes(const py::bytes& b, const char* what) {
+  const std::string s = b;
+  if (s.size() != N) {
+    throw std::invalid_argument(std::string(what) + " must be " + std::to_string(N) +
+                                " bytes, got " + std::to_string(s.size()));
+  }
+  std::array<std::byte, N> out;
+  std::memcpy(out.data(), s.data(), N);
+  return out;
+}
+
+DeviceTensorRef DeviceRef(const py::bytes& uuid, const DeviceBufferTuple& t) {
+  DeviceTensorRef r;
+  const auto u = Bytes<16>(uuid, "device_uuid");
+  std::memcpy(r.device_uuid.data(), u.data(), u.size());
+  r.mem_handle = Bytes<64>(std::get<0>(t), "IPC memory handle");
+  r.allocation_base = std::get<1>(t);
+  r.allocation_bytes = std::get<2>(t);
+  r.offset = std::get<3>(t);
+  return r;
+}
+
+std::optional<DeviceEventHandle> EventHandle(const std::optional<py::bytes>& e) {
+  if (!e) return std::nullopt;
+  return Bytes<64>(*e, "IPC event handle");
 }
 
 // DataType and the reduce ops, by the names korovod.torch uses.
@@ -105,7 +139,7 @@ void BindHandle(py::module_& m) {
               py::gil_scoped_release release;
               s = timeout_s < 0 ? h.Wait()
                                 : h.Wait(Deadline::After(std::chrono::milliseconds(
-                                  static_cast<int64_t>(timeout_s * 1000))));
+                                      static_cast<int64_t>(timeout_s * 1000))));
             }
             Check(s);
           },
@@ -122,8 +156,7 @@ void BindHandle(py::module_& m) {
              auto out = h.output();
              if (nbytes != out.size())
                throw std::runtime_error("copy_output: " + std::to_string(nbytes) +
-                                        " bytes given, output has " +
-                                        std::to_string(out.size()));
+                                        " bytes given, output has " + std::to_string(out.size()));
              if (nbytes) std::memcpy(Ptr(dst), out.data(), nbytes);
            })
       .def_property_readonly("received_splits",
@@ -153,6 +186,8 @@ void BindClient(py::module_& m) {
       .def_property_readonly("cross_rank", &Client::cross_rank)
       .def_property_readonly("cross_size", &Client::cross_size)
       .def_property_readonly("session_id", &Client::session_id)
+      .def_property_readonly("device_backend", &Client::device_backend)
+      .def_property_readonly("nccl_version", &Client::nccl_version)
       .def(
           "allocate",
           [](Client& c, uint64_t nbytes) { return Unlocked([&] { return c.Allocate(nbytes); }); },
@@ -190,6 +225,38 @@ void BindClient(py::module_& m) {
           py::arg("input"), py::arg("output"), py::arg("dtype"), py::arg("shape"),
           py::arg("name") = "", py::arg("op") = 0, py::arg("prescale") = 1.0,
           py::arg("postscale") = 1.0, py::arg("process_set") = 0)
+      .def(
+          "device_allreduce",
+          [](Client& c, const py::bytes& uuid, const DeviceBufferTuple& in,
+             const DeviceBufferTuple& out, DataType dt, const TensorShape& shape,
+             const std::optional<py::bytes>& event, const std::string& name, int op, double pre,
+             double post, int ps) {
+            const DeviceTensorRef i = DeviceRef(uuid, in), o = DeviceRef(uuid, out);
+            const std::optional<DeviceEventHandle> ev = EventHandle(event);
+            return Unlocked([&] {
+              return c.DeviceAllreduce(i, o, dt, shape, ev ? &*ev : nullptr,
+                                       Options(name, op, pre, post, 0, ps));
+            });
+          },
+          py::arg("device_uuid"), py::arg("input"), py::arg("output"), py::arg("dtype"),
+          py::arg("shape"), py::arg("ready_event") = py::none(), py::arg("name") = "",
+          py::arg("op") = 0, py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
+          py::arg("process_set") = 0)
+      .def(
+          "device_broadcast",
+          [](Client& c, const py::bytes& uuid, const DeviceBufferTuple& t, DataType dt,
+             const TensorShape& shape, int root, const std::optional<py::bytes>& event,
+             const std::string& name, int ps) {
+            const DeviceTensorRef ref = DeviceRef(uuid, t);
+            const std::optional<DeviceEventHandle> ev = EventHandle(event);
+            return Unlocked([&] {
+              return c.DeviceBroadcast(ref, dt, shape, ev ? &*ev : nullptr,
+                                       Options(name, 0, 1, 1, root, ps));
+            });
+          },
+          py::arg("device_uuid"), py::arg("tensor"), py::arg("dtype"), py::arg("shape"),
+          py::arg("root"), py::arg("ready_event") = py::none(), py::arg("name") = "",
+          py::arg("process_set") = 0)
       .def(
           "grouped_allreduce",
           [](Client& c, const std::vector<uintptr_t>& ins, const std::vector<uintptr_t>& outs,

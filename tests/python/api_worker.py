@@ -80,6 +80,14 @@ try:
     raise AssertionError("integer Adasum went through")
 except ValueError as e:
     assert "floating-point" in str(e), e
+# GPU support is what the sidecar has, said truthfully: NCCL's version and CUDA with its NCCL
+# backend, 0 and False without (a CPU-only machine's sidecar has none).
+assert hvd.cuda_built() == (hvd.nccl_built() > 0), (hvd.cuda_built(), hvd.nccl_built())
+if not torch.cuda.is_available():
+    assert hvd.nccl_built() == 0 and hvd.cuda_built() is False, hvd.nccl_built()
+from horovod.common.util import gpu_available  # noqa: E402 - Horovod's own tests ask it
+assert gpu_available("torch") == (torch.cuda.is_available() and hvd.cuda_built())
+assert gpu_available("tensorflow") is False
 # What is not built says so.
 for call in (lambda: hvd.reducescatter(torch.ones(2 * n), op=hvd.Adasum),
              lambda: hvd.grouped_allreduce([torch.ones(2)], op=hvd.Adasum),

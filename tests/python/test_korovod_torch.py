@@ -109,6 +109,21 @@ def test_horovod_api_and_errors(np_):
     assert_each_rank(out, np_, "api OK")
 
 
+def _gpus():
+    try:
+        import torch
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001 - any import trouble means no GPU here
+        return 0
+
+
+@pytest.mark.skipif(_gpus() == 0, reason="needs a CUDA GPU (torch.cuda.is_available())")
+def test_cuda_tensors_stay_on_the_gpu_through_the_sidecar():
+    np_ = min(2, _gpus())  # one GPU per rank, as NCCL requires
+    out = run(np_, os.path.join(HERE, "cuda_worker.py"), env={"KOROVOD_DEVICE_BACKEND": "nccl"})
+    assert_each_rank(out, np_, "cuda ok")
+
+
 @pytest.mark.parametrize("np_", [2, 3])
 def test_optimizer_features(np_):
     out = run(np_, os.path.join(HERE, "optimizer_features_worker.py"))

@@ -1,2 +1,2 @@
-"""`horovod.common` on korovod: only `horovod.common.exceptions` (Horovod scripts import its
-exception types)."""
+"""`horovod.common` on korovod: `horovod.common.exceptions` (Horovod scripts import its exception
+types) and `horovod.common.util.gpu_available`."""

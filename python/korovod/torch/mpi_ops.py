@@ -10,6 +10,7 @@ import torch
 
 from korovod import _client
 from korovod.exceptions import HorovodInternalError
+from korovod.torch import cuda_ipc
 from korovod.torch.compression import Compression
 
 Average = _client.AVERAGE
@@ -172,6 +173,10 @@ def is_initialized():
     return _client_obj is not None
 
 
+def _client_or_none():
+    return _client_obj
+
+
 def _c():
     c = _client_obj
     if c is None:
@@ -228,7 +233,10 @@ def gloo_built():
 
 
 def nccl_built():
-    return 0
+    """NCCL's version code when this rank's sidecar runs GPU tensors on NCCL, else 0 (before
+    init() too: the sidecar, not this process, has NCCL)."""
+    c = _client_or_none()
+    return c.nccl_version if c is not None and c.device_backend == "nccl" else 0
 
 
 def ddl_built():
@@ -240,7 +248,9 @@ def ccl_built():
 
 
 def cuda_built():
-    return False
+    """True when this rank's sidecar takes CUDA tensors where they lie (its NCCL backend)."""
+    c = _client_or_none()
+    return c is not None and c.device_backend == "nccl"
 
 
 def rocm_built():
@@ -306,8 +316,9 @@ def stop_timeline():
 
 
 def _dtype(tensor):
-    if tensor.device.type != "cpu":
-        raise ValueError("korovod: only CPU tensors are supported (got %s)" % tensor.device)
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise ValueError("korovod: tensors on %s are not supported (CPU and CUDA tensors are)" %
+                         tensor.device)
     try:
         return _DTYPES[tensor.dtype]
     except KeyError:
@@ -578,6 +589,38 @@ def _contiguous(tensor):
     return t if t.is_contiguous() else t.contiguous()
 
 
+def _host(tensor):
+    """`tensor`'s data as a contiguous CPU tensor. Allreduce and broadcast take CUDA tensors where
+    they lie (cuda_ipc); the other ops stage a CUDA tensor through host memory."""
+    t = tensor.detach()
+    if t.is_cuda:
+        return t.to("cpu", memory_format=torch.contiguous_format)
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def _like(result, tensor):
+    """A host-staged op's result, on `tensor`'s device."""
+    return result.to(tensor.device) if tensor.is_cuda else result
+
+
+def _device_submit(kind, tensors, submit_one):
+    """Checks that an op's CUDA tensors share one device and returns (device uuid, ready events
+    kept until the op completes, submit) for `submit_one(uuid, event_handle)`."""
+    devices = {t.get_device() for t in tensors}
+    if len(devices) != 1 or not all(t.is_cuda for t in tensors):
+        raise ValueError("korovod: %s of tensors on several devices (%s); one device per rank "
+                         "(torch.cuda.set_device(hvd.local_rank()))" %
+                         (kind, sorted(str(t.device) for t in tensors)))
+    uuid = cuda_ipc.device_uuid(devices.pop())
+    events = []
+
+    def submit():
+        events.append(cuda_ipc.ready_event(tensors[0]))
+        return submit_one(uuid, events[-1].ipc_handle())
+
+    return events, submit
+
+
 def _copy_back(dst, buf):
     """Copies an op's result from its contiguous buffer into `dst` when they are not the same
     memory (a non-contiguous dst); autograd does not see the copy, as with Horovod's C++ ops."""
@@ -661,7 +704,7 @@ def _adasum_async(tensor, output, name, prescale_factor, postscale_factor, proce
     if tensor.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
         raise ValueError("korovod: Adasum reduces floating-point tensors only, not %s" %
                          tensor.dtype)
-    src = (tensor.detach().to(torch.float64) * float(prescale_factor)).reshape(1, -1)
+    src = (_host(tensor).to(torch.float64) * float(prescale_factor)).reshape(1, -1)
     src = src.to(tensor.dtype).contiguous()
     name = _name(name, "allreduce", process_set)
 
@@ -687,12 +730,19 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
         output.detach(), memory_format=torch.contiguous_format)
     name = _name(name, "allreduce", process_set)
     psid = _psid(process_set)
+    events = None
 
     def submit():
         return _c().allreduce(src.data_ptr(), buf.data_ptr(), dtype, list(src.shape), name, op,
                               float(prescale_factor), float(postscale_factor), psid)
 
-    def finish(_h, src=src):
+    if src.is_cuda or buf.is_cuda:  # reduced where it lies on the GPU (NCCL in the sidecar)
+        events, submit = _device_submit("allreduce", [src, buf], lambda uuid, ev: (
+            _c().device_allreduce(uuid, cuda_ipc.buffer_ref(src), cuda_ipc.buffer_ref(buf), dtype,
+                                  list(src.shape), ev, name, op, float(prescale_factor),
+                                  float(postscale_factor), psid)))
+
+    def finish(_h, src=src, events=events):
         return _copy_back(output, buf)
 
     return _start([name], process_set, submit, finish)
@@ -773,6 +823,26 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
     by_dtype = {}
     for i, dt in enumerate(dtypes):
         by_dtype.setdefault(dt, []).append(i)
+
+    if any(t.is_cuda for t in srcs + bufs):
+        # CUDA tensors: one device allreduce each; the engine still fuses those of one cycle.
+        events, _ = _device_submit("grouped allreduce", srcs + bufs, lambda uuid, ev: None)
+        uuid = cuda_ipc.device_uuid(srcs[0].get_device())
+
+        def device_one(i):
+            def submit_one():
+                events.append(cuda_ipc.ready_event(srcs[i]))
+                return _c().device_allreduce(
+                    uuid, cuda_ipc.buffer_ref(srcs[i]), cuda_ipc.buffer_ref(bufs[i]), dtypes[i],
+                    list(srcs[i].shape), events[-1].ipc_handle(), names[i], op,
+                    float(prescale_factor), float(postscale_factor), psid)
+            return submit_one
+
+        return _start(names, process_set,
+                      lambda: _start_each([device_one(i) for i in range(len(srcs))],
+                                          (srcs, bufs, events)),
+                      lambda _h, srcs=srcs, events=events: tuple(
+                          _copy_back(o, b) for o, b in zip(outputs, bufs)))
 
     def submit_group(dt, idx):
         return lambda: _c().grouped_allreduce(
@@ -914,10 +984,10 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts concatenating every rank's `tensor` along dimension 0 (first dimensions may
     differ); synchronize() returns the result."""
     dtype = _dtype(tensor)
-    src = _contiguous(tensor)
+    src = _host(tensor)
     name = _name(name, "allgather", process_set)
     return _start([name], process_set, _allgather_submit(src, dtype, name, _psid(process_set)),
-                  lambda h, s=src: _result_tensor(h, s.dtype))
+                  lambda h, s=src: _like(_result_tensor(h, s.dtype), tensor))
 
 
 class HorovodAllgather(torch.autograd.Function):
@@ -955,11 +1025,12 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     tensors = list(tensors)
     names = _group_names(name, "grouped_allgather", process_set, len(tensors))
     dtypes = [_dtype(t) for t in tensors]
-    srcs = [_contiguous(t) for t in tensors]
+    srcs = [_host(t) for t in tensors]
     psid = _psid(process_set)
     submits = [_allgather_submit(s, dt, n, psid) for s, dt, n in zip(srcs, dtypes, names)]
     return _start(names, process_set, lambda: _start_each(submits, srcs),
-                  lambda g: [_result_tensor(h, s.dtype) for h, s in zip(g.handles, srcs)])
+                  lambda g: [_like(_result_tensor(h, s.dtype), t)
+                             for h, s, t in zip(g.handles, srcs, tensors)])
 
 
 class HorovodGroupedAllgather(torch.autograd.Function):
@@ -1010,10 +1081,18 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     name = _name(name, "broadcast", process_set)
     psid = _psid(process_set)
 
+    events = None
+
     def submit():
         return _c().broadcast(buf.data_ptr(), dtype, list(buf.shape), root, name, psid)
 
-    return _start([name], process_set, submit, lambda h: _copy_back(tensor, buf))
+    if buf.is_cuda:  # broadcast where it lies on the GPU
+        events, submit = _device_submit("broadcast", [buf], lambda uuid, ev: (
+            _c().device_broadcast(uuid, cuda_ipc.buffer_ref(buf), dtype, list(buf.shape), root, ev,
+                                  name, psid)))
+
+    return _start([name], process_set, submit,
+                  lambda h, events=events: _copy_back(tensor, buf))
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -1086,7 +1165,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     dtype = _dtype(tensor)
     split_list = _alltoall_splits(tensor, splits, _set_size(process_set))
     # Horovod sends the rows the splits cover; rows past their sum stay behind.
-    src = _contiguous(tensor.narrow(0, 0, sum(split_list)))
+    src = _host(tensor.narrow(0, 0, sum(split_list)))
     name = _name(name, "alltoall", process_set)
     psid = _psid(process_set)
 
@@ -1094,7 +1173,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         return _c().alltoall(src.data_ptr(), dtype, list(src.shape), split_list, name, psid)
 
     def finish(h):
-        return (_result_tensor(h, src.dtype),
+        return (_like(_result_tensor(h, src.dtype), tensor),
                 torch.tensor(list(h.received_splits), dtype=torch.int32))
 
     return _start([name], process_set, submit, finish)
@@ -1139,7 +1218,7 @@ def _reducescatter_submit(tensor, name, op, process_set, prescale_factor, postsc
     dtype = _dtype(tensor)
     if tensor.dim() == 0:
         raise ValueError("korovod: reducescatter does not support scalar inputs")
-    src = _contiguous(tensor)
+    src = _host(tensor)
     psid = _psid(process_set)
     return src, lambda: _c().reducescatter(src.data_ptr(), dtype, list(src.shape), name, op,
                                            float(prescale_factor), float(postscale_factor), psid)
@@ -1152,7 +1231,8 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     name = _name(name, "reducescatter", process_set)
     src, submit = _reducescatter_submit(tensor, name, op, process_set, prescale_factor,
                                         postscale_factor)
-    return _start([name], process_set, submit, lambda h: _result_tensor(h, src.dtype))
+    return _start([name], process_set, submit,
+                  lambda h: _like(_result_tensor(h, src.dtype), tensor))
 
 
 class HorovodReducescatter(torch.autograd.Function):
@@ -1204,7 +1284,8 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
              for t, n in zip(tensors, names)]
     srcs = [p[0] for p in pairs]
     return _start(names, process_set, lambda: _start_each([p[1] for p in pairs], srcs),
-                  lambda g: [_result_tensor(h, s.dtype) for h, s in zip(g.handles, srcs)])
+                  lambda g: [_like(_result_tensor(h, s.dtype), t)
+                             for h, s, t in zip(g.handles, srcs, tensors)])
 
 
 class HorovodGroupedReducescatter(torch.autograd.Function):
