@@ -486,6 +486,9 @@ def test_cuda_wheel_pins_match_install_deps():
     got = set(stage_args(builder).get("CUDA_WHEELS", "").split())
     assert got == want, f"images/sidecar-cuda CUDA_WHEELS {sorted(got)} != install-deps.sh {sorted(want)}"
     assert "KOROVOD_WITH_NCCL=ON" in run_text(builder), "the CUDA image must fail without NCCL"
+    envs = " ".join(i.args for i in df.final.of("ENV"))
+    assert "KOROVOD_DEVICE_BACKEND=nccl" in envs, \
+        "the CUDA image must run GPU tensors on NCCL (and fail without a GPU)"
 
 
 def test_every_published_image_has_a_dockerfile():

@@ -593,6 +593,9 @@ TEST(Samples, GpuRdmaSampleDetails) {
   EXPECT_EQ(Sidecar(pod)["resources"]["limits"]["memory"], "4Gi");
   EXPECT_EQ(pod["spec"]["tolerations"][0]["key"], "nvidia.com/gpu");
   EXPECT_EQ(EnvValue(Sidecar(pod), "KOROVOD_IFACE"), "ib0");
+  // The CUDA sidecar (NCCL backend), sharing the worker's GPUs (ADR 0012).
+  EXPECT_EQ(Sidecar(pod)["image"], "ghcr.io/korovod/sidecar-cuda:latest");
+  EXPECT_EQ(EnvValue(Sidecar(pod), "NVIDIA_VISIBLE_DEVICES"), "all");
 }
 
 }  // namespace
