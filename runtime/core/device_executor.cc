@@ -79,6 +79,10 @@ Status DeviceExecutor::Run(int set_id, const ProcessSet& set, std::vector<OpExec
       return Allreduce(*c, items, bytes);
     case OpType::kBroadcast:
       return Broadcast(*c, items.front(), bytes);
+    case OpType::kAllgather:
+      return Allgather(*c, set, items.front(), bytes);
+    case OpType::kReduceScatter:
+      return ReduceScatter(*c, set, items.front(), bytes);
     default:
       return Internal(std::string("no device path for ") +
                       OpTypeName(items.front().response->type));
@@ -157,6 +161,84 @@ Status DeviceExecutor::Broadcast(DeviceCollectives& c, OpExecutor::Item& it, uin
   std::vector<OpExecutor::Item> one = {it};
   Start(one, backend_.api->name() == "cuda" ? "NCCL_BROADCAST" : "DEVICE_BROADCAST");
   Status s = c.Broadcast(o, stream_);
+  End(one);
+  return s;
+}
+
+namespace {
+size_t RowOf(const TensorShape& trailing) {
+  size_t n = 1;
+  for (int64_t d : trailing) n *= static_cast<size_t>(d);
+  return n;
+}
+}  // namespace
+
+// Every rank's rows into the op's device output (its allocator's, once the size is known); the
+// collective runs even when the output cannot be had (the other ranks are in it), into scratch.
+Status DeviceExecutor::Allgather(DeviceCollectives& c, const ProcessSet& set, OpExecutor::Item& it,
+                                 uint64_t* bytes) {
+  const Response& head = *it.response;
+  const size_t esize = DataTypeSize(head.dtype);
+  const size_t row = RowOf(head.shape);  // allgather responses carry the dims after the first
+  std::vector<size_t> counts(set.size());
+  int64_t rows = 0;
+  size_t total = 0;
+  for (int r = 0; r < set.size(); ++r) {
+    counts[r] = static_cast<size_t>(head.first_dims[r]) * row;
+    rows += head.first_dims[r];
+    total += counts[r];
+  }
+  TensorShape shape = {rows};
+  shape.insert(shape.end(), head.shape.begin(), head.shape.end());
+  it.op->state->result.shape = shape;
+  void* out = it.op->request.output;
+  if (it.op->request.allocate) {
+    StatusOr<void*> p = it.op->request.allocate(shape);
+    out = p.ok() ? *p : nullptr;
+    if (!p.ok()) it.status = p.status().WithContext("tensor \"" + head.name + "\": output");
+  }
+  if (out == nullptr) {
+    KV_ASSIGN_OR_RETURN(std::byte * scratch, FusionBuffer(total * esize));
+    out = scratch;
+    if (it.status.ok()) it.status = Internal("tensor \"" + head.name + "\": no device output");
+  }
+  AllgatherOptions o;
+  o.input = it.op->request.input;
+  o.output = out;
+  o.counts = counts;
+  o.type = head.dtype;
+  *bytes += total * esize;
+  std::vector<OpExecutor::Item> one = {it};
+  Start(one, backend_.api->name() == "cuda" ? "NCCL_ALLGATHER" : "DEVICE_ALLGATHER");
+  Status s = c.Allgather(o, stream_);
+  End(one);
+  return s;
+}
+
+// This rank's block of the first dimension (the first ranks get one more row), as on the CPU.
+Status DeviceExecutor::ReduceScatter(DeviceCollectives& c, const ProcessSet& set,
+                                     OpExecutor::Item& it, uint64_t* bytes) {
+  const Response& head = *it.response;
+  const int n = set.size();
+  const int64_t d0 = head.shape.empty() ? 1 : head.shape[0];
+  const size_t row =
+      head.shape.empty() ? 1 : RowOf(TensorShape(head.shape.begin() + 1, head.shape.end()));
+  std::vector<size_t> counts(n);
+  for (int r = 0; r < n; ++r) {
+    counts[r] = static_cast<size_t>(d0 / n + (r < d0 % n ? 1 : 0)) * row;
+  }
+  ReduceScatterOptions o;
+  o.input = it.op->request.input;
+  o.output = it.op->request.output;
+  o.recv_counts = counts;
+  o.type = head.dtype;
+  o.op = head.op;
+  o.prescale = head.prescale;
+  o.postscale = head.postscale;
+  *bytes += static_cast<size_t>(d0) * row * DataTypeSize(head.dtype);
+  std::vector<OpExecutor::Item> one = {it};
+  Start(one, backend_.api->name() == "cuda" ? "NCCL_REDUCESCATTER" : "DEVICE_REDUCESCATTER");
+  Status s = c.ReduceScatter(o, stream_);
   End(one);
   return s;
 }

@@ -29,7 +29,8 @@ class DeviceExecutor {
   uint64_t fusion_capacity() const { return fusion_capacity_; }
   int collectives_made() const { return collectives_made_; }
 
-  // Like OpExecutor::Run for device ops (allreduce, fused or not, and broadcast). `set_id` keys
+  // Like OpExecutor::Run for device ops (allreduce, fused or not; broadcast, allgather and
+  // reducescatter, one tensor each). `set_id` keys
   // the set's collectives. A non-OK return is a data-plane failure.
   Status Run(int set_id, const ProcessSet& set, std::vector<OpExecutor::Item>& items,
              uint64_t* bytes);
@@ -40,6 +41,10 @@ class DeviceExecutor {
   StatusOr<DeviceCollectives*> CollectivesFor(int set_id, const ProcessSet& set, int device);
   Status Allreduce(DeviceCollectives& c, std::vector<OpExecutor::Item>& items, uint64_t* bytes);
   Status Broadcast(DeviceCollectives& c, OpExecutor::Item& it, uint64_t* bytes);
+  Status Allgather(DeviceCollectives& c, const ProcessSet& set, OpExecutor::Item& it,
+                   uint64_t* bytes);
+  Status ReduceScatter(DeviceCollectives& c, const ProcessSet& set, OpExecutor::Item& it,
+                       uint64_t* bytes);
   StatusOr<std::byte*> FusionBuffer(size_t bytes);
   Status Drain(const std::string& what);
   void Start(std::vector<OpExecutor::Item>& items, const char* activity);

@@ -125,16 +125,21 @@ struct Engine::Impl {
                                 ": this engine has no device backend (built without CUDA "
                                 "and NCCL, or started without a GPU)");
     }
-    if (r.type != OpType::kAllreduce && r.type != OpType::kBroadcast) {
+    if (r.type != OpType::kAllreduce && r.type != OpType::kBroadcast &&
+        r.type != OpType::kAllgather && r.type != OpType::kReduceScatter) {
       return InvalidArgument(who + ": " + OpTypeName(r.type) +
-                             " of device tensors is not supported yet (allreduce and broadcast "
-                             "are)");
+                             " of device tensors is not supported yet (allreduce, broadcast, "
+                             "allgather and reducescatter are)");
+    }
+    if (r.type == OpType::kAllgather && !r.allocate && r.output == nullptr) {
+      return InvalidArgument(who + ": a device allgather needs an output allocator");
     }
     if (r.device >= device.api->DeviceCount()) {
       return InvalidArgument(who + ": " + std::to_string(device.api->DeviceCount()) +
                              " devices visible");
     }
-    if (NumElements(r.shape) > 0 && (r.input == nullptr || r.output == nullptr)) {
+    if (NumElements(r.shape) > 0 &&
+        (r.input == nullptr || (r.output == nullptr && r.type != OpType::kAllgather))) {
       return InvalidArgument(who + ": null device buffer");
     }
     if (device_in_use >= 0 && r.device != device_in_use) {

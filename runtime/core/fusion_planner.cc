@@ -12,6 +12,7 @@ bool Fusable(const Response& r) {
 bool Compatible(const Response& a, const Response& b) {
   if (a.type != b.type || a.dtype != b.dtype || a.absent != b.absent) return false;
   if (a.on_device != b.on_device) return false;  // one buffer is host memory, the other device
+  if (a.on_device && a.type == OpType::kAllgather) return false;  // device allgathers run alone
   if (a.type == OpType::kAllgather) return true;
   return a.op == b.op && a.prescale == b.prescale && a.postscale == b.postscale;
 }

@@ -25,6 +25,7 @@ class DeviceCollectives {
   virtual Status Allreduce(const AllreduceOptions& o, DeviceStream stream) = 0;
   virtual Status Broadcast(const BroadcastOptions& o, DeviceStream stream) = 0;
   virtual Status Allgather(const AllgatherOptions& o, DeviceStream stream) = 0;
+  virtual Status ReduceScatter(const ReduceScatterOptions& o, DeviceStream stream) = 0;
 };
 
 // Makes the collectives of `set` (null: the world) for this rank's `device`. Collective: every

@@ -54,4 +54,13 @@ Status HostDeviceCollectives::Allgather(const AllgatherOptions& o, DeviceStream 
   return s;
 }
 
+Status HostDeviceCollectives::ReduceScatter(const ReduceScatterOptions& o, DeviceStream stream) {
+  KV_RETURN_IF_ERROR(Drain(stream, "reducescatter"));
+  ReduceScatterOptions on_set = o;
+  on_set.set = set_;
+  Status s = ::korovod::ReduceScatter(comm_, on_set);
+  if (!s.ok() && s.code() != StatusCode::kInvalidArgument) broken_ = s;
+  return s;
+}
+
 }  // namespace korovod

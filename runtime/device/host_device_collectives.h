@@ -18,6 +18,7 @@ class HostDeviceCollectives final : public DeviceCollectives {
   Status Allreduce(const AllreduceOptions& o, DeviceStream stream) override;
   Status Broadcast(const BroadcastOptions& o, DeviceStream stream) override;
   Status Allgather(const AllgatherOptions& o, DeviceStream stream) override;
+  Status ReduceScatter(const ReduceScatterOptions& o, DeviceStream stream) override;
 
  private:
   Status Drain(DeviceStream stream, const char* what);

@@ -31,4 +31,10 @@ Status NcclDeviceCollectives::Allgather(const AllgatherOptions& o, DeviceStream 
   return comm_->Allgather(own, static_cast<cudaStream_t>(stream));
 }
 
+Status NcclDeviceCollectives::ReduceScatter(const ReduceScatterOptions& o, DeviceStream stream) {
+  ReduceScatterOptions own = o;
+  own.set = nullptr;
+  return comm_->ReduceScatter(own, static_cast<cudaStream_t>(stream));
+}
+
 }  // namespace korovod

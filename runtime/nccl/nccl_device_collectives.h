@@ -19,6 +19,7 @@ class NcclDeviceCollectives final : public DeviceCollectives {
   Status Allreduce(const AllreduceOptions& o, DeviceStream stream) override;
   Status Broadcast(const BroadcastOptions& o, DeviceStream stream) override;
   Status Allgather(const AllgatherOptions& o, DeviceStream stream) override;
+  Status ReduceScatter(const ReduceScatterOptions& o, DeviceStream stream) override;
 
  private:
   std::unique_ptr<NcclCommunicator> comm_;

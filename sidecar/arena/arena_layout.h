@@ -96,8 +96,9 @@ inline constexpr uint8_t kRecordStatusCodeCount = 9;
 // SubmissionRecord::flags
 inline constexpr uint8_t kSubmitOutputInResultHeap = 1u << 0;  // sidecar allocates the output
 // The tensors are in device (GPU) memory: input_offset names a DeviceTensorDescriptor in the
-// client heap, input_bytes is still the tensor's size, output_offset/output_bytes are 0.
-// Allreduce and broadcast only.
+// client heap, input_bytes is still the tensor's size, output_offset is 0 and output_bytes is 0
+// for allreduce and broadcast (the output has the input's size) or the device output's capacity
+// for allgather and reducescatter. Alltoall is not supported.
 inline constexpr uint8_t kSubmitDeviceTensor = 1u << 1;
 inline constexpr uint8_t kSubmitKnownFlags = kSubmitOutputInResultHeap | kSubmitDeviceTensor;
 

@@ -70,7 +70,7 @@ class Validator {
   Status CheckSplits();
   Status CheckGroup();
   Status CheckDeviceTensor();
-  Status CheckDeviceBuffer(const char* which, const DeviceBufferRecord& b) const;
+  Status CheckDeviceBuffer(const char* which, const DeviceBufferRecord& b, uint64_t bytes) const;
   Status CheckRange(const char* field, uint64_t offset, uint64_t bytes, Region* out) const;
 
   const SubmissionRecord& r_;  // a private copy (see ValidateSubmission)
@@ -290,9 +290,9 @@ Status Validator::CheckGroup() {
   return OkStatus();
 }
 
-Status Validator::CheckDeviceBuffer(const char* which, const DeviceBufferRecord& b) const {
+Status Validator::CheckDeviceBuffer(const char* which, const DeviceBufferRecord& b,
+                                    uint64_t bytes) const {
   const std::string f = std::string("device ") + which;
-  const uint64_t bytes = r_.input_bytes;
   if (b.allocation_bytes == 0) return Bad(f + " allocation_bytes is 0");
   if (b.reserved != 0) return Bad(f + " reserved is " + std::to_string(b.reserved) + ", must be 0");
   if (b.offset > b.allocation_bytes || bytes > b.allocation_bytes - b.offset) {
@@ -309,18 +309,26 @@ Status Validator::CheckDeviceBuffer(const char* which, const DeviceBufferRecord&
 
 Status Validator::CheckDeviceTensor() {
   const char* type = RecordOpTypeName(op_.type);
-  if (op_.type != RecordOpType::kAllreduce && op_.type != RecordOpType::kBroadcast) {
+  const bool same_shape =
+      op_.type == RecordOpType::kAllreduce || op_.type == RecordOpType::kBroadcast;
+  if (!same_shape && op_.type != RecordOpType::kAllgather &&
+      op_.type != RecordOpType::kReduceScatter) {
     return Bad(std::string("device tensors: ") + type +
-               " is not supported yet (allreduce and broadcast are)");
+               " is not supported yet (allreduce, broadcast, allgather and reducescatter are)");
+  }
+  if (!same_shape && op_.shape.empty()) {
+    return Bad(std::string(type) + " needs a tensor with at least one dimension (ndims is 0)");
   }
   if ((r_.flags & kSubmitOutputInResultHeap) != 0) {
     return Bad("device tensors cannot have their output in the result heap");
   }
-  if (r_.output_offset != 0 || r_.output_bytes != 0) {
+  if (r_.output_offset != 0 || (same_shape && r_.output_bytes != 0)) {
     return Bad("output_offset " + std::to_string(r_.output_offset) + " and output_bytes " +
                std::to_string(r_.output_bytes) +
-               " must be 0 for device tensors (the descriptor names the output)");
+               " must be 0 for device tensors of the input's shape (the descriptor names the "
+               "output)");
   }
+  const uint64_t out_bytes = same_shape ? r_.input_bytes : r_.output_bytes;
   const uint64_t off = r_.input_offset;
   constexpr uint64_t size = sizeof(DeviceTensorDescriptor);
   if (off % 8 != 0 || !layout_.client_heap.Contains(off, size)) {
@@ -343,15 +351,17 @@ Status Validator::CheckDeviceTensor() {
       !AllZero(reinterpret_cast<const uint8_t*>(d.reserved1), sizeof(d.reserved1), &at)) {
     return Bad("device descriptor reserved bytes must be 0");
   }
-  KV_RETURN_IF_ERROR(CheckDeviceBuffer("input", d.input));
-  KV_RETURN_IF_ERROR(CheckDeviceBuffer("output", d.output));
+  KV_RETURN_IF_ERROR(CheckDeviceBuffer("input", d.input, r_.input_bytes));
+  KV_RETURN_IF_ERROR(CheckDeviceBuffer("output", d.output, out_bytes));
   const bool same_allocation = d.input.allocation_base == d.output.allocation_base;
-  const uint64_t bytes = r_.input_bytes;
-  if (same_allocation && d.input.offset != d.output.offset &&
-      d.input.offset < d.output.offset + bytes && d.output.offset < d.input.offset + bytes) {
-    return Bad("device output overlaps the device input (in place needs the same offset)");
+  const bool in_place = same_shape && d.input.offset == d.output.offset;
+  if (same_allocation && !in_place && d.input.offset < d.output.offset + out_bytes &&
+      d.output.offset < d.input.offset + r_.input_bytes) {
+    return Bad("device output overlaps the device input" +
+               std::string(same_shape ? " (in place needs the same offset)" : ""));
   }
   op_.on_device = true;
+  op_.device_output_bytes = out_bytes;
   op_.input = Region{off, size};
   op_.output = Region{};
   return OkStatus();

@@ -40,6 +40,7 @@ struct ValidatedOp {
   // `input` is then the descriptor's client-heap range and `output` is empty.
   bool on_device = false;
   DeviceTensorDescriptor device{};
+  uint64_t device_output_bytes = 0;  // the device output's size (allgather: its capacity)
 
   // kReleaseResult: the result-heap block to free (64-aligned, inside the result heap; whether it
   // is allocated is the allocator's call).

@@ -314,7 +314,7 @@ struct Client::Impl {
   StatusOr<ClientHandle> RunDevice(RecordOpType type, const DeviceTensorRef& in,
                                    const DeviceTensorRef& out, DataType dtype,
                                    const TensorShape& shape, const DeviceEventHandle* ready_event,
-                                   const OpOptions& options);
+                                   const OpOptions& options, uint64_t output_bytes = 0);
   StatusOr<ClientHandle> Submit(SubmissionRecord& r, std::shared_ptr<HandleState> state) {
     state->core = core;
     Status s = core->Submit(r, state);
@@ -806,7 +806,7 @@ StatusOr<ClientHandle> Client::Impl::RunDevice(RecordOpType type, const DeviceTe
                                                const DeviceTensorRef& out, DataType dtype,
                                                const TensorShape& shape,
                                                const DeviceEventHandle* ready_event,
-                                               const OpOptions& options) {
+                                               const OpOptions& options, uint64_t output_bytes) {
   if (in.device_uuid != out.device_uuid) {
     return InvalidArgument(std::string(RecordOpTypeName(type)) + " " + options.name +
                            ": input and output are on different devices");
@@ -826,6 +826,7 @@ StatusOr<ClientHandle> Client::Impl::RunDevice(RecordOpType type, const DeviceTe
   r.flags = kSubmitDeviceTensor;
   r.input_offset = state->staging_in.offset();
   r.input_bytes = BytesOf(dtype, shape);
+  r.output_bytes = output_bytes;
   return Submit(r, std::move(state));
 }
 
@@ -844,6 +845,25 @@ StatusOr<ClientHandle> Client::DeviceBroadcast(const DeviceTensorRef& tensor, Da
                                                const OpOptions& options) {
   return impl_->RunDevice(RecordOpType::kBroadcast, tensor, tensor, dtype, shape, ready_event,
                           options);
+}
+
+StatusOr<ClientHandle> Client::DeviceAllgather(const DeviceTensorRef& input,
+                                               const DeviceTensorRef& output, uint64_t output_bytes,
+                                               DataType dtype, const TensorShape& shape,
+                                               const DeviceEventHandle* ready_event,
+                                               const OpOptions& options) {
+  return impl_->RunDevice(RecordOpType::kAllgather, input, output, dtype, shape, ready_event,
+                          options, output_bytes);
+}
+
+StatusOr<ClientHandle> Client::DeviceReduceScatter(const DeviceTensorRef& input,
+                                                   const DeviceTensorRef& output,
+                                                   uint64_t output_bytes, DataType dtype,
+                                                   const TensorShape& shape,
+                                                   const DeviceEventHandle* ready_event,
+                                                   const OpOptions& options) {
+  return impl_->RunDevice(RecordOpType::kReduceScatter, input, output, dtype, shape, ready_event,
+                          options, output_bytes);
 }
 
 StatusOr<ClientHandle> Client::Barrier(const OpOptions& options) {

@@ -201,6 +201,19 @@ class Client {
                                          const TensorShape& shape,
                                          const DeviceEventHandle* ready_event = nullptr,
                                          const OpOptions& options = {});
+  // `output` holds `output_bytes`: at least the gathered rows (every rank's first dimension,
+  // which the caller learns first, e.g. by a CPU allgather of the sizes) / this rank's block of
+  // the first dimension (the first ranks get one more row). The handle's shape is the output's.
+  StatusOr<ClientHandle> DeviceAllgather(const DeviceTensorRef& input,
+                                         const DeviceTensorRef& output, uint64_t output_bytes,
+                                         DataType dtype, const TensorShape& shape,
+                                         const DeviceEventHandle* ready_event = nullptr,
+                                         const OpOptions& options = {});
+  StatusOr<ClientHandle> DeviceReduceScatter(const DeviceTensorRef& input,
+                                             const DeviceTensorRef& output, uint64_t output_bytes,
+                                             DataType dtype, const TensorShape& shape,
+                                             const DeviceEventHandle* ready_event = nullptr,
+                                             const OpOptions& options = {});
   StatusOr<ClientHandle> Barrier(const OpOptions& options = {});
   StatusOr<ClientHandle> Join(const OpOptions& options = {});
 

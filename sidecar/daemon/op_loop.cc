@@ -513,6 +513,33 @@ StatusOr<OpLoop::Prepared> OpLoop::Prepare(const ValidatedOp& op) {
     pending->known_shape = op.shape;
     pending->input_bytes = static_cast<uint64_t>(op.num_elements) * DataTypeSize(op.dtype);
     KV_RETURN_IF_ERROR(PrepareDevice(op, req.name, req));
+    const uint64_t capacity = op.device_output_bytes;
+    const uint64_t elem = DataTypeSize(op.dtype);
+    if (pending->type == OpType::kReduceScatter) {
+      auto info = engine_.ProcessSetInfo(op.process_set);
+      if (!info.ok()) return info.status().WithContext("tensor \"" + req.name + "\"");
+      pending->known_shape = ReduceScatterBlock(op.shape, *info);
+      const uint64_t bytes = static_cast<uint64_t>(NumElements(pending->known_shape)) * elem;
+      if (bytes > capacity) {
+        return InvalidArgument("tensor \"" + req.name + "\": device output of " +
+                               std::to_string(capacity) + " bytes is smaller than this rank's " +
+                               std::to_string(bytes) + "-byte block");
+      }
+    } else if (pending->type == OpType::kAllgather) {
+      // The gathered size is known after negotiation: checked against the output's capacity.
+      void* out = req.output;
+      req.output = nullptr;
+      req.allocate = [out, capacity, elem,
+                      name = req.name](const TensorShape& shape) -> StatusOr<void*> {
+        const uint64_t bytes = static_cast<uint64_t>(NumElements(shape)) * elem;
+        if (bytes > capacity) {
+          return InvalidArgument(name + ": device output of " + std::to_string(capacity) +
+                                 " bytes is smaller than the " + std::to_string(bytes) +
+                                 " bytes gathered (shape " + ShapeString(shape) + ")");
+        }
+        return out;
+      };
+    }
   } else {
     switch (pending->type) {
       case OpType::kAllreduce:

@@ -243,6 +243,39 @@ void BindClient(py::module_& m) {
           py::arg("op") = 0, py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
           py::arg("process_set") = 0)
       .def(
+          "device_allgather",
+          [](Client& c, const py::bytes& uuid, const DeviceBufferTuple& in,
+             const DeviceBufferTuple& out, uint64_t out_bytes, DataType dt,
+             const TensorShape& shape, const std::optional<py::bytes>& event,
+             const std::string& name, int ps) {
+            const DeviceTensorRef i = DeviceRef(uuid, in), o = DeviceRef(uuid, out);
+            const std::optional<DeviceEventHandle> ev = EventHandle(event);
+            return Unlocked([&] {
+              return c.DeviceAllgather(i, o, out_bytes, dt, shape, ev ? &*ev : nullptr,
+                                       Options(name, 0, 1, 1, 0, ps));
+            });
+          },
+          py::arg("device_uuid"), py::arg("input"), py::arg("output"), py::arg("output_bytes"),
+          py::arg("dtype"), py::arg("shape"), py::arg("ready_event") = py::none(),
+          py::arg("name") = "", py::arg("process_set") = 0)
+      .def(
+          "device_reducescatter",
+          [](Client& c, const py::bytes& uuid, const DeviceBufferTuple& in,
+             const DeviceBufferTuple& out, uint64_t out_bytes, DataType dt,
+             const TensorShape& shape, const std::optional<py::bytes>& event,
+             const std::string& name, int op, double pre, double post, int ps) {
+            const DeviceTensorRef i = DeviceRef(uuid, in), o = DeviceRef(uuid, out);
+            const std::optional<DeviceEventHandle> ev = EventHandle(event);
+            return Unlocked([&] {
+              return c.DeviceReduceScatter(i, o, out_bytes, dt, shape, ev ? &*ev : nullptr,
+                                           Options(name, op, pre, post, 0, ps));
+            });
+          },
+          py::arg("device_uuid"), py::arg("input"), py::arg("output"), py::arg("output_bytes"),
+          py::arg("dtype"), py::arg("shape"), py::arg("ready_event") = py::none(),
+          py::arg("name") = "", py::arg("op") = 0, py::arg("prescale") = 1.0,
+          py::arg("postscale") = 1.0, py::arg("process_set") = 0)
+      .def(
           "device_broadcast",
           [](Client& c, const py::bytes& uuid, const DeviceBufferTuple& t, DataType dt,
              const TensorShape& shape, int root, const std::optional<py::bytes>& event,

@@ -504,7 +504,7 @@ def _start(names, process_set, submit, finish):
 
 def poll(handle):
     """True when the op behind `handle` has completed (synchronize() will not block)."""
-    if isinstance(handle, _SparseHandle):
+    if isinstance(handle, (_SparseHandle, _SyncAll)):
         return handle.poll()
     with _lock:
         entry = _handles.get(handle)
@@ -516,7 +516,7 @@ def poll(handle):
 def synchronize(handle):
     """Waits for the op behind `handle` and returns its output (Horovod: None for a handle that is
     unknown or already synchronized). A failed op raises HorovodInternalError."""
-    if isinstance(handle, _SparseHandle):
+    if isinstance(handle, (_SparseHandle, _SyncAll)):
         return handle()
     with _lock:
         entry = _handles.get(handle)
@@ -601,6 +601,15 @@ def _host(tensor):
 def _like(result, tensor):
     """A host-staged op's result, on `tensor`'s device."""
     return result.to(tensor.device) if tensor.is_cuda else result
+
+
+def _device_ref(tensor, keep):
+    """cuda_ipc.buffer_ref of `tensor`; an empty tensor (no memory) stands on a one-element
+    placeholder on its device, kept in `keep` until the op completes."""
+    if tensor.numel() == 0:
+        tensor = torch.empty(1, dtype=tensor.dtype, device=tensor.device)
+        keep.append(tensor)
+    return cuda_ipc.buffer_ref(tensor)
 
 
 def _device_submit(kind, tensors, submit_one):
@@ -926,6 +935,31 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
                                                 postscale_factor, process_set))
 
 
+class _SyncAll:
+    """The handle of several ops started as one (grouped allgather of CUDA tensors): poll() and
+    synchronize() take it; synchronize returns the list of results."""
+
+    def __init__(self, handles):
+        self._handles = handles
+        self._result = None
+
+    def poll(self):
+        return self._result is not None or all(poll(h) for h in self._handles)
+
+    def __call__(self):
+        if self._result is None:
+            results, error = [], None
+            for h in self._handles:  # every one is waited for before an error is raised
+                try:
+                    results.append(synchronize(h))
+                except HorovodInternalError as e:
+                    error = error or e
+            if error is not None:
+                raise error
+            self._result = results
+        return self._result
+
+
 class _SparseHandle:
     """sparse_allreduce_async's handle. Callable, as Horovod's (a function giving the result);
     poll() and synchronize() take it too."""
@@ -984,10 +1018,31 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts concatenating every rank's `tensor` along dimension 0 (first dimensions may
     differ); synchronize() returns the result."""
     dtype = _dtype(tensor)
-    src = _host(tensor)
     name = _name(name, "allgather", process_set)
+    if tensor.is_cuda:
+        return _device_allgather_async(tensor, dtype, name, process_set)
+    src = _host(tensor)
     return _start([name], process_set, _allgather_submit(src, dtype, name, _psid(process_set)),
                   lambda h, s=src: _like(_result_tensor(h, s.dtype), tensor))
+
+
+def _device_allgather_async(tensor, dtype, name, process_set):
+    """A CUDA tensor gathered into a CUDA output: every rank's first dimension is gathered first
+    (a small CPU allgather) so that the output can be allocated on the device up front."""
+    src = _contiguous(tensor)
+    if src.dim() == 0:
+        raise ValueError("korovod: allgather needs a tensor with at least one dimension")
+    rows = synchronize(allgather_async(torch.tensor([src.shape[0]], dtype=torch.int64),
+                                       name=name + ".rows", process_set=process_set))
+    out = torch.empty((int(rows.sum()),) + tuple(src.shape[1:]), dtype=src.dtype,
+                      device=src.device)
+    psid = _psid(process_set)
+    keep = []
+    events, submit = _device_submit("allgather", [src, out], lambda uuid, ev: (
+        _c().device_allgather(uuid, _device_ref(src, keep), _device_ref(out, keep),
+                              out.numel() * out.element_size(), dtype, list(src.shape), ev, name,
+                              psid)))
+    return _start([name], process_set, submit, lambda h, src=src, events=events, keep=keep: out)
 
 
 class HorovodAllgather(torch.autograd.Function):
@@ -1025,6 +1080,11 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     tensors = list(tensors)
     names = _group_names(name, "grouped_allgather", process_set, len(tensors))
     dtypes = [_dtype(t) for t in tensors]
+    if any(t.is_cuda for t in tensors):
+        # Each gathered on its device (own handle), waited for together.
+        hids = [_device_allgather_async(t, dt, n, process_set)
+                for t, dt, n in zip(tensors, dtypes, names)]
+        return _SyncAll(hids)
     srcs = [_host(t) for t in tensors]
     psid = _psid(process_set)
     submits = [_allgather_submit(s, dt, n, psid) for s, dt, n in zip(srcs, dtypes, names)]
@@ -1218,10 +1278,24 @@ def _reducescatter_submit(tensor, name, op, process_set, prescale_factor, postsc
     dtype = _dtype(tensor)
     if tensor.dim() == 0:
         raise ValueError("korovod: reducescatter does not support scalar inputs")
-    src = _host(tensor)
     psid = _psid(process_set)
+    if tensor.is_cuda:
+        # This rank's block of dimension 0 (the first ranks get one more row), on the device.
+        src = _contiguous(tensor)
+        n, r, d0 = _set_size(process_set), _set_rank(process_set), src.shape[0]
+        out = torch.empty((d0 // n + (1 if r < d0 % n else 0),) + tuple(src.shape[1:]),
+                          dtype=src.dtype, device=src.device)
+        keep = []
+        events, submit = _device_submit("reducescatter", [src, out], lambda uuid, ev: (
+            _c().device_reducescatter(uuid, _device_ref(src, keep), _device_ref(out, keep),
+                                      out.numel() * out.element_size(), dtype, list(src.shape),
+                                      ev, name, op, float(prescale_factor),
+                                      float(postscale_factor), psid)))
+        return src, submit, lambda h, events=events, keep=keep: out
+    src = _host(tensor)
     return src, lambda: _c().reducescatter(src.data_ptr(), dtype, list(src.shape), name, op,
-                                           float(prescale_factor), float(postscale_factor), psid)
+                                           float(prescale_factor), float(postscale_factor), psid), \
+        lambda h: _like(_result_tensor(h, src.dtype), tensor)
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
@@ -1229,10 +1303,9 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     """Starts reducing `tensor` over the ranks of process_set and scattering dimension 0 (this
     rank gets its block); synchronize() returns the block."""
     name = _name(name, "reducescatter", process_set)
-    src, submit = _reducescatter_submit(tensor, name, op, process_set, prescale_factor,
-                                        postscale_factor)
-    return _start([name], process_set, submit,
-                  lambda h: _like(_result_tensor(h, src.dtype), tensor))
+    _src, submit, result = _reducescatter_submit(tensor, name, op, process_set, prescale_factor,
+                                                 postscale_factor)
+    return _start([name], process_set, submit, result)
 
 
 class HorovodReducescatter(torch.autograd.Function):
@@ -1284,8 +1357,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
              for t, n in zip(tensors, names)]
     srcs = [p[0] for p in pairs]
     return _start(names, process_set, lambda: _start_each([p[1] for p in pairs], srcs),
-                  lambda g: [_like(_result_tensor(h, s.dtype), t)
-                             for h, s, t in zip(g.handles, srcs, tensors)])
+                  lambda g: [p[2](h) for h, p in zip(g.handles, pairs)])
 
 
 class HorovodGroupedReducescatter(torch.autograd.Function):

@@ -170,6 +170,59 @@ TEST(EngineDevice, BroadcastFromEveryRootAndOnAProcessSet) {
   ExpectEnginesOk(reports);
 }
 
+TEST(EngineDevice, AllgatherOfUnevenRowsAndReduceScatterIntoDeviceOutputs) {
+  constexpr int kRanks = 3;
+  Devices devices(kRanks);
+  auto reports = RunEngineRanks(Spec(kRanks, &devices), [&](EngineRank& c) -> Status {
+    const int r = c.rank();
+    // Rank r contributes r + 1 rows of 4: 6 rows in all, into an output the allocator places.
+    DeviceFloats in(devices.api, r, (r + 1) * 4), out(devices.api, r, 6 * 4);
+    for (int i = 0; i < (r + 1) * 4; ++i) in.data()[i] = static_cast<float>(10 * r + i / 4);
+    for (int step = 0; step < 2; ++step) {  // two allgathers in one cycle are not fused
+      const uint64_t before = c.engine().stats().collectives;
+      std::vector<OpHandle> hs;
+      for (int k = 0; k < 2; ++k) {
+        OpRequest g =
+            DeviceAllreduce("gather." + std::to_string(step) + std::to_string(k), in, out, r);
+        g.type = OpType::kAllgather;
+        g.shape = {r + 1, 4};
+        g.output = nullptr;
+        g.allocate = [&out](const TensorShape& shape) -> StatusOr<void*> {
+          if (NumElements(shape) != 24) return InvalidArgument("unexpected output shape");
+          return static_cast<void*>(out.data());
+        };
+        KV_ASSIGN_OR_RETURN(OpHandle h, c.engine().Submit(g));
+        hs.push_back(h);
+      }
+      for (auto& h : hs) {
+        KV_RETURN_IF_ERROR(h.Wait(Deadline::After(60s)));
+        c.Check(h.result().shape == TensorShape({6, 4}), "gathered shape");
+      }
+      c.Check(c.engine().stats().collectives - before == 2, "one collective per device allgather");
+      // Rows in rank order: rank 0's 1 row, rank 1's 2, rank 2's 3.
+      const float want[6] = {0, 10, 11, 20, 21, 22};
+      for (int row = 0; row < 6; ++row) {
+        c.Check(out.data()[row * 4 + 3] == want[row], "gathered row " + std::to_string(row));
+      }
+    }
+    // Reducescatter of 7 rows of 2 over 3 ranks: blocks of 3, 2, 2 rows.
+    DeviceFloats rs_in(devices.api, r, 14), rs_out(devices.api, r, 6);
+    for (int i = 0; i < 14; ++i) rs_in.data()[i] = static_cast<float>(i + r);
+    OpRequest rs = DeviceAllreduce("scatter", rs_in, rs_out, r);
+    rs.type = OpType::kReduceScatter;
+    rs.shape = {7, 2};
+    KV_RETURN_IF_ERROR(RunOp(c.engine(), rs));
+    const int first_row = r == 0 ? 0 : (r == 1 ? 3 : 5);
+    const int rows = r == 0 ? 3 : 2;
+    for (int i = 0; i < rows * 2; ++i) {
+      const float want = 3.0f * static_cast<float>(first_row * 2 + i) + 3.0f;  // + (0+1+2)
+      c.Check(rs_out.data()[i] == want, "reducescatter element " + std::to_string(i));
+    }
+    return OkStatus();
+  });
+  ExpectEnginesOk(reports);
+}
+
 TEST(EngineDevice, HostAndDeviceTensorsOfOneGroupAreNeverFusedTogether) {
   constexpr int kRanks = 2;
   Devices devices(kRanks);
@@ -230,13 +283,13 @@ TEST(EngineDevice, UnsupportedDeviceRequestsAreRefusedAtSubmit) {
   Devices devices(kRanks + 1);
   auto reports = RunEngineRanks(Spec(kRanks, &devices), [&](EngineRank& c) -> Status {
     DeviceFloats a(devices.api, c.rank(), 8), other(devices.api, 2, 8);
-    OpRequest gather = DeviceAllreduce("g", a, a, c.rank());
-    gather.type = OpType::kAllgather;
-    Status s = c.engine().Submit(gather).status();
+    OpRequest a2a = DeviceAllreduce("g", a, a, c.rank());
+    a2a.type = OpType::kAlltoall;
+    Status s = c.engine().Submit(a2a).status();
     c.Check(s.code() == StatusCode::kInvalidArgument &&
-                s.message().find("ALLGATHER of device tensors is not supported yet") !=
+                s.message().find("ALLTOALL of device tensors is not supported yet") !=
                     std::string::npos,
-            "allgather: " + s.ToString());
+            "alltoall: " + s.ToString());
     s = c.engine().Submit(DeviceAllreduce("far", a, a, 7)).status();
     c.Check(s.code() == StatusCode::kInvalidArgument &&
                 s.message().find("3 devices visible") != std::string::npos,

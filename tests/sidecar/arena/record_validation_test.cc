@@ -388,8 +388,15 @@ TEST_F(ValidationTest, DeviceTensorsNeedASoundDescriptor) {
     const char* expect;
   };
   const DeviceCase cases[] = {
-      {"gather", [](auto& r, auto&) { r.op_type = RecordOpType::kAllgather; },
-       "device tensors: allgather is not supported yet"},
+      {"alltoall", [](auto& r, auto&) { r.op_type = RecordOpType::kAlltoall; },
+       "device tensors: alltoall is not supported yet"},
+      {"gather past its allocation",
+       [](auto& r, auto& d) {
+         r.op_type = RecordOpType::kAllgather;
+         r.output_bytes = 1 << 20;  // capacity: the whole allocation, but the output is at 4096
+         (void)d;
+       },
+       "device output tensor of 1048576 bytes at offset 4096 lies outside its allocation"},
       {"result heap", [](auto& r, auto&) { r.flags |= kSubmitOutputInResultHeap; },
        "cannot have their output in the result heap"},
       {"output set", [](auto& r, auto&) { r.output_bytes = 128; }, "must be 0 for device tensors"},
@@ -432,6 +439,13 @@ TEST_F(ValidationTest, DeviceTensorsNeedASoundDescriptor) {
   SubmissionRecord b = DeviceAllreduce();
   b.op_type = RecordOpType::kBroadcast;
   EXPECT_TRUE(Validate(b).ok());
+  // Allgather and reducescatter name their output's capacity in output_bytes.
+  SubmissionRecord g = DeviceAllreduce();
+  g.op_type = RecordOpType::kAllgather;
+  g.output_bytes = 4 * 128;
+  auto gv = Validate(g);
+  ASSERT_TRUE(gv.ok()) << gv.status().ToString();
+  EXPECT_EQ(gv->device_output_bytes, 512u);
 }
 
 TEST_F(ValidationTest, MessagesNameTheTensor) {

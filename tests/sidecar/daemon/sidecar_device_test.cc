@@ -132,6 +132,43 @@ TEST(SidecarDevice, TensorsAreReducedWhereTheyLieAndEachAllocationOpensOnce) {
   SweepTrainerAllocations();
 }
 
+TEST(SidecarDevice, AllgatherAndReduceScatterWriteTheTrainersDeviceOutputs) {
+  Job job(2, kHostDevices);
+  ASSERT_TRUE(job.WaitReady());
+  EXPECT_TRUE(job.RunTrainers([&](int rank) {
+    auto client = Must(Client::Connect(job.socket(rank), 10s));
+    TrainerDevice dev(rank);
+    constexpr size_t kBytes = 1 << 16;
+    void* a = dev.Malloc(kBytes);
+    // Rank r gathers r + 1 rows of 3 floats; 3 rows in all, into the allocation at 32 KiB.
+    Fill(At(a, 0), (rank + 1) * 3, static_cast<float>(10 * rank));
+    auto g = Must(client->DeviceAllgather(dev.Ref(a, kBytes, 0), dev.Ref(a, kBytes, 32 << 10),
+                                          3 * 3 * 4, DataType::kFloat32, {rank + 1, 3}, nullptr,
+                                          {.name = "gather"}));
+    TOK(g.Wait(Deadline::After(30s)));
+    TCHECK(g.shape() == TensorShape({3, 3}));
+    TCHECK(At(a, 32 << 10)[0] == 0.0f && At(a, 32 << 10)[3] == 10.0f);
+    TCHECK(At(a, 32 << 10)[8] == 10.0f + 8 % 3);
+    // Too small an output: refused after negotiation, naming both sizes; the sidecar goes on.
+    auto small = Must(client->DeviceAllgather(dev.Ref(a, kBytes, 0), dev.Ref(a, kBytes, 32 << 10),
+                                              16, DataType::kFloat32, {rank + 1, 3}, nullptr,
+                                              {.name = "gather.small"}));
+    TCONTAINS(small.Wait(Deadline::After(30s)).ToString(),
+              "device output of 16 bytes is smaller than the 36 bytes gathered");
+    // Reducescatter of 5 rows of 2: rank 0 gets rows 0-2, rank 1 rows 3-4.
+    for (int i = 0; i < 10; ++i) At(a, 0)[i] = static_cast<float>(i * (rank + 1));
+    const int rows = rank == 0 ? 3 : 2;
+    auto rs = Must(client->DeviceReduceScatter(dev.Ref(a, kBytes, 0), dev.Ref(a, kBytes, 16 << 10),
+                                               rows * 2 * 4, DataType::kFloat32, {5, 2}, nullptr,
+                                               {.name = "scatter", .reduce_op = ReduceOp::kSum}));
+    TOK(rs.Wait(Deadline::After(30s)));
+    TCHECK(rs.shape() == TensorShape({rows, 2}));
+    const int first = rank == 0 ? 0 : 6;
+    for (int i = 0; i < rows * 2; ++i) TCHECK(At(a, 16 << 10)[i] == 3.0f * (first + i));
+  }));
+  SweepTrainerAllocations();
+}
+
 TEST(SidecarDevice, TheReadyEventOrdersTheTrainersStreamBeforeTheCollective) {
   Job job(2, kHostDevices);
   ASSERT_TRUE(job.WaitReady());
