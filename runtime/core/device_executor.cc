@@ -83,6 +83,8 @@ Status DeviceExecutor::Run(int set_id, const ProcessSet& set, std::vector<OpExec
       return Allgather(*c, set, items.front(), bytes);
     case OpType::kReduceScatter:
       return ReduceScatter(*c, set, items.front(), bytes);
+    case OpType::kAlltoall:
+      return Alltoall(*c, set, items.front(), bytes);
     default:
       return Internal(std::string("no device path for ") +
                       OpTypeName(items.front().response->type));
@@ -173,6 +175,24 @@ size_t RowOf(const TensorShape& trailing) {
 }
 }  // namespace
 
+StatusOr<void*> DeviceExecutor::DeviceOutput(OpExecutor::Item& it, const TensorShape& shape,
+                                             size_t bytes) {
+  const std::string& name = it.response->name;
+  it.op->state->result.shape = shape;
+  void* out = it.op->request.output;
+  if (it.op->request.allocate) {
+    StatusOr<void*> p = it.op->request.allocate(shape);
+    out = p.ok() ? *p : nullptr;
+    if (!p.ok()) it.status = p.status().WithContext("tensor \"" + name + "\": output");
+  }
+  if (out == nullptr) {
+    KV_ASSIGN_OR_RETURN(std::byte * scratch, FusionBuffer(bytes));
+    out = scratch;
+    if (it.status.ok()) it.status = Internal("tensor \"" + name + "\": no device output");
+  }
+  return out;
+}
+
 // Every rank's rows into the op's device output (its allocator's, once the size is known); the
 // collective runs even when the output cannot be had (the other ranks are in it), into scratch.
 Status DeviceExecutor::Allgather(DeviceCollectives& c, const ProcessSet& set, OpExecutor::Item& it,
@@ -190,18 +210,7 @@ Status DeviceExecutor::Allgather(DeviceCollectives& c, const ProcessSet& set, Op
   }
   TensorShape shape = {rows};
   shape.insert(shape.end(), head.shape.begin(), head.shape.end());
-  it.op->state->result.shape = shape;
-  void* out = it.op->request.output;
-  if (it.op->request.allocate) {
-    StatusOr<void*> p = it.op->request.allocate(shape);
-    out = p.ok() ? *p : nullptr;
-    if (!p.ok()) it.status = p.status().WithContext("tensor \"" + head.name + "\": output");
-  }
-  if (out == nullptr) {
-    KV_ASSIGN_OR_RETURN(std::byte * scratch, FusionBuffer(total * esize));
-    out = scratch;
-    if (it.status.ok()) it.status = Internal("tensor \"" + head.name + "\": no device output");
-  }
+  KV_ASSIGN_OR_RETURN(void* out, DeviceOutput(it, shape, total * esize));
   AllgatherOptions o;
   o.input = it.op->request.input;
   o.output = out;
@@ -239,6 +248,53 @@ Status DeviceExecutor::ReduceScatter(DeviceCollectives& c, const ProcessSet& set
   std::vector<OpExecutor::Item> one = {it};
   Start(one, backend_.api->name() == "cuda" ? "NCCL_REDUCESCATTER" : "DEVICE_REDUCESCATTER");
   Status s = c.ReduceScatter(o, stream_);
+  End(one);
+  return s;
+}
+
+// The rows each rank sends (the op's splits) travel first over the CPU connections, as on the
+// CPU path; then the tensor moves device to device into the output sized by what arrives.
+Status DeviceExecutor::Alltoall(DeviceCollectives& c, const ProcessSet& set, OpExecutor::Item& it,
+                                uint64_t* bytes) {
+  const Response& head = *it.response;
+  const int n = set.size();
+  const size_t row = RowOf(head.shape);  // alltoall responses carry the dims after the first
+  const size_t esize = DataTypeSize(head.dtype);
+  std::vector<int64_t> send_rows = it.op->request.splits;
+  std::vector<int64_t> recv_rows(n, 0);
+  {
+    std::vector<size_t> ones(n, 1);
+    AlltoallOptions s;
+    s.input = send_rows.data();
+    s.output = recv_rows.data();
+    s.send_counts = ones;
+    s.recv_counts = ones;
+    s.type = DataType::kInt64;
+    s.set = &set;
+    KV_RETURN_IF_ERROR(::korovod::Alltoall(comm_, s));
+  }
+  std::vector<size_t> send_counts(n), recv_counts(n);
+  int64_t recv_total = 0;
+  for (int j = 0; j < n; ++j) {
+    send_counts[j] = static_cast<size_t>(send_rows[j]) * row;
+    recv_counts[j] = static_cast<size_t>(recv_rows[j]) * row;
+    recv_total += recv_rows[j];
+  }
+  TensorShape shape{recv_total};
+  shape.insert(shape.end(), head.shape.begin(), head.shape.end());
+  const size_t out_bytes = static_cast<size_t>(recv_total) * row * esize;
+  KV_ASSIGN_OR_RETURN(void* out, DeviceOutput(it, shape, out_bytes));
+  it.op->state->result.received_splits = recv_rows;
+  AlltoallOptions a;
+  a.input = it.op->request.input;
+  a.output = out;
+  a.send_counts = send_counts;
+  a.recv_counts = recv_counts;
+  a.type = head.dtype;
+  *bytes += out_bytes;
+  std::vector<OpExecutor::Item> one = {it};
+  Start(one, backend_.api->name() == "cuda" ? "NCCL_ALLTOALL" : "DEVICE_ALLTOALL");
+  Status s = c.Alltoall(a, stream_);
   End(one);
   return s;
 }

@@ -29,8 +29,8 @@ class DeviceExecutor {
   uint64_t fusion_capacity() const { return fusion_capacity_; }
   int collectives_made() const { return collectives_made_; }
 
-  // Like OpExecutor::Run for device ops (allreduce, fused or not; broadcast, allgather and
-  // reducescatter, one tensor each). `set_id` keys
+  // Like OpExecutor::Run for device ops (allreduce, fused or not; broadcast, allgather,
+  // reducescatter and alltoall, one tensor each). `set_id` keys
   // the set's collectives. A non-OK return is a data-plane failure.
   Status Run(int set_id, const ProcessSet& set, std::vector<OpExecutor::Item>& items,
              uint64_t* bytes);
@@ -45,6 +45,11 @@ class DeviceExecutor {
                    uint64_t* bytes);
   Status ReduceScatter(DeviceCollectives& c, const ProcessSet& set, OpExecutor::Item& it,
                        uint64_t* bytes);
+  Status Alltoall(DeviceCollectives& c, const ProcessSet& set, OpExecutor::Item& it,
+                  uint64_t* bytes);
+  // The op's device output of `shape`: its allocator's (or its output); on failure scratch, with
+  // the op's status set, so that the collective still runs (the other ranks are in it).
+  StatusOr<void*> DeviceOutput(OpExecutor::Item& it, const TensorShape& shape, size_t bytes);
   StatusOr<std::byte*> FusionBuffer(size_t bytes);
   Status Drain(const std::string& what);
   void Start(std::vector<OpExecutor::Item>& items, const char* activity);

@@ -125,21 +125,22 @@ struct Engine::Impl {
                                 ": this engine has no device backend (built without CUDA "
                                 "and NCCL, or started without a GPU)");
     }
+    const bool sized_later = r.type == OpType::kAllgather || r.type == OpType::kAlltoall;
     if (r.type != OpType::kAllreduce && r.type != OpType::kBroadcast &&
-        r.type != OpType::kAllgather && r.type != OpType::kReduceScatter) {
+        r.type != OpType::kReduceScatter && !sized_later) {
       return InvalidArgument(who + ": " + OpTypeName(r.type) +
-                             " of device tensors is not supported yet (allreduce, broadcast, "
-                             "allgather and reducescatter are)");
+                             " is not an operation on device tensors (allreduce, broadcast, "
+                             "allgather, alltoall and reducescatter are)");
     }
-    if (r.type == OpType::kAllgather && !r.allocate && r.output == nullptr) {
-      return InvalidArgument(who + ": a device allgather needs an output allocator");
+    if (sized_later && !r.allocate && r.output == nullptr) {
+      return InvalidArgument(who + ": a device " + OpTypeName(r.type) +
+                             " needs an output allocator");
     }
     if (r.device >= device.api->DeviceCount()) {
       return InvalidArgument(who + ": " + std::to_string(device.api->DeviceCount()) +
                              " devices visible");
     }
-    if (NumElements(r.shape) > 0 &&
-        (r.input == nullptr || (r.output == nullptr && r.type != OpType::kAllgather))) {
+    if (NumElements(r.shape) > 0 && (r.input == nullptr || (r.output == nullptr && !sized_later))) {
       return InvalidArgument(who + ": null device buffer");
     }
     if (device_in_use >= 0 && r.device != device_in_use) {

@@ -26,6 +26,7 @@ class DeviceCollectives {
   virtual Status Broadcast(const BroadcastOptions& o, DeviceStream stream) = 0;
   virtual Status Allgather(const AllgatherOptions& o, DeviceStream stream) = 0;
   virtual Status ReduceScatter(const ReduceScatterOptions& o, DeviceStream stream) = 0;
+  virtual Status Alltoall(const AlltoallOptions& o, DeviceStream stream) = 0;
 };
 
 // Makes the collectives of `set` (null: the world) for this rank's `device`. Collective: every

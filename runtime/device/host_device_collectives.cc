@@ -63,4 +63,13 @@ Status HostDeviceCollectives::ReduceScatter(const ReduceScatterOptions& o, Devic
   return s;
 }
 
+Status HostDeviceCollectives::Alltoall(const AlltoallOptions& o, DeviceStream stream) {
+  KV_RETURN_IF_ERROR(Drain(stream, "alltoall"));
+  AlltoallOptions on_set = o;
+  on_set.set = set_;
+  Status s = ::korovod::Alltoall(comm_, on_set);
+  if (!s.ok() && s.code() != StatusCode::kInvalidArgument) broken_ = s;
+  return s;
+}
+
 }  // namespace korovod

@@ -19,6 +19,7 @@ class HostDeviceCollectives final : public DeviceCollectives {
   Status Broadcast(const BroadcastOptions& o, DeviceStream stream) override;
   Status Allgather(const AllgatherOptions& o, DeviceStream stream) override;
   Status ReduceScatter(const ReduceScatterOptions& o, DeviceStream stream) override;
+  Status Alltoall(const AlltoallOptions& o, DeviceStream stream) override;
 
  private:
   Status Drain(DeviceStream stream, const char* what);

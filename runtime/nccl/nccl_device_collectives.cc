@@ -37,4 +37,10 @@ Status NcclDeviceCollectives::ReduceScatter(const ReduceScatterOptions& o, Devic
   return comm_->ReduceScatter(own, static_cast<cudaStream_t>(stream));
 }
 
+Status NcclDeviceCollectives::Alltoall(const AlltoallOptions& o, DeviceStream stream) {
+  AlltoallOptions own = o;
+  own.set = nullptr;
+  return comm_->Alltoall(own, static_cast<cudaStream_t>(stream));
+}
+
 }  // namespace korovod

@@ -20,6 +20,7 @@ class NcclDeviceCollectives final : public DeviceCollectives {
   Status Broadcast(const BroadcastOptions& o, DeviceStream stream) override;
   Status Allgather(const AllgatherOptions& o, DeviceStream stream) override;
   Status ReduceScatter(const ReduceScatterOptions& o, DeviceStream stream) override;
+  Status Alltoall(const AlltoallOptions& o, DeviceStream stream) override;
 
  private:
   std::unique_ptr<NcclCommunicator> comm_;

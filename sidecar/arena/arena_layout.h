@@ -98,7 +98,7 @@ inline constexpr uint8_t kSubmitOutputInResultHeap = 1u << 0;  // sidecar alloca
 // The tensors are in device (GPU) memory: input_offset names a DeviceTensorDescriptor in the
 // client heap, input_bytes is still the tensor's size, output_offset is 0 and output_bytes is 0
 // for allreduce and broadcast (the output has the input's size) or the device output's capacity
-// for allgather and reducescatter. Alltoall is not supported.
+// for allgather, alltoall and reducescatter.
 inline constexpr uint8_t kSubmitDeviceTensor = 1u << 1;
 inline constexpr uint8_t kSubmitKnownFlags = kSubmitOutputInResultHeap | kSubmitDeviceTensor;
 

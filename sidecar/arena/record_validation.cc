@@ -312,9 +312,10 @@ Status Validator::CheckDeviceTensor() {
   const bool same_shape =
       op_.type == RecordOpType::kAllreduce || op_.type == RecordOpType::kBroadcast;
   if (!same_shape && op_.type != RecordOpType::kAllgather &&
-      op_.type != RecordOpType::kReduceScatter) {
+      op_.type != RecordOpType::kReduceScatter && op_.type != RecordOpType::kAlltoall) {
     return Bad(std::string("device tensors: ") + type +
-               " is not supported yet (allreduce, broadcast, allgather and reducescatter are)");
+               " takes no tensor (allreduce, broadcast, allgather, alltoall and reducescatter "
+               "do)");
   }
   if (!same_shape && op_.shape.empty()) {
     return Bad(std::string(type) + " needs a tensor with at least one dimension (ndims is 0)");

@@ -314,7 +314,8 @@ struct Client::Impl {
   StatusOr<ClientHandle> RunDevice(RecordOpType type, const DeviceTensorRef& in,
                                    const DeviceTensorRef& out, DataType dtype,
                                    const TensorShape& shape, const DeviceEventHandle* ready_event,
-                                   const OpOptions& options, uint64_t output_bytes = 0);
+                                   const OpOptions& options, uint64_t output_bytes = 0,
+                                   const std::vector<int64_t>& splits = {});
   StatusOr<ClientHandle> Submit(SubmissionRecord& r, std::shared_ptr<HandleState> state) {
     state->core = core;
     Status s = core->Submit(r, state);
@@ -806,7 +807,8 @@ StatusOr<ClientHandle> Client::Impl::RunDevice(RecordOpType type, const DeviceTe
                                                const DeviceTensorRef& out, DataType dtype,
                                                const TensorShape& shape,
                                                const DeviceEventHandle* ready_event,
-                                               const OpOptions& options, uint64_t output_bytes) {
+                                               const OpOptions& options, uint64_t output_bytes,
+                                               const std::vector<int64_t>& splits) {
   if (in.device_uuid != out.device_uuid) {
     return InvalidArgument(std::string(RecordOpTypeName(type)) + " " + options.name +
                            ": input and output are on different devices");
@@ -827,6 +829,11 @@ StatusOr<ClientHandle> Client::Impl::RunDevice(RecordOpType type, const DeviceTe
   r.input_offset = state->staging_in.offset();
   r.input_bytes = BytesOf(dtype, shape);
   r.output_bytes = output_bytes;
+  if (splits.size() > static_cast<size_t>(kMaxInlineSplits)) {
+    return Status(StatusCode::kUnimplemented, "more than 64 alltoall splits");
+  }
+  r.num_splits = static_cast<uint32_t>(splits.size());
+  for (size_t i = 0; i < splits.size(); ++i) r.splits[i] = splits[i];
   return Submit(r, std::move(state));
 }
 
@@ -854,6 +861,16 @@ StatusOr<ClientHandle> Client::DeviceAllgather(const DeviceTensorRef& input,
                                                const OpOptions& options) {
   return impl_->RunDevice(RecordOpType::kAllgather, input, output, dtype, shape, ready_event,
                           options, output_bytes);
+}
+
+StatusOr<ClientHandle> Client::DeviceAlltoall(const DeviceTensorRef& input,
+                                              const DeviceTensorRef& output, uint64_t output_bytes,
+                                              DataType dtype, const TensorShape& shape,
+                                              const std::vector<int64_t>& splits,
+                                              const DeviceEventHandle* ready_event,
+                                              const OpOptions& options) {
+  return impl_->RunDevice(RecordOpType::kAlltoall, input, output, dtype, shape, ready_event,
+                          options, output_bytes, splits);
 }
 
 StatusOr<ClientHandle> Client::DeviceReduceScatter(const DeviceTensorRef& input,

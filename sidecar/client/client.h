@@ -209,6 +209,14 @@ class Client {
                                          DataType dtype, const TensorShape& shape,
                                          const DeviceEventHandle* ready_event = nullptr,
                                          const OpOptions& options = {});
+  // `splits`: rows of the first dimension sent to each set rank (empty: even); the handle's
+  // received_splits say what came from each.
+  StatusOr<ClientHandle> DeviceAlltoall(const DeviceTensorRef& input, const DeviceTensorRef& output,
+                                        uint64_t output_bytes, DataType dtype,
+                                        const TensorShape& shape,
+                                        const std::vector<int64_t>& splits,
+                                        const DeviceEventHandle* ready_event = nullptr,
+                                        const OpOptions& options = {});
   StatusOr<ClientHandle> DeviceReduceScatter(const DeviceTensorRef& input,
                                              const DeviceTensorRef& output, uint64_t output_bytes,
                                              DataType dtype, const TensorShape& shape,

@@ -525,8 +525,8 @@ StatusOr<OpLoop::Prepared> OpLoop::Prepare(const ValidatedOp& op) {
                                std::to_string(capacity) + " bytes is smaller than this rank's " +
                                std::to_string(bytes) + "-byte block");
       }
-    } else if (pending->type == OpType::kAllgather) {
-      // The gathered size is known after negotiation: checked against the output's capacity.
+    } else if (pending->type == OpType::kAllgather || pending->type == OpType::kAlltoall) {
+      // The output's size is known after negotiation: checked against its capacity.
       void* out = req.output;
       req.output = nullptr;
       req.allocate = [out, capacity, elem,
@@ -535,7 +535,7 @@ StatusOr<OpLoop::Prepared> OpLoop::Prepare(const ValidatedOp& op) {
         if (bytes > capacity) {
           return InvalidArgument(name + ": device output of " + std::to_string(capacity) +
                                  " bytes is smaller than the " + std::to_string(bytes) +
-                                 " bytes gathered (shape " + ShapeString(shape) + ")");
+                                 " bytes received (shape " + ShapeString(shape) + ")");
         }
         return out;
       };

@@ -259,6 +259,22 @@ void BindClient(py::module_& m) {
           py::arg("dtype"), py::arg("shape"), py::arg("ready_event") = py::none(),
           py::arg("name") = "", py::arg("process_set") = 0)
       .def(
+          "device_alltoall",
+          [](Client& c, const py::bytes& uuid, const DeviceBufferTuple& in,
+             const DeviceBufferTuple& out, uint64_t out_bytes, DataType dt,
+             const TensorShape& shape, const std::vector<int64_t>& splits,
+             const std::optional<py::bytes>& event, const std::string& name, int ps) {
+            const DeviceTensorRef i = DeviceRef(uuid, in), o = DeviceRef(uuid, out);
+            const std::optional<DeviceEventHandle> ev = EventHandle(event);
+            return Unlocked([&] {
+              return c.DeviceAlltoall(i, o, out_bytes, dt, shape, splits, ev ? &*ev : nullptr,
+                                      Options(name, 0, 1, 1, 0, ps));
+            });
+          },
+          py::arg("device_uuid"), py::arg("input"), py::arg("output"), py::arg("output_bytes"),
+          py::arg("dtype"), py::arg("shape"), py::arg("splits"),
+          py::arg("ready_event") = py::none(), py::arg("name") = "", py::arg("process_set") = 0)
+      .def(
           "device_reducescatter",
           [](Client& c, const py::bytes& uuid, const DeviceBufferTuple& in,
              const DeviceBufferTuple& out, uint64_t out_bytes, DataType dt,

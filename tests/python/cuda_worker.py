@@ -42,8 +42,10 @@ assert float(g[-1, 0]) == float(n - 1)
 s = hvd.reducescatter(torch.ones(2 * n + 1, 4, device=dev), op=hvd.Sum)
 assert s.device == dev and s.shape[0] == 2 + (1 if r == 0 else 0), s.shape
 assert torch.equal(s, torch.full_like(s, float(n)))
-a2a = hvd.alltoall(torch.full((n, 2), float(r), device=dev))  # staged through host memory
-assert a2a.device == dev and a2a.shape == (n, 2)
+a2a, received = hvd.alltoall(torch.full((n * (r + 1), 2), float(r), device=dev),
+                             splits=torch.tensor([r + 1] * n, dtype=torch.int32))
+assert a2a.device == dev and a2a.shape == (n * (n + 1) // 2, 2), a2a.shape
+assert received.tolist() == [j + 1 for j in range(n)], received
 
 model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)).to(dev)
 hvd.broadcast_parameters(model.state_dict(), root_rank=0)

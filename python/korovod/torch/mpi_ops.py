@@ -1224,10 +1224,12 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     of process_set in order; synchronize() returns (received tensor, received splits)."""
     dtype = _dtype(tensor)
     split_list = _alltoall_splits(tensor, splits, _set_size(process_set))
-    # Horovod sends the rows the splits cover; rows past their sum stay behind.
-    src = _host(tensor.narrow(0, 0, sum(split_list)))
     name = _name(name, "alltoall", process_set)
     psid = _psid(process_set)
+    if tensor.is_cuda:
+        return _device_alltoall_async(tensor, split_list, dtype, name, process_set)
+    # Horovod sends the rows the splits cover; rows past their sum stay behind.
+    src = _host(tensor.narrow(0, 0, sum(split_list)))
 
     def submit():
         return _c().alltoall(src.data_ptr(), dtype, list(src.shape), split_list, name, psid)
@@ -1235,6 +1237,27 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     def finish(h):
         return (_like(_result_tensor(h, src.dtype), tensor),
                 torch.tensor(list(h.received_splits), dtype=torch.int32))
+
+    return _start([name], process_set, submit, finish)
+
+
+def _device_alltoall_async(tensor, split_list, dtype, name, process_set):
+    """A CUDA tensor exchanged into a CUDA output: the splits go first (a small CPU alltoall), so
+    that this rank knows what it receives and allocates the output on the device up front."""
+    src = _contiguous(tensor.narrow(0, 0, sum(split_list)))
+    received = synchronize(alltoall_async(torch.tensor(split_list, dtype=torch.int64),
+                                          name=name + ".splits", process_set=process_set))[0]
+    out = torch.empty((int(received.sum()),) + tuple(src.shape[1:]), dtype=src.dtype,
+                      device=src.device)
+    psid = _psid(process_set)
+    keep = []
+    events, submit = _device_submit("alltoall", [src, out], lambda uuid, ev: (
+        _c().device_alltoall(uuid, _device_ref(src, keep), _device_ref(out, keep),
+                             out.numel() * out.element_size(), dtype, list(src.shape),
+                             split_list, ev, name, psid)))
+
+    def finish(h, src=src, events=events, keep=keep):
+        return out, torch.tensor(list(h.received_splits), dtype=torch.int32)
 
     return _start([name], process_set, submit, finish)
 

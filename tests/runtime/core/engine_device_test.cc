@@ -170,7 +170,7 @@ TEST(EngineDevice, BroadcastFromEveryRootAndOnAProcessSet) {
   ExpectEnginesOk(reports);
 }
 
-TEST(EngineDevice, AllgatherOfUnevenRowsAndReduceScatterIntoDeviceOutputs) {
+TEST(EngineDevice, AllgatherAlltoallAndReduceScatterIntoDeviceOutputs) {
   constexpr int kRanks = 3;
   Devices devices(kRanks);
   auto reports = RunEngineRanks(Spec(kRanks, &devices), [&](EngineRank& c) -> Status {
@@ -204,6 +204,32 @@ TEST(EngineDevice, AllgatherOfUnevenRowsAndReduceScatterIntoDeviceOutputs) {
       for (int row = 0; row < 6; ++row) {
         c.Check(out.data()[row * 4 + 3] == want[row], "gathered row " + std::to_string(row));
       }
+    }
+    // Alltoall: rank r sends j + 1 rows of 2 to rank j (values 100 r + j), so rank r receives
+    // r + 1 rows from each of the 3 ranks.
+    DeviceFloats a2a_in(devices.api, r, 6 * 2), a2a_out(devices.api, r, 9 * 2);
+    {
+      int at = 0;
+      for (int j = 0; j < kRanks; ++j) {
+        for (int k = 0; k < (j + 1) * 2; ++k) a2a_in.data()[at++] = static_cast<float>(100 * r + j);
+      }
+    }
+    OpRequest a2a = DeviceAllreduce("exchange", a2a_in, a2a_out, r);
+    a2a.type = OpType::kAlltoall;
+    a2a.shape = {6, 2};
+    a2a.splits = {1, 2, 3};
+    a2a.output = nullptr;
+    a2a.allocate = [&a2a_out](const TensorShape& shape) -> StatusOr<void*> {
+      if (NumElements(shape) > 18) return InvalidArgument("too large");
+      return static_cast<void*>(a2a_out.data());
+    };
+    OpResult a2a_result;
+    KV_RETURN_IF_ERROR(RunOp(c.engine(), a2a, &a2a_result));
+    c.Check(a2a_result.shape == TensorShape({3 * (r + 1), 2}), "alltoall shape");
+    c.Check(a2a_result.received_splits == std::vector<int64_t>(3, r + 1), "received splits");
+    for (int j = 0; j < kRanks; ++j) {
+      c.Check(a2a_out.data()[j * (r + 1) * 2] == static_cast<float>(100 * j + r),
+              "alltoall block from rank " + std::to_string(j));
     }
     // Reducescatter of 7 rows of 2 over 3 ranks: blocks of 3, 2, 2 rows.
     DeviceFloats rs_in(devices.api, r, 14), rs_out(devices.api, r, 6);
@@ -283,13 +309,13 @@ TEST(EngineDevice, UnsupportedDeviceRequestsAreRefusedAtSubmit) {
   Devices devices(kRanks + 1);
   auto reports = RunEngineRanks(Spec(kRanks, &devices), [&](EngineRank& c) -> Status {
     DeviceFloats a(devices.api, c.rank(), 8), other(devices.api, 2, 8);
-    OpRequest a2a = DeviceAllreduce("g", a, a, c.rank());
-    a2a.type = OpType::kAlltoall;
-    Status s = c.engine().Submit(a2a).status();
-    c.Check(s.code() == StatusCode::kInvalidArgument &&
-                s.message().find("ALLTOALL of device tensors is not supported yet") !=
-                    std::string::npos,
-            "alltoall: " + s.ToString());
+    OpRequest barrier = DeviceAllreduce("g", a, a, c.rank());
+    barrier.type = OpType::kBarrier;
+    Status s = c.engine().Submit(barrier).status();
+    c.Check(
+        s.code() == StatusCode::kInvalidArgument &&
+            s.message().find("BARRIER is not an operation on device tensors") != std::string::npos,
+        "barrier: " + s.ToString());
     s = c.engine().Submit(DeviceAllreduce("far", a, a, 7)).status();
     c.Check(s.code() == StatusCode::kInvalidArgument &&
                 s.message().find("3 devices visible") != std::string::npos,

@@ -132,7 +132,7 @@ TEST(SidecarDevice, TensorsAreReducedWhereTheyLieAndEachAllocationOpensOnce) {
   SweepTrainerAllocations();
 }
 
-TEST(SidecarDevice, AllgatherAndReduceScatterWriteTheTrainersDeviceOutputs) {
+TEST(SidecarDevice, AllgatherAlltoallAndReduceScatterWriteTheTrainersDeviceOutputs) {
   Job job(2, kHostDevices);
   ASSERT_TRUE(job.WaitReady());
   EXPECT_TRUE(job.RunTrainers([&](int rank) {
@@ -154,7 +154,19 @@ TEST(SidecarDevice, AllgatherAndReduceScatterWriteTheTrainersDeviceOutputs) {
                                               16, DataType::kFloat32, {rank + 1, 3}, nullptr,
                                               {.name = "gather.small"}));
     TCONTAINS(small.Wait(Deadline::After(30s)).ToString(),
-              "device output of 16 bytes is smaller than the 36 bytes gathered");
+              "device output of 16 bytes is smaller than the 36 bytes received");
+    // Alltoall: rank r sends 1 row to rank 0 and r + 1 rows to rank 1 (rows of 2 floats).
+    for (int i = 0; i < 2 * (rank + 2); ++i) At(a, 0)[i] = static_cast<float>(10 * rank + i / 2);
+    const std::vector<int64_t> splits = {1, rank + 1};
+    auto x = Must(client->DeviceAlltoall(dev.Ref(a, kBytes, 0), dev.Ref(a, kBytes, 48 << 10), 8 * 4,
+                                         DataType::kFloat32, {rank + 2, 2}, splits, nullptr,
+                                         {.name = "exchange"}));
+    TOK(x.Wait(Deadline::After(30s)));
+    const int64_t got = rank == 0 ? 2 : 3;  // rank 0: a row from each; rank 1: 1 + 2 rows
+    TCHECK(x.shape() == TensorShape({got, 2}));
+    TCHECK(x.received_splits() ==
+           (rank == 0 ? std::vector<int64_t>{1, 1} : std::vector<int64_t>{1, 2}));
+    TCHECK(At(a, 48 << 10)[2] == (rank == 0 ? 10.0f : 11.0f));
     // Reducescatter of 5 rows of 2: rank 0 gets rows 0-2, rank 1 rows 3-4.
     for (int i = 0; i < 10; ++i) At(a, 0)[i] = static_cast<float>(i * (rank + 1));
     const int rows = rank == 0 ? 3 : 2;
