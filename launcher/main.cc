@@ -25,15 +25,20 @@ int UsageError(const std::string& message) {
   return kUsageExit;
 }
 
-// The sidecar binary: --sidecar, else korovod-sidecar in korovodrun's own directory.
+// The sidecar binary: --sidecar, else the one in korovodrun's own directory:
+// korovod-sidecar-nccl where the build has the NCCL backend (GPU tensors run on NCCL wherever a GPU
+// is visible, and it behaves as korovod-sidecar elsewhere), korovod-sidecar otherwise.
 std::string DefaultSidecarPath() {
   char self[PATH_MAX + 1] = {};
   ssize_t n = ::readlink("/proc/self/exe", self, PATH_MAX);
   if (n <= 0) return "korovod-sidecar";
   std::string path(self, static_cast<size_t>(n));
   size_t slash = path.rfind('/');
-  return (slash == std::string::npos ? std::string(".") : path.substr(0, slash)) +
-         "/korovod-sidecar";
+  const std::string dir = slash == std::string::npos ? std::string(".") : path.substr(0, slash);
+  if (::access((dir + "/korovod-sidecar-nccl").c_str(), X_OK) == 0) {
+    return dir + "/korovod-sidecar-nccl";
+  }
+  return dir + "/korovod-sidecar";
 }
 
 int Main(int argc, char** argv) {

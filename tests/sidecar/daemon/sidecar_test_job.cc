@@ -76,8 +76,9 @@ grpc::Status CallHello(const std::string& socket, uint32_t version, v1::HelloRep
 
 const char* SidecarBinary() { return KOROVOD_SIDECAR_BIN; }
 
-Job::Job(int n, std::vector<std::string> extra_env, int ranks_per_sidecar)
+Job::Job(int n, std::vector<std::string> extra_env, int ranks_per_sidecar, const char* binary)
     : n_(n), per_(ranks_per_sidecar) {
+  if (binary == nullptr) binary = KOROVOD_SIDECAR_BIN;
   char tmpl[] = "/tmp/kvsd-XXXXXX";
   dir_ = ::mkdtemp(tmpl);
   static int counter = 0;
@@ -123,7 +124,7 @@ Job::Job(int n, std::vector<std::string> extra_env, int ranks_per_sidecar)
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
     const std::string log = dir_ + "/rank" + std::to_string(r / per_) + ".log";
-    char* argv[] = {const_cast<char*>(KOROVOD_SIDECAR_BIN), nullptr};
+    char* argv[] = {const_cast<char*>(binary), nullptr};
     pid_t pid = ::fork();
     if (pid == 0) {
       for (int k = r; k < r + per_; ++k) ::fcntl(fds[k], F_SETFD, 0);

@@ -86,7 +86,9 @@ class Job {
   // `ranks_per_sidecar` > 1: n / ranks_per_sidecar sidecars, each serving that many consecutive
   // ranks (KOROVOD_SIDECAR_RANKS, as in a pod of several ranks); pid/Log/Running/ExitsCleanly
   // then take the sidecar's index, socket() still the rank.
-  explicit Job(int n, std::vector<std::string> extra_env = {}, int ranks_per_sidecar = 1);
+  // `binary`: the sidecar program (null: SidecarBinary()).
+  explicit Job(int n, std::vector<std::string> extra_env = {}, int ranks_per_sidecar = 1,
+               const char* binary = nullptr);
   ~Job();
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
