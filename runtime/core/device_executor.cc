@@ -26,6 +26,16 @@ void DeviceExecutor::End(std::vector<OpExecutor::Item>& items) {
   for (auto& it : items) timeline_->End(it.response->name);
 }
 
+Status DeviceExecutor::One(OpExecutor::Item& it, const std::string& op,
+                           const std::function<Status()>& collective) {
+  std::vector<OpExecutor::Item> one = {it};
+  const std::string activity = (backend_.api->name() == "cuda" ? "NCCL_" : "DEVICE_") + op;
+  Start(one, activity.c_str());
+  Status s = collective();
+  End(one);
+  return s;
+}
+
 StatusOr<DeviceCollectives*> DeviceExecutor::CollectivesFor(int set_id, const ProcessSet& set,
                                                             int device) {
   auto it = collectives_.find(set_id);
@@ -160,11 +170,7 @@ Status DeviceExecutor::Broadcast(DeviceCollectives& c, OpExecutor::Item& it, uin
         backend_.api->CopyAsync(it.op->request.output, it.op->request.input, n, stream_));
   }
   *bytes += n;
-  std::vector<OpExecutor::Item> one = {it};
-  Start(one, backend_.api->name() == "cuda" ? "NCCL_BROADCAST" : "DEVICE_BROADCAST");
-  Status s = c.Broadcast(o, stream_);
-  End(one);
-  return s;
+  return One(it, "BROADCAST", [&] { return c.Broadcast(o, stream_); });
 }
 
 namespace {
@@ -217,11 +223,7 @@ Status DeviceExecutor::Allgather(DeviceCollectives& c, const ProcessSet& set, Op
   o.counts = counts;
   o.type = head.dtype;
   *bytes += total * esize;
-  std::vector<OpExecutor::Item> one = {it};
-  Start(one, backend_.api->name() == "cuda" ? "NCCL_ALLGATHER" : "DEVICE_ALLGATHER");
-  Status s = c.Allgather(o, stream_);
-  End(one);
-  return s;
+  return One(it, "ALLGATHER", [&] { return c.Allgather(o, stream_); });
 }
 
 // This rank's block of the first dimension (the first ranks get one more row), as on the CPU.
@@ -245,11 +247,7 @@ Status DeviceExecutor::ReduceScatter(DeviceCollectives& c, const ProcessSet& set
   o.prescale = head.prescale;
   o.postscale = head.postscale;
   *bytes += static_cast<size_t>(d0) * row * DataTypeSize(head.dtype);
-  std::vector<OpExecutor::Item> one = {it};
-  Start(one, backend_.api->name() == "cuda" ? "NCCL_REDUCESCATTER" : "DEVICE_REDUCESCATTER");
-  Status s = c.ReduceScatter(o, stream_);
-  End(one);
-  return s;
+  return One(it, "REDUCESCATTER", [&] { return c.ReduceScatter(o, stream_); });
 }
 
 // The rows each rank sends (the op's splits) travel first over the CPU connections, as on the
@@ -260,19 +258,8 @@ Status DeviceExecutor::Alltoall(DeviceCollectives& c, const ProcessSet& set, OpE
   const int n = set.size();
   const size_t row = RowOf(head.shape);  // alltoall responses carry the dims after the first
   const size_t esize = DataTypeSize(head.dtype);
-  std::vector<int64_t> send_rows = it.op->request.splits;
-  std::vector<int64_t> recv_rows(n, 0);
-  {
-    std::vector<size_t> ones(n, 1);
-    AlltoallOptions s;
-    s.input = send_rows.data();
-    s.output = recv_rows.data();
-    s.send_counts = ones;
-    s.recv_counts = ones;
-    s.type = DataType::kInt64;
-    s.set = &set;
-    KV_RETURN_IF_ERROR(::korovod::Alltoall(comm_, s));
-  }
+  const std::vector<int64_t>& send_rows = it.op->request.splits;
+  KV_ASSIGN_OR_RETURN(std::vector<int64_t> recv_rows, ExchangeAlltoallRows(comm_, set, send_rows));
   std::vector<size_t> send_counts(n), recv_counts(n);
   int64_t recv_total = 0;
   for (int j = 0; j < n; ++j) {
@@ -292,11 +279,7 @@ Status DeviceExecutor::Alltoall(DeviceCollectives& c, const ProcessSet& set, OpE
   a.recv_counts = recv_counts;
   a.type = head.dtype;
   *bytes += out_bytes;
-  std::vector<OpExecutor::Item> one = {it};
-  Start(one, backend_.api->name() == "cuda" ? "NCCL_ALLTOALL" : "DEVICE_ALLTOALL");
-  Status s = c.Alltoall(a, stream_);
-  End(one);
-  return s;
+  return One(it, "ALLTOALL", [&] { return c.Alltoall(a, stream_); });
 }
 
 }  // namespace korovod

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -54,6 +55,9 @@ class DeviceExecutor {
   Status Drain(const std::string& what);
   void Start(std::vector<OpExecutor::Item>& items, const char* activity);
   void End(std::vector<OpExecutor::Item>& items);
+  // One tensor's collective, recorded as NCCL_<op> (DEVICE_<op> on host memory) on the timeline.
+  Status One(OpExecutor::Item& it, const std::string& op,
+             const std::function<Status()>& collective);
 
   Communicator& comm_;
   DeviceBackend backend_;

@@ -40,6 +40,22 @@ size_t RowElements(const TensorShape& trailing) {
 
 }  // namespace
 
+StatusOr<std::vector<int64_t>> ExchangeAlltoallRows(Communicator& comm, const ProcessSet& set,
+                                                    const std::vector<int64_t>& send_rows) {
+  const int n = set.size();
+  std::vector<int64_t> recv_rows(n, 0);
+  std::vector<size_t> ones(n, 1);
+  AlltoallOptions s;
+  s.input = send_rows.data();
+  s.output = recv_rows.data();
+  s.send_counts = ones;
+  s.recv_counts = ones;
+  s.type = DataType::kInt64;
+  s.set = &set;
+  KV_RETURN_IF_ERROR(korovod::Alltoall(comm, s));
+  return recv_rows;
+}
+
 StatusOr<std::byte*> OpExecutor::Output(PendingOp& op, const TensorShape& shape, size_t bytes) {
   op.state->result.shape = shape;
   if (op.request.allocate) {
@@ -463,22 +479,11 @@ Status OpExecutor::Alltoall(const ProcessSet& set, Item& it, uint64_t* bytes) {
   const size_t row = RowElements(r.shape);
   const size_t esize = DataTypeSize(r.dtype);
   PendingOp& op = *it.op;  // alltoall never runs with absent ranks (the coordinator refuses)
-  std::vector<int64_t> send_rows = op.request.splits;
-  std::vector<int64_t> recv_rows(n, 0);
+  const std::vector<int64_t>& send_rows = op.request.splits;
   std::vector<Item> one{it};
   Start(one, "ALLTOALL");
   TimelinePhases phases(timeline_, one, comm_);
-  {
-    std::vector<size_t> ones(n, 1);
-    AlltoallOptions s;
-    s.input = send_rows.data();
-    s.output = recv_rows.data();
-    s.send_counts = ones;
-    s.recv_counts = ones;
-    s.type = DataType::kInt64;
-    s.set = &set;
-    KV_RETURN_IF_ERROR(korovod::Alltoall(comm_, s));
-  }
+  KV_ASSIGN_OR_RETURN(std::vector<int64_t> recv_rows, ExchangeAlltoallRows(comm_, set, send_rows));
   std::vector<size_t> send_counts(n), recv_counts(n);
   int64_t recv_total = 0;
   for (int j = 0; j < n; ++j) {

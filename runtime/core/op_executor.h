@@ -17,6 +17,11 @@
 
 namespace korovod {
 
+// Alltoall's first step: each set rank's row count for every other (`send_rows[j]`: rows this rank
+// sends to set rank j) exchanged over the CPU connections; the rows this rank receives from each.
+StatusOr<std::vector<int64_t>> ExchangeAlltoallRows(Communicator& comm, const ProcessSet& set,
+                                                    const std::vector<int64_t>& send_rows);
+
 class OpExecutor {
  public:
   explicit OpExecutor(Communicator& comm) : comm_(comm) {}

@@ -27,49 +27,33 @@ Status HostDeviceCollectives::Drain(DeviceStream stream, const char* what) {
   return s;
 }
 
+// Waits for the stream, then runs the CPU collective on the set; an invalid argument leaves the
+// object usable, any other failure breaks it.
+template <typename Options, typename Collective>
+Status HostDeviceCollectives::Run(const char* what, const Options& o, DeviceStream stream,
+                                  Collective collective) {
+  KV_RETURN_IF_ERROR(Drain(stream, what));
+  Options on_set = o;
+  on_set.set = set_;
+  Status s = collective(comm_, on_set);
+  if (!s.ok() && s.code() != StatusCode::kInvalidArgument) broken_ = s;
+  return s;
+}
+
 Status HostDeviceCollectives::Allreduce(const AllreduceOptions& o, DeviceStream stream) {
-  KV_RETURN_IF_ERROR(Drain(stream, "allreduce"));
-  AllreduceOptions on_set = o;
-  on_set.set = set_;
-  Status s = ::korovod::Allreduce(comm_, on_set);
-  if (!s.ok() && s.code() != StatusCode::kInvalidArgument) broken_ = s;
-  return s;
+  return Run("allreduce", o, stream, &::korovod::Allreduce);
 }
-
 Status HostDeviceCollectives::Broadcast(const BroadcastOptions& o, DeviceStream stream) {
-  KV_RETURN_IF_ERROR(Drain(stream, "broadcast"));
-  BroadcastOptions on_set = o;
-  on_set.set = set_;
-  Status s = ::korovod::Broadcast(comm_, on_set);
-  if (!s.ok() && s.code() != StatusCode::kInvalidArgument) broken_ = s;
-  return s;
+  return Run("broadcast", o, stream, &::korovod::Broadcast);
 }
-
 Status HostDeviceCollectives::Allgather(const AllgatherOptions& o, DeviceStream stream) {
-  KV_RETURN_IF_ERROR(Drain(stream, "allgather"));
-  AllgatherOptions on_set = o;
-  on_set.set = set_;
-  Status s = ::korovod::Allgather(comm_, on_set);
-  if (!s.ok() && s.code() != StatusCode::kInvalidArgument) broken_ = s;
-  return s;
+  return Run("allgather", o, stream, &::korovod::Allgather);
 }
-
 Status HostDeviceCollectives::ReduceScatter(const ReduceScatterOptions& o, DeviceStream stream) {
-  KV_RETURN_IF_ERROR(Drain(stream, "reducescatter"));
-  ReduceScatterOptions on_set = o;
-  on_set.set = set_;
-  Status s = ::korovod::ReduceScatter(comm_, on_set);
-  if (!s.ok() && s.code() != StatusCode::kInvalidArgument) broken_ = s;
-  return s;
+  return Run("reducescatter", o, stream, &::korovod::ReduceScatter);
 }
-
 Status HostDeviceCollectives::Alltoall(const AlltoallOptions& o, DeviceStream stream) {
-  KV_RETURN_IF_ERROR(Drain(stream, "alltoall"));
-  AlltoallOptions on_set = o;
-  on_set.set = set_;
-  Status s = ::korovod::Alltoall(comm_, on_set);
-  if (!s.ok() && s.code() != StatusCode::kInvalidArgument) broken_ = s;
-  return s;
+  return Run("alltoall", o, stream, &::korovod::Alltoall);
 }
 
 }  // namespace korovod

@@ -23,6 +23,8 @@ class HostDeviceCollectives final : public DeviceCollectives {
 
  private:
   Status Drain(DeviceStream stream, const char* what);
+  template <typename Options, typename Collective>
+  Status Run(const char* what, const Options& o, DeviceStream stream, Collective collective);
 
   DeviceApi* api_;
   Communicator& comm_;
