@@ -286,7 +286,8 @@ TEST(SidecarDevice, AKilledTrainersAllocationsAreClosedAfterItsLastOpAndTheSidec
       auto h = Must(
           client->DeviceAllreduce(t, t, DataType::kFloat32, {64}, nullptr, {.name = "orphan"}));
       (void)h;
-      std::this_thread::sleep_for(300ms);  // the record reaches the sidecar
+      // Dies once the sidecar has taken the op (mapped its allocation), not before.
+      TCHECK(MetricBecomes(job, 0, "korovod_device_allocations_opened_total", 1));
       ::raise(SIGKILL);
     }
     std::this_thread::sleep_for(1500ms);  // rank 0's sidecar has seen its trainer die
