@@ -173,30 +173,15 @@ Status DeviceExecutor::Broadcast(DeviceCollectives& c, OpExecutor::Item& it, uin
   return One(it, "BROADCAST", [&] { return c.Broadcast(o, stream_); });
 }
 
-namespace {
-size_t RowOf(const TensorShape& trailing) {
-  size_t n = 1;
-  for (int64_t d : trailing) n *= static_cast<size_t>(d);
-  return n;
-}
-}  // namespace
-
 StatusOr<void*> DeviceExecutor::DeviceOutput(OpExecutor::Item& it, const TensorShape& shape,
                                              size_t bytes) {
-  const std::string& name = it.response->name;
-  it.op->state->result.shape = shape;
-  void* out = it.op->request.output;
-  if (it.op->request.allocate) {
-    StatusOr<void*> p = it.op->request.allocate(shape);
-    out = p.ok() ? *p : nullptr;
-    if (!p.ok()) it.status = p.status().WithContext("tensor \"" + name + "\": output");
-  }
-  if (out == nullptr) {
-    KV_ASSIGN_OR_RETURN(std::byte * scratch, FusionBuffer(bytes));
-    out = scratch;
-    if (it.status.ok()) it.status = Internal("tensor \"" + name + "\": no device output");
-  }
-  return out;
+  // Submit made sure the op has an allocator or an output: never the engine-kept host result.
+  StatusOr<std::byte*> out = OpExecutor::Output(*it.op, shape, bytes);
+  if (out.ok() && *out != nullptr) return static_cast<void*>(*out);
+  it.status =
+      out.ok() ? Internal("tensor \"" + it.response->name + "\": no device output") : out.status();
+  KV_ASSIGN_OR_RETURN(std::byte * scratch, FusionBuffer(bytes));
+  return static_cast<void*>(scratch);
 }
 
 // Every rank's rows into the op's device output (its allocator's, once the size is known); the
@@ -205,22 +190,14 @@ Status DeviceExecutor::Allgather(DeviceCollectives& c, const ProcessSet& set, Op
                                  uint64_t* bytes) {
   const Response& head = *it.response;
   const size_t esize = DataTypeSize(head.dtype);
-  const size_t row = RowOf(head.shape);  // allgather responses carry the dims after the first
-  std::vector<size_t> counts(set.size());
-  int64_t rows = 0;
-  size_t total = 0;
-  for (int r = 0; r < set.size(); ++r) {
-    counts[r] = static_cast<size_t>(head.first_dims[r]) * row;
-    rows += head.first_dims[r];
-    total += counts[r];
-  }
-  TensorShape shape = {rows};
-  shape.insert(shape.end(), head.shape.begin(), head.shape.end());
-  KV_ASSIGN_OR_RETURN(void* out, DeviceOutput(it, shape, total * esize));
+  const std::vector<OpExecutor::Item> one = {it};
+  const OpExecutor::GatherLayout layout(one, set.size());
+  const size_t total = layout.total;
+  KV_ASSIGN_OR_RETURN(void* out, DeviceOutput(it, layout.OutputShape(one, 0), total * esize));
   AllgatherOptions o;
   o.input = it.op->request.input;
   o.output = out;
-  o.counts = counts;
+  o.counts = layout.counts;
   o.type = head.dtype;
   *bytes += total * esize;
   return One(it, "ALLGATHER", [&] { return c.Allgather(o, stream_); });
@@ -230,14 +207,7 @@ Status DeviceExecutor::Allgather(DeviceCollectives& c, const ProcessSet& set, Op
 Status DeviceExecutor::ReduceScatter(DeviceCollectives& c, const ProcessSet& set,
                                      OpExecutor::Item& it, uint64_t* bytes) {
   const Response& head = *it.response;
-  const int n = set.size();
-  const int64_t d0 = head.shape.empty() ? 1 : head.shape[0];
-  const size_t row =
-      head.shape.empty() ? 1 : RowOf(TensorShape(head.shape.begin() + 1, head.shape.end()));
-  std::vector<size_t> counts(n);
-  for (int r = 0; r < n; ++r) {
-    counts[r] = static_cast<size_t>(d0 / n + (r < d0 % n ? 1 : 0)) * row;
-  }
+  const std::vector<size_t> counts = ReduceScatterCounts(head.shape, set.size());
   ReduceScatterOptions o;
   o.input = it.op->request.input;
   o.output = it.op->request.output;
@@ -246,7 +216,7 @@ Status DeviceExecutor::ReduceScatter(DeviceCollectives& c, const ProcessSet& set
   o.op = head.op;
   o.prescale = head.prescale;
   o.postscale = head.postscale;
-  *bytes += static_cast<size_t>(d0) * row * DataTypeSize(head.dtype);
+  *bytes += static_cast<size_t>(NumElements(head.shape)) * DataTypeSize(head.dtype);
   return One(it, "REDUCESCATTER", [&] { return c.ReduceScatter(o, stream_); });
 }
 
@@ -255,28 +225,18 @@ Status DeviceExecutor::ReduceScatter(DeviceCollectives& c, const ProcessSet& set
 Status DeviceExecutor::Alltoall(DeviceCollectives& c, const ProcessSet& set, OpExecutor::Item& it,
                                 uint64_t* bytes) {
   const Response& head = *it.response;
-  const int n = set.size();
-  const size_t row = RowOf(head.shape);  // alltoall responses carry the dims after the first
-  const size_t esize = DataTypeSize(head.dtype);
-  const std::vector<int64_t>& send_rows = it.op->request.splits;
-  KV_ASSIGN_OR_RETURN(std::vector<int64_t> recv_rows, ExchangeAlltoallRows(comm_, set, send_rows));
-  std::vector<size_t> send_counts(n), recv_counts(n);
-  int64_t recv_total = 0;
-  for (int j = 0; j < n; ++j) {
-    send_counts[j] = static_cast<size_t>(send_rows[j]) * row;
-    recv_counts[j] = static_cast<size_t>(recv_rows[j]) * row;
-    recv_total += recv_rows[j];
-  }
-  TensorShape shape{recv_total};
-  shape.insert(shape.end(), head.shape.begin(), head.shape.end());
-  const size_t out_bytes = static_cast<size_t>(recv_total) * row * esize;
-  KV_ASSIGN_OR_RETURN(void* out, DeviceOutput(it, shape, out_bytes));
-  it.op->state->result.received_splits = recv_rows;
+  // Responses carry the dimensions after the first.
+  KV_ASSIGN_OR_RETURN(AlltoallPlan plan,
+                      PlanAlltoall(comm_, set, it.op->request.splits, head.shape));
+  const size_t out_bytes =
+      static_cast<size_t>(NumElements(plan.output_shape)) * DataTypeSize(head.dtype);
+  KV_ASSIGN_OR_RETURN(void* out, DeviceOutput(it, plan.output_shape, out_bytes));
+  it.op->state->result.received_splits = plan.recv_rows;
   AlltoallOptions a;
   a.input = it.op->request.input;
   a.output = out;
-  a.send_counts = send_counts;
-  a.recv_counts = recv_counts;
+  a.send_counts = plan.send_counts;
+  a.recv_counts = plan.recv_counts;
   a.type = head.dtype;
   *bytes += out_bytes;
   return One(it, "ALLTOALL", [&] { return c.Alltoall(a, stream_); });

@@ -34,26 +34,49 @@ class TimelinePhases : public PhaseObserver {
   Communicator& comm_;
 };
 
+}  // namespace
+
 size_t RowElements(const TensorShape& trailing) {
   return static_cast<size_t>(NumElements(trailing));
 }
 
-}  // namespace
+std::vector<size_t> ReduceScatterCounts(const TensorShape& shape, int set_size) {
+  const int64_t rows = shape.empty() ? 1 : shape[0];
+  const size_t row = shape.empty() ? 1 : RowElements(TensorShape(shape.begin() + 1, shape.end()));
+  std::vector<size_t> counts(set_size);
+  for (int j = 0; j < set_size; ++j) {
+    counts[j] = static_cast<size_t>(rows / set_size + (j < rows % set_size ? 1 : 0)) * row;
+  }
+  return counts;
+}
 
-StatusOr<std::vector<int64_t>> ExchangeAlltoallRows(Communicator& comm, const ProcessSet& set,
-                                                    const std::vector<int64_t>& send_rows) {
+StatusOr<AlltoallPlan> PlanAlltoall(Communicator& comm, const ProcessSet& set,
+                                    const std::vector<int64_t>& send_rows,
+                                    const TensorShape& trailing) {
   const int n = set.size();
-  std::vector<int64_t> recv_rows(n, 0);
+  AlltoallPlan plan;
+  plan.recv_rows.assign(n, 0);
   std::vector<size_t> ones(n, 1);
   AlltoallOptions s;
   s.input = send_rows.data();
-  s.output = recv_rows.data();
+  s.output = plan.recv_rows.data();
   s.send_counts = ones;
   s.recv_counts = ones;
   s.type = DataType::kInt64;
   s.set = &set;
   KV_RETURN_IF_ERROR(korovod::Alltoall(comm, s));
-  return recv_rows;
+  const size_t row = RowElements(trailing);
+  plan.send_counts.resize(n);
+  plan.recv_counts.resize(n);
+  int64_t recv_total = 0;
+  for (int j = 0; j < n; ++j) {
+    plan.send_counts[j] = static_cast<size_t>(send_rows[j]) * row;
+    plan.recv_counts[j] = static_cast<size_t>(plan.recv_rows[j]) * row;
+    recv_total += plan.recv_rows[j];
+  }
+  plan.output_shape = {recv_total};
+  plan.output_shape.insert(plan.output_shape.end(), trailing.begin(), trailing.end());
+  return plan;
 }
 
 StatusOr<std::byte*> OpExecutor::Output(PendingOp& op, const TensorShape& shape, size_t bytes) {
@@ -311,31 +334,25 @@ Status OpExecutor::AllreducePipelined(std::vector<Item>& items, AllreduceOptions
   return OkStatus();
 }
 
-// Where each rank's rows go in a (possibly fused) allgather.
-struct OpExecutor::GatherLayout {
-  std::vector<std::vector<int64_t>> rows;  // rows[k][r]: rows of tensor k from set rank r
-  std::vector<size_t> counts;              // elements from each set rank, all tensors
-  size_t total = 0;                        // elements gathered
-
-  GatherLayout(const std::vector<Item>& items, int n) : rows(items.size()), counts(n, 0) {
-    for (size_t k = 0; k < items.size(); ++k) {
-      rows[k] = items[k].response->first_dims;  // absent ranks send none
-      for (int r = 0; r < n; ++r) {
-        counts[r] += static_cast<size_t>(rows[k][r]) * RowElements(items[k].response->shape);
-      }
+OpExecutor::GatherLayout::GatherLayout(const std::vector<Item>& items, int n)
+    : rows(items.size()), counts(n, 0) {
+  for (size_t k = 0; k < items.size(); ++k) {
+    rows[k] = items[k].response->first_dims;  // absent ranks send none
+    for (int r = 0; r < n; ++r) {
+      counts[r] += static_cast<size_t>(rows[k][r]) * RowElements(items[k].response->shape);
     }
-    for (size_t c : counts) total += c;
   }
-  // Tensor k gathered: every rank's rows, then the trailing dimensions.
-  TensorShape OutputShape(const std::vector<Item>& items, size_t k) const {
-    TensorShape s;
-    int64_t sum = 0;
-    for (int64_t d : rows[k]) sum += d;
-    s.push_back(sum);
-    s.insert(s.end(), items[k].response->shape.begin(), items[k].response->shape.end());
-    return s;
-  }
-};
+  for (size_t c : counts) total += c;
+}
+
+TensorShape OpExecutor::GatherLayout::OutputShape(const std::vector<Item>& items, size_t k) const {
+  TensorShape s;
+  int64_t sum = 0;
+  for (int64_t d : rows[k]) sum += d;
+  s.push_back(sum);
+  s.insert(s.end(), items[k].response->shape.begin(), items[k].response->shape.end());
+  return s;
+}
 
 Status OpExecutor::Allgather(const ProcessSet& set, std::vector<Item>& items, uint64_t* bytes) {
   const DataType dtype = items.front().response->dtype;
@@ -475,39 +492,27 @@ Status OpExecutor::Broadcast(const ProcessSet& set, Item& it, uint64_t* bytes) {
 
 Status OpExecutor::Alltoall(const ProcessSet& set, Item& it, uint64_t* bytes) {
   const Response& r = *it.response;
-  const int n = set.size();
-  const size_t row = RowElements(r.shape);
   const size_t esize = DataTypeSize(r.dtype);
   PendingOp& op = *it.op;  // alltoall never runs with absent ranks (the coordinator refuses)
-  const std::vector<int64_t>& send_rows = op.request.splits;
   std::vector<Item> one{it};
   Start(one, "ALLTOALL");
   TimelinePhases phases(timeline_, one, comm_);
-  KV_ASSIGN_OR_RETURN(std::vector<int64_t> recv_rows, ExchangeAlltoallRows(comm_, set, send_rows));
-  std::vector<size_t> send_counts(n), recv_counts(n);
-  int64_t recv_total = 0;
-  for (int j = 0; j < n; ++j) {
-    send_counts[j] = static_cast<size_t>(send_rows[j]) * row;
-    recv_counts[j] = static_cast<size_t>(recv_rows[j]) * row;
-    recv_total += recv_rows[j];
-  }
-  TensorShape shape{recv_total};
-  shape.insert(shape.end(), r.shape.begin(), r.shape.end());
-  const size_t out_bytes = static_cast<size_t>(recv_total) * row * esize;
+  KV_ASSIGN_OR_RETURN(AlltoallPlan plan, PlanAlltoall(comm_, set, op.request.splits, r.shape));
+  const size_t out_bytes = static_cast<size_t>(NumElements(plan.output_shape)) * esize;
   std::byte* out = nullptr;
-  StatusOr<std::byte*> o_ = Output(op, shape, out_bytes);
+  StatusOr<std::byte*> o_ = Output(op, plan.output_shape, out_bytes);
   if (o_.ok()) {
     out = *o_;
   } else {
     it.status = o_.status();
     out = fusion_.Get(out_bytes);
   }
-  op.state->result.received_splits = recv_rows;
+  op.state->result.received_splits = plan.recv_rows;
   AlltoallOptions a;
   a.input = op.request.input;
   a.output = out;
-  a.send_counts = send_counts;
-  a.recv_counts = recv_counts;
+  a.send_counts = plan.send_counts;
+  a.recv_counts = plan.recv_counts;
   a.type = r.dtype;
   a.set = &set;
   *bytes += out_bytes;
@@ -520,14 +525,10 @@ Status OpExecutor::ReduceScatter(const ProcessSet& set, Item& it, uint64_t* byte
   const Response& r = *it.response;
   const int n = set.size();
   const size_t esize = DataTypeSize(r.dtype);
-  const int64_t rows = r.shape.empty() ? 1 : r.shape[0];
   TensorShape trailing =
       r.shape.empty() ? TensorShape{} : TensorShape(r.shape.begin() + 1, r.shape.end());
   const size_t row = RowElements(trailing);
-  std::vector<size_t> recv_counts(n);
-  for (int j = 0; j < n; ++j) {
-    recv_counts[j] = static_cast<size_t>(rows / n + (j < rows % n ? 1 : 0)) * row;
-  }
+  const std::vector<size_t> recv_counts = ReduceScatterCounts(r.shape, n);
   const size_t total = static_cast<size_t>(NumElements(r.shape));
   const size_t mine = recv_counts[set.rank()];
   ReduceScatterOptions o;

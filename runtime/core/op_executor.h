@@ -17,10 +17,26 @@
 
 namespace korovod {
 
-// Alltoall's first step: each set rank's row count for every other (`send_rows[j]`: rows this rank
-// sends to set rank j) exchanged over the CPU connections; the rows this rank receives from each.
-StatusOr<std::vector<int64_t>> ExchangeAlltoallRows(Communicator& comm, const ProcessSet& set,
-                                                    const std::vector<int64_t>& send_rows);
+// Layouts shared by the host (OpExecutor) and device (DeviceExecutor) paths.
+
+// Elements of one row of dimension 0: the product of the dimensions after it.
+size_t RowElements(const TensorShape& trailing);
+
+// Reducescatter of `shape`: the elements each of `set_size` ranks gets (dimension 0 split evenly,
+// the first ranks one more row).
+std::vector<size_t> ReduceScatterCounts(const TensorShape& shape, int set_size);
+
+// An alltoall's element counts and output shape. Its first step exchanges each rank's row counts
+// (`send_rows[j]`: rows this rank sends to set rank j) over the CPU connections.
+struct AlltoallPlan {
+  std::vector<int64_t> recv_rows;  // rows received from each set rank
+  std::vector<size_t> send_counts;
+  std::vector<size_t> recv_counts;
+  TensorShape output_shape;  // every received row, then `trailing`
+};
+StatusOr<AlltoallPlan> PlanAlltoall(Communicator& comm, const ProcessSet& set,
+                                    const std::vector<int64_t>& send_rows,
+                                    const TensorShape& trailing);
 
 class OpExecutor {
  public:
@@ -40,6 +56,21 @@ class OpExecutor {
     PendingOp* op;  // null: this rank joined without the tensor and contributes the identity
     Status status;  // per-op failure (e.g. the output allocator refused)
   };
+  // Where each rank's rows go in a (possibly fused) allgather.
+  struct GatherLayout {
+    std::vector<std::vector<int64_t>> rows;  // rows[k][r]: rows of tensor k from set rank r
+    std::vector<size_t> counts;              // elements from each set rank, all tensors
+    size_t total = 0;                        // elements gathered
+
+    GatherLayout(const std::vector<Item>& items, int n);
+    // Tensor k gathered: every rank's rows, then the trailing dimensions.
+    TensorShape OutputShape(const std::vector<Item>& items, size_t k) const;
+  };
+
+  // Where an op's output goes (its shape recorded in the op's result): its allocator, its output
+  // pointer, or the engine-kept result.
+  static StatusOr<std::byte*> Output(PendingOp& op, const TensorShape& shape, size_t bytes);
+
   // Runs items (one collective; several only for fused allreduce/allgather, which share their
   // responses' `absent` ranks) on `set`. Outputs land in each op's result or buffer. A non-OK
   // return is a data plane failure: the communicator is broken. Adds tensor bytes moved to *bytes.
@@ -57,7 +88,6 @@ class OpExecutor {
   void CopyOut(std::vector<Item>& items, size_t begin, size_t end, const std::byte* buf,
                DataType type);
   Status Allgather(const ProcessSet& set, std::vector<Item>& items, uint64_t* bytes);
-  struct GatherLayout;
   Status AllgatherUnfused(std::vector<Item>& items, const GatherLayout& layout,
                           AllgatherOptions& o);
   Status AllgatherFused(const ProcessSet& set, std::vector<Item>& items, const GatherLayout& layout,
@@ -66,8 +96,6 @@ class OpExecutor {
   Status Alltoall(const ProcessSet& set, Item& item, uint64_t* bytes);
   Status ReduceScatter(const ProcessSet& set, Item& item, uint64_t* bytes);
 
-  // Where an op's output goes: its allocator, its output pointer, or the engine-kept result.
-  StatusOr<std::byte*> Output(PendingOp& op, const TensorShape& shape, size_t bytes);
   void Start(std::vector<Item>& items, const char* activity, const std::string& args = {});
   void End(std::vector<Item>& items);
 

@@ -12,35 +12,30 @@ DeviceCollectivesFactory NcclDeviceCollectives::Factory() {
   };
 }
 
+namespace {
 // The communicator is the set's own: options go to it without the set.
+template <typename Options>
+Options OwnSet(Options o) {
+  o.set = nullptr;
+  return o;
+}
+cudaStream_t Cuda(DeviceStream s) { return static_cast<cudaStream_t>(s); }
+}  // namespace
+
 Status NcclDeviceCollectives::Allreduce(const AllreduceOptions& o, DeviceStream stream) {
-  AllreduceOptions own = o;
-  own.set = nullptr;
-  return comm_->Allreduce(own, static_cast<cudaStream_t>(stream));
+  return comm_->Allreduce(OwnSet(o), Cuda(stream));
 }
-
 Status NcclDeviceCollectives::Broadcast(const BroadcastOptions& o, DeviceStream stream) {
-  BroadcastOptions own = o;
-  own.set = nullptr;
-  return comm_->Broadcast(own, static_cast<cudaStream_t>(stream));
+  return comm_->Broadcast(OwnSet(o), Cuda(stream));
 }
-
 Status NcclDeviceCollectives::Allgather(const AllgatherOptions& o, DeviceStream stream) {
-  AllgatherOptions own = o;
-  own.set = nullptr;
-  return comm_->Allgather(own, static_cast<cudaStream_t>(stream));
+  return comm_->Allgather(OwnSet(o), Cuda(stream));
 }
-
 Status NcclDeviceCollectives::ReduceScatter(const ReduceScatterOptions& o, DeviceStream stream) {
-  ReduceScatterOptions own = o;
-  own.set = nullptr;
-  return comm_->ReduceScatter(own, static_cast<cudaStream_t>(stream));
+  return comm_->ReduceScatter(OwnSet(o), Cuda(stream));
 }
-
 Status NcclDeviceCollectives::Alltoall(const AlltoallOptions& o, DeviceStream stream) {
-  AlltoallOptions own = o;
-  own.set = nullptr;
-  return comm_->Alltoall(own, static_cast<cudaStream_t>(stream));
+  return comm_->Alltoall(OwnSet(o), Cuda(stream));
 }
 
 }  // namespace korovod

@@ -612,15 +612,21 @@ def _device_ref(tensor, keep):
     return cuda_ipc.buffer_ref(tensor)
 
 
-def _device_submit(kind, tensors, submit_one):
-    """Checks that an op's CUDA tensors share one device and returns (device uuid, ready events
-    kept until the op completes, submit) for `submit_one(uuid, event_handle)`."""
+def _one_device(kind, tensors):
+    """The UUID of the device an op's tensors are on; ValueError unless all are CUDA tensors of
+    one device."""
     devices = {t.get_device() for t in tensors}
     if len(devices) != 1 or not all(t.is_cuda for t in tensors):
         raise ValueError("korovod: %s of tensors on several devices (%s); one device per rank "
                          "(torch.cuda.set_device(hvd.local_rank()))" %
                          (kind, sorted(str(t.device) for t in tensors)))
-    uuid = cuda_ipc.device_uuid(devices.pop())
+    return cuda_ipc.device_uuid(devices.pop())
+
+
+def _device_submit(kind, tensors, submit_one):
+    """(ready events kept until the op completes, submit) for `submit_one(uuid, event_handle)`,
+    once the op's tensors are checked to share one device."""
+    uuid = _one_device(kind, tensors)
     events = []
 
     def submit():
@@ -835,8 +841,8 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
 
     if any(t.is_cuda for t in srcs + bufs):
         # CUDA tensors: one device allreduce each; the engine still fuses those of one cycle.
-        events, _ = _device_submit("grouped allreduce", srcs + bufs, lambda uuid, ev: None)
-        uuid = cuda_ipc.device_uuid(srcs[0].get_device())
+        uuid = _one_device("grouped allreduce", srcs + bufs)
+        events = []
 
         def device_one(i):
             def submit_one():

@@ -2,7 +2,6 @@
 // with KOROVOD_DEVICE_BACKEND=auto and says that GPU tensors have no backend here, and with
 // `nccl` it refuses to start naming the cause; on a GPU host `auto` chooses NCCL and says its
 // version and devices. Built only where CUDA and NCCL were found.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -51,20 +50,9 @@ TEST(SidecarNcclBackend, NcclWithoutAGpuRefusesToStartNamingWhy) {
                                   "KOROVOD_SOCKET=" + dir + "/s.sock",
                                   "KOROVOD_DEVICE_BACKEND=nccl",
                                   "PATH=/usr/bin:/bin"};
-  std::vector<char*> envp;
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
   const std::string log = dir + "/log";
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(fd, 2);
-    char* argv[] = {const_cast<char*>(KOROVOD_SIDECAR_NCCL_BIN), nullptr};
-    ::execve(argv[0], argv, envp.data());
-    std::_Exit(127);
-  }
-  int st = 0;
-  ASSERT_TRUE(Job::WaitPid(pid, 30s, &st));
+  const int st = RunToExit(KOROVOD_SIDECAR_NCCL_BIN, env, log, 30s);
+  ASSERT_NE(st, -1) << "the sidecar did not exit";
   std::ifstream in(log);
   std::stringstream text;
   text << in.rdbuf();

@@ -3,7 +3,6 @@
 // rank and cross rank; collectives are exact within and across such sidecars (hierarchical when
 // each sidecar is a host); a trainer's Shutdown ends only its own rank; SIGTERM ends all of them
 // cleanly (the Job's destructor checks exit 0, no socket and nothing in /dev/shm left).
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -136,20 +135,9 @@ TEST(SidecarPod, BadSettingsNameTheVariable) {
        }) {
     std::vector<std::string> env = base;
     env.insert(env.end(), c.env.begin(), c.env.end());
-    std::vector<char*> envp;
-    for (auto& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
     const std::string log = dir + "/log";
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(fd, 2);
-      char* argv[] = {const_cast<char*>(daemon_test::SidecarBinary()), nullptr};
-      ::execve(argv[0], argv, envp.data());
-      std::_Exit(127);
-    }
-    int st = 0;
-    ASSERT_TRUE(Job::WaitPid(pid, 10s, &st));
+    const int st = daemon_test::RunToExit(daemon_test::SidecarBinary(), env, log, 10s);
+    ASSERT_NE(st, -1) << "the sidecar did not exit";
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 1) << st;
     std::ifstream in(log);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -76,6 +76,29 @@ grpc::Status CallHello(const std::string& socket, uint32_t version, v1::HelloRep
 
 const char* SidecarBinary() { return KOROVOD_SIDECAR_BIN; }
 
+int RunToExit(const char* binary, const std::vector<std::string>& env, const std::string& log,
+              std::chrono::milliseconds timeout) {
+  std::vector<std::string> owned = env;
+  std::vector<char*> envp;
+  for (auto& e : owned) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 2);
+    char* argv[] = {const_cast<char*>(binary), nullptr};
+    ::execve(argv[0], argv, envp.data());
+    std::_Exit(127);
+  }
+  int st = 0;
+  if (!Job::WaitPid(pid, timeout, &st)) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &st, 0);
+    return -1;
+  }
+  return st;
+}
+
 Job::Job(int n, std::vector<std::string> extra_env, int ranks_per_sidecar, const char* binary)
     : n_(n), per_(ranks_per_sidecar) {
   if (binary == nullptr) binary = KOROVOD_SIDECAR_BIN;

@@ -77,6 +77,11 @@ std::string HttpGet(int port, const std::string& path, int* status);
 // trainers only: the test process must not initialise gRPC before it forks.
 grpc::Status CallHello(const std::string& socket, uint32_t version, v1::HelloReply* reply);
 
+// Runs `binary` with exactly `env` (stderr to `log`) until it exits; its wait status, or -1 when it
+// is still running after `timeout` (then killed). For sidecars that must refuse to start.
+int RunToExit(const char* binary, const std::vector<std::string>& env, const std::string& log,
+              std::chrono::milliseconds timeout);
+
 // A job of `n` sidecars on this host, each with its own socket, arena prefix, metrics port and
 // log. Destruction: SIGTERM to every sidecar still running, which must exit 0 within 10 s, leave
 // no socket behind and nothing of the job in /dev/shm (test failures otherwise).
