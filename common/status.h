@@ -75,7 +75,9 @@ class [[nodiscard]] StatusOr {
   T&& value() && { return std::move(*value_); }
   const T& value() const& { return *value_; }
   T* operator->() { return &*value_; }
+  const T* operator->() const { return &*value_; }
   T& operator*() { return *value_; }
+  const T& operator*() const { return *value_; }
 
  private:
   Status status_;

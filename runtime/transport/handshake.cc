@@ -14,11 +14,14 @@ namespace korovod {
 namespace {
 
 constexpr char kHelloMagic[4] = {'K', 'V', 'R', 'D'};
-constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kProtocolVersion = 2;  // 2: the epoch in Hello and Challenge
 
 using Digest = std::array<unsigned char, 32>;
 
+// The acceptor's answer. `epoch` is the acceptor's: when it differs from the Hello's, the proof
+// is all zeros and the acceptor closes (the epoch is no secret; a forged one only refuses).
 struct Challenge {
+  uint32_t epoch;
   unsigned char nonce[32];
   Digest proof;
 };
@@ -48,7 +51,7 @@ Status RandomNonce(unsigned char* out) {
 }  // namespace
 
 Status DialHandshake(int fd, const std::string& key, int from, int to, int stream, int world,
-                     Deadline deadline, const std::string& who) {
+                     uint32_t epoch, Deadline deadline, const std::string& who) {
   Hello hello{};
   std::memcpy(hello.magic, kHelloMagic, 4);
   hello.version = kProtocolVersion;
@@ -56,10 +59,16 @@ Status DialHandshake(int fd, const std::string& key, int from, int to, int strea
   hello.to = to;
   hello.stream = stream;
   hello.world = world;
+  hello.epoch = epoch;
   KV_RETURN_IF_ERROR(RandomNonce(hello.nonce));
   Challenge ch{};
   KV_RETURN_IF_ERROR(WriteFull(fd, &hello, sizeof hello, deadline, who));
   KV_RETURN_IF_ERROR(ReadFull(fd, &ch, sizeof ch, deadline, who));
+  if (ch.epoch != epoch) {
+    return PermissionDenied(who + " belongs to membership epoch " + std::to_string(ch.epoch) +
+                            ", this rank to epoch " + std::to_string(epoch) +
+                            ": refused (members of different epochs never connect)");
+  }
   if (!SameDigest(ch.proof, Proof(key, "acceptor", hello, ch.nonce))) {
     // Hanging up without a proof tells the acceptor the keys differ.
     return PermissionDenied(who + " failed to prove the job key (wrong job key)");
@@ -88,9 +97,14 @@ StatusOr<Hello> ReadHello(int fd, Deadline deadline) {
   return hello;
 }
 
-AcceptOutcome AnswerHello(int fd, const std::string& key, const Hello& hello, Deadline deadline,
-                          const std::string& who) {
+AcceptOutcome AnswerHello(int fd, const std::string& key, const Hello& hello, uint32_t epoch,
+                          Deadline deadline, const std::string& who) {
   Challenge ch{};
+  ch.epoch = epoch;
+  if (hello.epoch != epoch) {
+    (void)WriteFull(fd, &ch, sizeof ch, deadline, who);
+    return AcceptOutcome::kOtherEpoch;
+  }
   if (!RandomNonce(ch.nonce).ok()) return AcceptOutcome::kFailed;
   ch.proof = Proof(key, "acceptor", hello, ch.nonce);
   Digest their{};

@@ -27,13 +27,17 @@ struct Hello {
   int32_t to;      // the rank it means to reach
   int32_t stream;  // mesh stream index, kProbeStream or kRendezvousStream
   int32_t world;   // world size as the dialer knows it
+  uint32_t epoch;  // the membership epoch the dialer belongs to (elastic: a new one per resize)
+  uint32_t reserved;
   unsigned char nonce[32];
 };
 
 // Dialer side: sends the Hello and completes the challenge within `deadline`. PermissionDenied
-// naming `who` when the job keys differ (whichever side noticed); other failures are the socket's.
+// naming `who` when the job keys differ (whichever side noticed) or when `who` belongs to another
+// membership epoch (the message names both: a rank of an old epoch can never join a new one);
+// other failures are the socket's.
 Status DialHandshake(int fd, const std::string& key, int from, int to, int stream, int world,
-                     Deadline deadline, const std::string& who);
+                     uint32_t epoch, Deadline deadline, const std::string& who);
 
 // Acceptor side, first half: reads the Hello. InvalidArgument (with a text fit for "rejected
 // ...") when it is not a korovod Hello of this protocol version; the socket's error otherwise.
@@ -44,10 +48,11 @@ enum class AcceptOutcome {
   kWrongKey,       // the dialer's proof was wrong; the verdict "refused" was sent
   kHungUp,         // the dialer closed after seeing our proof: it holds another key (or gave up)
   kFailed,         // timeout or socket error before the dialer's proof arrived
+  kOtherEpoch,     // the dialer belongs to another epoch than `epoch`: told so, nothing proved
 };
 
-// Acceptor side, second half: answers a Hello the caller accepted.
-AcceptOutcome AnswerHello(int fd, const std::string& key, const Hello& hello, Deadline deadline,
-                          const std::string& who);
+// Acceptor side, second half: answers a Hello the caller accepted, as a member of `epoch`.
+AcceptOutcome AnswerHello(int fd, const std::string& key, const Hello& hello, uint32_t epoch,
+                          Deadline deadline, const std::string& who);
 
 }  // namespace korovod

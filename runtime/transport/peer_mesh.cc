@@ -141,8 +141,16 @@ class PeerMesh::Acceptor {
       return;
     }
     const std::string who = mesh_.Describe(hello.from);
-    const AcceptOutcome outcome = AnswerHello(fd.get(), options_.job_key, hello, hs, who);
+    const AcceptOutcome outcome =
+        AnswerHello(fd.get(), options_.job_key, hello, options_.epoch, hs, who);
     if (outcome == AcceptOutcome::kFailed) return;
+    if (outcome == AcceptOutcome::kOtherEpoch) {
+      // A member of an old (or newer) epoch: told so and dropped; this epoch's rank may come.
+      Reject("refused a connection claiming to be " + who + " from membership epoch " +
+             std::to_string(hello.epoch) + " (this world is epoch " +
+             std::to_string(options_.epoch) + ")");
+      return;
+    }
     if (probe) {
       // Whatever became of a probe, the real connections are still to come: a prober with
       // another key reports that itself, and we keep it only for a later timeout message.
@@ -223,7 +231,7 @@ PeerMesh::Dialed PeerMesh::DialLowerRanks(const TransportOptions& options, int l
         break;
       }
       Fd fd = std::move(conn).value();
-      Status hs = DialHandshake(fd.get(), options.job_key, rank_, p, s, size(),
+      Status hs = DialHandshake(fd.get(), options.job_key, rank_, p, s, size(), options.epoch,
                                 HandshakeDeadline(deadline), who);
       if (hs.code() == StatusCode::kPermissionDenied) {
         if (d.auth_status.ok()) d.auth_status = PermissionDenied(me + ": " + hs.message());
@@ -283,11 +291,11 @@ StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const TransportOptions& op
   return mesh;
 }
 
-Status PeerMesh::Probe(const PeerAddress& addr, const std::string& job_key, int from, int to,
-                       int world, Deadline connect_deadline, Deadline deadline) {
+Status PeerMesh::Probe(const PeerAddress& addr, const std::string& job_key, uint32_t epoch,
+                       int from, int to, int world, Deadline connect_deadline, Deadline deadline) {
   const std::string who = "rank " + std::to_string(to) + " (" + addr.ToString() + ")";
   KV_ASSIGN_OR_RETURN(Fd fd, ConnectTcp(addr, connect_deadline));
-  return DialHandshake(fd.get(), job_key, from, to, kProbeStream, world,
+  return DialHandshake(fd.get(), job_key, from, to, kProbeStream, world, epoch,
                        HandshakeDeadline(deadline), who);
 }
 

@@ -34,9 +34,9 @@ class PeerMesh {
   // A preflight probe: connects to `addr` (retrying refusals until connect_deadline) and runs the
   // handshake as rank `from` reaching rank `to` without becoming a mesh connection; the listener
   // there (this class's acceptor) answers and both sides close. OK proves the address reaches a
-  // rank holding the job key; PermissionDenied means the keys differ.
-  static Status Probe(const PeerAddress& addr, const std::string& job_key, int from, int to,
-                      int world, Deadline connect_deadline, Deadline deadline);
+  // rank holding the job key; PermissionDenied means the keys (or the epochs) differ.
+  static Status Probe(const PeerAddress& addr, const std::string& job_key, uint32_t epoch, int from,
+                      int to, int world, Deadline connect_deadline, Deadline deadline);
 
   // Tells every peer this rank is leaving on purpose (unless it aborted), then closes.
   ~PeerMesh();

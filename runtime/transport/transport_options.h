@@ -41,6 +41,9 @@ struct TransportOptions {
   // Shared secret: every peer connection proves knowledge of it (HMAC-SHA256 challenge) before
   // any tensor byte is accepted. Empty means the job runs unauthenticated.
   std::string job_key;
+  // Membership epoch (elastic training makes a new one per resize or recovery). Part of every
+  // handshake: a rank of another epoch is refused, naming both.
+  uint32_t epoch = 0;
 
   TransportKind transport = TransportKind::kAuto;
   std::chrono::milliseconds connect_timeout{30000};

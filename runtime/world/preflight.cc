@@ -33,8 +33,8 @@ Status ChooseOne(const WorldOptions& o, int peer, Deadline deadline, PeerAddress
       const CandidateAddress& a = entry.addresses[i];
       const PeerAddress addr{a.host, entry.port};
       const Deadline attempt(std::min(deadline.at(), Clock::now() + o.probe_attempt_timeout));
-      Status s = PeerMesh::Probe(addr, o.job_key, o.rank, peer, static_cast<int>(o.ranks.size()),
-                                 attempt, deadline);
+      Status s = PeerMesh::Probe(addr, o.job_key, o.epoch, o.rank, peer,
+                                 static_cast<int>(o.ranks.size()), attempt, deadline);
       if (s.ok()) {
         *chosen = addr;
         return OkStatus();

@@ -1,51 +1,23 @@
 #include "runtime/world/rendezvous.h"
 
-#include <arpa/inet.h>
-
 #include <algorithm>
 #include <cstring>
 #include <thread>
 
 #include "runtime/transport/handshake.h"
 #include "runtime/transport/socket.h"
+#include "runtime/world/rendezvous_frame.h"
 #include "runtime/world/world_table.h"
 
 namespace korovod {
 namespace {
 
-// After the handshake each side sends one frame: [type][u32 length, network order][text].
-enum FrameType : char { kRegistration = 'R', kTable = 'T' };
 constexpr uint32_t kMaxRegistration = 64 << 10;
 constexpr uint32_t kMaxTable = 64 << 20;
 constexpr auto kPerConnection = std::chrono::milliseconds(5000);
 
 Deadline Sooner(const Deadline& overall, std::chrono::milliseconds d) {
   return Deadline(std::min(overall.at(), Clock::now() + d));
-}
-
-Status WriteFrame(int fd, FrameType type, const std::string& text, Deadline deadline,
-                  const std::string& who) {
-  std::string msg(5, '\0');
-  msg[0] = type;
-  const uint32_t len = htonl(static_cast<uint32_t>(text.size()));
-  std::memcpy(msg.data() + 1, &len, 4);
-  msg += text;
-  return WriteFull(fd, msg.data(), msg.size(), deadline, who);
-}
-
-StatusOr<std::string> ReadFrame(int fd, FrameType type, uint32_t max, Deadline deadline,
-                                const std::string& who) {
-  char head[5];
-  KV_RETURN_IF_ERROR(ReadFull(fd, head, sizeof head, deadline, who));
-  uint32_t len = 0;
-  std::memcpy(&len, head + 1, 4);
-  len = ntohl(len);
-  if (head[0] != type || len > max) {
-    return InvalidArgument(who + " sent a malformed rendezvous message");
-  }
-  std::string text(len, '\0');
-  KV_RETURN_IF_ERROR(ReadFull(fd, text.data(), len, deadline, who));
-  return text;
 }
 
 std::string Ms(std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; }
@@ -109,13 +81,13 @@ StatusOr<std::vector<RankEntry>> Serve(const RendezvousOptions& o, Deadline dead
       continue;
     }
     const std::string who = "rank " + std::to_string(from);
-    const AcceptOutcome auth = AnswerHello(fd.get(), o.job_key, *hello, hs, who);
+    const AcceptOutcome auth = AnswerHello(fd.get(), o.job_key, *hello, /*epoch=*/0, hs, who);
     if (auth == AcceptOutcome::kWrongKey || auth == AcceptOutcome::kHungUp) {
       rejections += "; refused a connection claiming to be " + who + ": the job keys differ";
       continue;
     }
     if (auth != AcceptOutcome::kAuthenticated) continue;
-    auto text = ReadFrame(fd.get(), kRegistration, kMaxRegistration, hs, who);
+    auto text = ReadFrame(fd.get(), "R", kMaxRegistration, hs, who);
     if (!text.ok()) continue;
     auto entry = ParseRankLine(*text, who + "'s registration: ");
     if (!entry.ok() || entry->first != from) {
@@ -134,7 +106,7 @@ StatusOr<std::vector<RankEntry>> Serve(const RendezvousOptions& o, Deadline dead
   for (int r = 1; r < o.size; ++r) {
     // A rank that vanished after registering finds out when the mesh does not form; the others
     // must not wait for it here.
-    (void)WriteFrame(clients[r].get(), kTable, text, Sooner(deadline, kPerConnection),
+    (void)WriteFrame(clients[r].get(), FrameType::kTable, text, Sooner(deadline, kPerConnection),
                      DescribeRank(table, r));
   }
   return table;
@@ -155,14 +127,14 @@ StatusOr<std::vector<RankEntry>> Join(const RendezvousOptions& o, Deadline deadl
       break;
     }
     Fd fd = std::move(conn).value();
-    Status s = DialHandshake(fd.get(), o.job_key, o.rank, 0, kRendezvousStream, o.size,
+    Status s = DialHandshake(fd.get(), o.job_key, o.rank, 0, kRendezvousStream, o.size, 0,
                              Sooner(deadline, kPerConnection), coord);
     if (s.code() == StatusCode::kPermissionDenied) return s.WithContext(me);
-    if (s.ok()) s = WriteFrame(fd.get(), kRegistration, registration, deadline, coord);
+    if (s.ok()) s = WriteFrame(fd.get(), FrameType::kRegistration, registration, deadline, coord);
     if (s.ok()) {
       registered = true;
       // Rank 0 answers once the last rank registers: this wait may take most of the timeout.
-      auto text = ReadFrame(fd.get(), kTable, kMaxTable, deadline, coord);
+      auto text = ReadFrame(fd.get(), "T", kMaxTable, deadline, coord);
       if (text.ok()) {
         auto table = ParseWorldTable(*text, "the world table from " + coord, o.size);
         if (!table.ok()) return table.status().WithContext(me);

@@ -201,9 +201,14 @@ TEST(Preflight, TheMeshKeepsAcceptingRealPeersAfterProbes) {
     (void)WriteFull(raw->get(), junk, sizeof junk, Deadline::After(milliseconds(5000)), "r0");
   }
   const Deadline d = Deadline::After(milliseconds(10000));
-  Status wrong = PeerMesh::Probe(peers[0], "not-the-key", 1, 0, 2, d, d);
+  Status wrong = PeerMesh::Probe(peers[0], "not-the-key", 0, 1, 0, 2, d, d);
   EXPECT_EQ(wrong.code(), StatusCode::kPermissionDenied) << wrong.ToString();
-  EXPECT_TRUE(PeerMesh::Probe(peers[0], "mesh-key", 1, 0, 2, d, d).ok());
+  // The right key from another membership epoch (a rank of an earlier elastic world).
+  Status stale = PeerMesh::Probe(peers[0], "mesh-key", 7, 1, 0, 2, d, d);
+  EXPECT_EQ(stale.code(), StatusCode::kPermissionDenied) << stale.ToString();
+  EXPECT_NE(stale.message().find("epoch 0, this rank to epoch 7"), std::string::npos)
+      << stale.ToString();
+  EXPECT_TRUE(PeerMesh::Probe(peers[0], "mesh-key", 0, 1, 0, 2, d, d).ok());
 
   std::jthread rank1([&] { c1 = Communicator::Create(options(1)); });
   rank0.join();
