@@ -42,6 +42,12 @@ inline constexpr char kPeers[] = "KOROVOD_PEERS";
 inline constexpr char kHosts[] = "KOROVOD_HOSTS";
 inline constexpr char kCoordinator[] = "KOROVOD_COORDINATOR";
 inline constexpr char kWorldFile[] = "KOROVOD_WORLD_FILE";
+// Elastic jobs: the membership server (host:port) instead of the three above, this worker's stable
+// id, the host name it registers (korovodrun's virtual host), how long an epoch may take to form.
+inline constexpr char kElasticRendezvous[] = "KOROVOD_ELASTIC_RENDEZVOUS";
+inline constexpr char kWorkerId[] = "KOROVOD_WORKER_ID";
+inline constexpr char kHostName[] = "KOROVOD_HOST_NAME";
+inline constexpr char kElasticTimeoutSeconds[] = "KOROVOD_ELASTIC_TIMEOUT_SECONDS";
 inline constexpr char kIface[] = "KOROVOD_IFACE";
 inline constexpr char kDataPort[] = "KOROVOD_DATA_PORT";
 inline constexpr char kListenFd[] = "KOROVOD_LISTEN_FD";

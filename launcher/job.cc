@@ -12,21 +12,27 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "common/deadline.h"
 #include "common/env_names.h"
 #include "common/log.h"
 #include "launcher/child_process.h"
+#include "launcher/elastic_hosts.h"
 #include "launcher/environment.h"
 #include "launcher/job_key.h"
 #include "launcher/listeners.h"
+#include "launcher/local_host.h"
 #include "launcher/output_pump.h"
 #include "launcher/run_dir.h"
 #include "launcher/shm_cleanup.h"
 #include "launcher/sidecar_log.h"
 #include "launcher/signal_pipe.h"
+#include "runtime/transport/socket.h"
+#include "runtime/world/elastic_rendezvous.h"
 
 namespace korovod::launcher {
 namespace {
@@ -35,6 +41,11 @@ using std::chrono::milliseconds;
 
 // How often a pending sidecar socket is looked for.
 constexpr int kSocketCheckMs = 20;
+// Elastic jobs: how often the discovery script runs and the workers are checked, and how long one
+// run of the script may take.
+constexpr milliseconds kDiscoveryInterval{1000};
+constexpr milliseconds kDiscoveryTimeout{10000};
+constexpr int kElasticTickMs = 100;
 
 milliseconds SecondsToMs(double s) {
   return milliseconds(static_cast<long>(std::llround(s * 1000)));
@@ -51,6 +62,19 @@ bool IsSocket(const std::string& path) {
   return ::lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
+// korovodrun starts workers on this machine only: a discovered host must be one of its names.
+StatusOr<std::vector<HostSlots>> LocalHostsOnly(StatusOr<std::vector<HostSlots>> hosts) {
+  if (!hosts.ok()) return hosts;
+  for (const HostSlots& h : *hosts) {
+    if (!IsLocalHost(h.host)) {
+      return InvalidArgument("discovered host " + h.host +
+                             " is not this machine (korovodrun starts workers on this machine "
+                             "only; use the operator for multi-host jobs)");
+    }
+  }
+  return hosts;
+}
+
 struct Pipe {
   Fd read;
   Fd write;
@@ -65,9 +89,16 @@ StatusOr<Pipe> MakePipe() {
 enum class Role { kSidecar, kTrainer };
 const char* RoleName(Role r) { return r == Role::kSidecar ? "sidecar" : "trainer"; }
 
-// One rank: its sidecar, its trainer, and what korovodrun knows about them.
+// One rank (elastic: one worker, whose rank changes with the epoch): its sidecar, its trainer, and
+// what korovodrun knows about them.
 struct Rank {
   RankPlacement place;
+  std::string who;        // "rank 3", or "worker 127.0.0.2:0.5" (host:slot.number)
+  std::string prefix;     // the trainer's output prefix: "[3] " / "[127.0.0.2:0.5] "
+  std::string worker_id;  // elastic
+  Slot slot;              // elastic: the host slot it occupies
+  bool live = true;       // elastic: a member the membership server waits for
+  bool finished = false;  // elastic: its trainer exited 0 (it stays listed: no one resets for it)
   std::string socket_path;
   std::optional<ChildProcess> sidecar;
   std::optional<ChildProcess> trainer;
@@ -91,7 +122,17 @@ class JobRun {
   int Run();
 
  private:
+  StatusOr<std::string> SetupRun(const std::string& longest_socket);
   Status Setup();
+  Status SetupElastic();
+  // Elastic: rediscover hosts, drop workers whose slot went away or that the membership server
+  // gave up on, start workers in free slots, tell the server who is alive, fail the job when it
+  // cannot go on.
+  void ElasticTick();
+  Status StartWorker(const Slot& slot);
+  void DropWorker(Rank& r, const std::string& why, bool failed);
+  void PublishLiveWorkers();
+  int LiveWorkers() const;
   Status StartSidecar(Rank& r);
   Status StartTrainer(Rank& r);
   Status StartChild(Rank& r, Role role, ChildSpec spec);
@@ -126,7 +167,17 @@ class JobRun {
   std::string peers_;
   std::string hosts_;  // each rank's (virtual) host, in rank order: KOROVOD_HOSTS
   OutputPump pump_;
-  std::vector<Rank> ranks_;
+  std::deque<Rank> ranks_;  // a deque: elastic jobs add workers while references are held
+
+  // Elastic jobs.
+  std::unique_ptr<ElasticRendezvousServer> membership_;
+  std::optional<ElasticHosts> hosts_state_;
+  Clock::time_point next_discovery_{};
+  std::string last_discovery_error_;
+  int workers_started_ = 0;
+  bool trainer_succeeded_ = false;
+  std::optional<Clock::time_point> short_since_;  // fewer than --min-np live workers since
+  std::set<std::string> published_;               // the live set the server last heard
 
   bool stopping_ = false;
   bool killed_ = false;
@@ -139,17 +190,19 @@ void JobRun::Note(const std::string& message) {
   if (opts_.verbose) Say(logging::Level::kInfo, message);
 }
 
-Status JobRun::Setup() {
+// What every run has: signals, the job id, the shared-memory prefix, the run directory (checked
+// to leave room for `longest_socket`, a socket file name in it), the job key file and /dev/null.
+// Returns the job key.
+StatusOr<std::string> JobRun::SetupRun(const std::string& longest_socket) {
   KV_ASSIGN_OR_RETURN(signals_, SignalPipe::Install());
   KV_ASSIGN_OR_RETURN(job_id_, RandomHex(6));
   shm_.emplace("/korovod-" + job_id_ + "-");
   KV_ASSIGN_OR_RETURN(RunDir dir, RunDir::Create("korovodrun-" + job_id_ + "-"));
   run_dir_.emplace(std::move(dir));
-  // sockaddr_un holds 108 bytes with the terminating NUL; "rank<N>.sock" must fit after the dir.
-  const std::string longest_socket =
-      run_dir_->path() + "/rank" + std::to_string(config_.layout.size() - 1) + ".sock";
-  if (longest_socket.size() >= sizeof(sockaddr_un::sun_path)) {
-    return InvalidArgument("unix socket path " + longest_socket + " is longer than " +
+  // sockaddr_un holds 108 bytes with the terminating NUL.
+  const std::string longest = run_dir_->path() + "/" + longest_socket;
+  if (longest.size() >= sizeof(sockaddr_un::sun_path)) {
+    return InvalidArgument("unix socket path " + longest + " is longer than " +
                            std::to_string(sizeof(sockaddr_un::sun_path) - 1) +
                            " bytes; set TMPDIR to a shorter directory");
   }
@@ -158,6 +211,12 @@ Status JobRun::Setup() {
   KV_RETURN_IF_ERROR(WriteJobKeyFile(key_file_, key));
   dev_null_ = Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (!dev_null_.valid()) return ErrnoStatus(StatusCode::kInternal, "open /dev/null", errno);
+  return key;
+}
+
+Status JobRun::Setup() {
+  KV_RETURN_IF_ERROR(
+      SetupRun("rank" + std::to_string(config_.layout.size() - 1) + ".sock").status());
 
   // Every listener is bound before any child exists.
   const int n = static_cast<int>(config_.layout.size());
@@ -172,11 +231,164 @@ Status JobRun::Setup() {
     Rank& r = ranks_[static_cast<size_t>(i)];
     r.place = config_.layout[static_cast<size_t>(i)];
     r.socket_path = run_dir_->path() + "/rank" + std::to_string(i) + ".sock";
-    r.log = std::make_unique<SidecarLog>(i, opts_.verbose, err_);
+    r.who = "rank " + std::to_string(i);
+    r.prefix = "[" + std::to_string(i) + "] ";
+    r.log = std::make_unique<SidecarLog>(std::to_string(i), opts_.verbose, err_);
   }
   Note("job " + job_id_ + ": " + std::to_string(n) + " ranks, run directory " + run_dir_->path() +
        ", shared memory prefix " + shm_->prefix() + ", peers " + peers_);
   return OkStatus();
+}
+
+Status JobRun::SetupElastic() {
+  KV_ASSIGN_OR_RETURN(const std::string key, SetupRun("w999999.sock"));
+  hosts_state_.emplace(opts_.blacklist_cooldown);
+  if (opts_.discovery_script) {
+    KV_ASSIGN_OR_RETURN(std::string out,
+                        RunDiscoveryScript(*opts_.discovery_script, kDiscoveryTimeout));
+    KV_ASSIGN_OR_RETURN(auto hosts,
+                        LocalHostsOnly(ParseDiscoveredHosts(out, opts_.slots_per_host)));
+    hosts_state_->SetDiscovered(std::move(hosts));
+  } else {
+    std::vector<HostSlots> fixed;
+    for (const RankPlacement& p : config_.layout) {
+      if (fixed.empty() || fixed.back().host != p.host) fixed.push_back({p.host, 0});
+      ++fixed.back().slots;
+    }
+    hosts_state_->SetDiscovered(std::move(fixed));
+  }
+  next_discovery_ = Clock::now() + kDiscoveryInterval;
+
+  // The membership server listens on loopback only: every worker is on this machine.
+  KV_ASSIGN_OR_RETURN(Fd listener, ListenTcp("127.0.0.1", 0, 128));
+  ElasticServerOptions so;
+  so.job_key = key;
+  so.min_workers = *opts_.min_np;
+  so.max_workers = opts_.max_np.value_or(0);
+  so.reset_limit = opts_.reset_limit.value_or(-1);
+  so.timeout = SecondsToMs(opts_.elastic_timeout_s);
+  so.listen_fd = listener.release();
+  KV_ASSIGN_OR_RETURN(membership_, ElasticRendezvousServer::Start(so));
+  Note("job " + job_id_ + ": elastic, " + std::to_string(*opts_.min_np) + " to " +
+       (opts_.max_np ? std::to_string(*opts_.max_np) : std::string("any number of")) +
+       " workers, membership server 127.0.0.1:" + std::to_string(membership_->port()) +
+       ", run directory " + run_dir_->path() + ", shared memory prefix " + shm_->prefix());
+  return OkStatus();
+}
+
+int JobRun::LiveWorkers() const {
+  int n = 0;
+  for (const Rank& r : ranks_) n += r.live ? 1 : 0;
+  return n;
+}
+
+void JobRun::PublishLiveWorkers() {
+  std::set<std::string> live;
+  for (const Rank& r : ranks_) {
+    if (r.live) live.insert(r.worker_id);
+  }
+  if (live == published_) return;
+  published_ = live;
+  membership_->SetLiveWorkers(std::vector<std::string>(live.begin(), live.end()));
+}
+
+Status JobRun::StartWorker(const Slot& slot) {
+  Rank& r = ranks_.emplace_back();
+  const int n = workers_started_++;
+  r.slot = slot;
+  r.worker_id = slot.first + ":" + std::to_string(slot.second) + "." + std::to_string(n);
+  r.who = "worker " + r.worker_id;
+  r.prefix = "[" + r.worker_id + "] ";
+  r.place.host = slot.first;
+  r.socket_path = run_dir_->path() + "/w" + std::to_string(n) + ".sock";
+  r.log = std::make_unique<SidecarLog>(r.worker_id, opts_.verbose, err_);
+  // Listed before it can register, so that the survivors' next commit sees it coming.
+  PublishLiveWorkers();
+  return StartSidecar(r);
+}
+
+// Drops a worker from the membership: its processes are killed (its peers' collectives fail at
+// once and they re-form without it); a failed worker's host is blacklisted.
+void JobRun::DropWorker(Rank& r, const std::string& why, bool failed) {
+  if (!r.live) return;
+  r.live = false;
+  if (r.trainer) r.trainer->Signal(SIGKILL);
+  if (r.sidecar) r.sidecar->Signal(SIGKILL);
+  std::string blacklist;
+  if (failed) {
+    const auto cooldown = hosts_state_->RecordFailure(r.slot.first, Clock::now());
+    blacklist =
+        "; host " + r.slot.first + " blacklisted" +
+        (cooldown ? " for " + FormatSeconds(cooldown->count() / 1000.0) + " s" : std::string());
+  }
+  PublishLiveWorkers();
+  Say(failed ? logging::Level::kWarning : logging::Level::kInfo,
+      "elastic: " + r.who + " " + why + ": dropped" + blacklist + "; " +
+          std::to_string(LiveWorkers()) + " workers remain");
+}
+
+void JobRun::ElasticTick() {
+  const auto now = Clock::now();
+  if (opts_.discovery_script && now >= next_discovery_) {
+    next_discovery_ = now + kDiscoveryInterval;
+    auto out = RunDiscoveryScript(*opts_.discovery_script, kDiscoveryTimeout);
+    StatusOr<std::vector<HostSlots>> hosts =
+        out.ok() ? LocalHostsOnly(ParseDiscoveredHosts(*out, opts_.slots_per_host))
+                 : StatusOr<std::vector<HostSlots>>(out.status());
+    if (hosts.ok()) {
+      hosts_state_->SetDiscovered(std::move(hosts).value());
+      last_discovery_error_.clear();
+    } else if (hosts.status().message() != last_discovery_error_) {
+      // The last good list stays in force; each new error is said once.
+      last_discovery_error_ = hosts.status().message();
+      Say(logging::Level::kWarning, "elastic: " + last_discovery_error_ + " (hosts unchanged)");
+    }
+  }
+  for (Rank& r : ranks_) {
+    if (r.live && !hosts_state_->Offered(r.slot, now)) {
+      DropWorker(r, "lost its slot (host " + r.slot.first + " is no longer discovered)", false);
+    }
+  }
+  for (const std::string& lost : membership_->TakeLost()) {
+    for (Rank& r : ranks_) {
+      if (r.worker_id == lost) {
+        DropWorker(r,
+                   "did not join the next epoch within " + FormatSeconds(opts_.elastic_timeout_s) +
+                       " s (--elastic-timeout)",
+                   true);
+      }
+    }
+  }
+  // Once a trainer has finished, training is over: nobody new is started.
+  if (!trainer_succeeded_) {
+    std::set<Slot> occupied;
+    for (const Rank& r : ranks_) {
+      if (r.live) occupied.insert(r.slot);
+    }
+    const int cap = opts_.max_np.value_or(1 << 20);
+    for (const Slot& slot : hosts_state_->FreeSlots(occupied, cap - LiveWorkers(), Clock::now())) {
+      Status s = StartWorker(slot);
+      if (!s.ok()) {
+        Fail(1, "elastic: a worker could not start on " + slot.first + ": " + s.message());
+        return;
+      }
+    }
+  }
+  PublishLiveWorkers();
+  if (Status f = membership_->failure(); !f.ok()) {
+    Fail(1, f.message());
+    return;
+  }
+  const int live = LiveWorkers();
+  if (trainer_succeeded_ || live >= *opts_.min_np) {
+    short_since_.reset();
+  } else if (!short_since_) {
+    short_since_ = now;
+  } else if (now - *short_since_ >= SecondsToMs(opts_.elastic_timeout_s)) {
+    Fail(1, "elastic: " + std::to_string(live) + " workers alive, at least " +
+                std::to_string(*opts_.min_np) + " needed (--min-np); no slot for more within " +
+                FormatSeconds(opts_.elastic_timeout_s) + " s (--elastic-timeout)");
+  }
 }
 
 void SetRankVars(Environment& env, const std::string& prefix, const RankPlacement& p) {
@@ -199,7 +411,6 @@ Status JobRun::StartChild(Rank& r, Role role, ChildSpec spec) {
   out.write.Reset();
   err.write.Reset();
 
-  const int rank = r.place.rank;
   std::vector<OutputPump::StreamId>& ids =
       role == Role::kSidecar ? r.sidecar_streams : r.trainer_streams;
   if (role == Role::kSidecar) {
@@ -212,7 +423,7 @@ Status JobRun::StartChild(Rank& r, Role role, ChildSpec spec) {
     }
     r.sidecar = std::move(child);
   } else {
-    std::string prefix = "[" + std::to_string(rank) + "] ";
+    const std::string prefix = r.prefix;
     FdWriter* stdout_writer = out_;
     FdWriter* stderr_writer = err_;
     KV_ASSIGN_OR_RETURN(
@@ -232,6 +443,25 @@ Status JobRun::StartChild(Rank& r, Role role, ChildSpec spec) {
 }
 
 Status JobRun::StartSidecar(Rank& r) {
+  if (membership_ != nullptr) {
+    Environment env = Environment::FromCurrentProcess();
+    env.Set(env::kElasticRendezvous, "127.0.0.1:" + std::to_string(membership_->port()));
+    env.Set(env::kWorkerId, r.worker_id);
+    env.Set(env::kHostName, r.slot.first);  // -H / discovered virtual hosts share memory inside
+    env.Set(env::kElasticTimeoutSeconds,
+            std::to_string(std::max<long>(1, std::lround(opts_.elastic_timeout_s))));
+    env.Set(env::kJobKeyFile, key_file_);
+    env.Set(env::kSocket, r.socket_path);
+    env.Set(env::kShmPrefix, shm_->prefix());
+    if (opts_.timeline) env.Set(env::kTimeline, *opts_.timeline);
+    ChildSpec spec;
+    spec.argv = {config_.sidecar_path};
+    spec.env = env.ToStrings();
+    r.sidecar_started = Clock::now();
+    KV_RETURN_IF_ERROR(StartChild(r, Role::kSidecar, std::move(spec)));
+    Note(r.who + " sidecar started (pid " + std::to_string(r.sidecar->pid()) + ")");
+    return OkStatus();
+  }
   const RankPlacement& p = r.place;
   Listener& listener = listeners_[static_cast<size_t>(p.rank)];
   Environment env = Environment::FromCurrentProcess();
@@ -266,8 +496,17 @@ Status JobRun::StartTrainer(Rank& r) {
   for (const char* name : {env::kListenFd, env::kPeers, env::kJobKeyFile}) {
     env.Unset(name);
   }
-  SetRankVars(env, "KOROVOD_", p);
-  SetRankVars(env, "HOROVOD_", p);
+  if (membership_ != nullptr) {
+    // Rank and size come from each epoch (hvd.rank(), hvd.size()); init waits for the epoch to
+    // form, up to the elastic timeout plus the sidecar's start.
+    env.Set("HOROVOD_ELASTIC", "1");
+    env.Set(env::kWorkerId, r.worker_id);
+    env.Set("KOROVOD_CONNECT_TIMEOUT",
+            FormatSeconds(opts_.elastic_timeout_s + opts_.start_timeout_s));
+  } else {
+    SetRankVars(env, "KOROVOD_", p);
+    SetRankVars(env, "HOROVOD_", p);
+  }
   env.Set(env::kSocket, r.socket_path);
   env.Set(env::kShmPrefix, shm_->prefix());
 
@@ -275,8 +514,7 @@ Status JobRun::StartTrainer(Rank& r) {
   spec.argv = opts_.command;
   spec.env = env.ToStrings();
   KV_RETURN_IF_ERROR(StartChild(r, Role::kTrainer, std::move(spec)));
-  Note("rank " + std::to_string(p.rank) + " trainer started (pid " +
-       std::to_string(r.trainer->pid()) + ")");
+  Note(r.who + " trainer started (pid " + std::to_string(r.trainer->pid()) + ")");
   return OkStatus();
 }
 
@@ -309,10 +547,24 @@ bool JobRun::AnyChildRunning() const {
 }
 
 void JobRun::OnExit(Rank& r, Role role, const ExitStatus& st) {
-  const std::string who = "rank " + std::to_string(r.place.rank) + " " + RoleName(role);
+  const std::string who = r.who + " " + RoleName(role);
   // What the child wrote before it ended is all in its pipes now.
   for (OutputPump::StreamId id : role == Role::kSidecar ? r.sidecar_streams : r.trainer_streams) {
     pump_.Drain(id);
+  }
+  if (membership_ != nullptr && !stopping_) {
+    // Elastic: a worker's end is the job's only when nobody can carry on (ElasticTick decides).
+    if (!r.live) {
+      Note(who + " " + st.Describe() + " (dropped)");
+    } else if (role == Role::kTrainer && st.success()) {
+      Note(who + " finished");
+      trainer_succeeded_ = true;
+      r.finished = true;
+    } else {
+      if (role == Role::kSidecar) r.log->PrintUnshownTail();
+      DropWorker(r, RoleName(role) + std::string(" ") + st.Describe(), /*failed=*/true);
+    }
+    return;
   }
   if (role == Role::kTrainer) {
     if (st.success()) {
@@ -362,6 +614,16 @@ void JobRun::ReapAndCheck() {
     }
   }
   if (stopping_) return;
+  if (membership_ != nullptr) {
+    // Elastic: over when no worker trains any more; it succeeded if a trainer finished.
+    for (const Rank& r : ranks_) {
+      if ((r.live && !r.finished) || (r.trainer && r.trainer->running())) return;
+    }
+    if (!trainer_succeeded_) return;  // ElasticTick starts more, or times out
+    Note("every trainer finished; stopping the sidecars");
+    BeginStop(SIGTERM);
+    return;
+  }
   bool all_trainers_ok = true;
   for (const Rank& r : ranks_) {
     const auto& st = r.trainer ? r.trainer->exit_status() : std::nullopt;
@@ -380,21 +642,20 @@ void JobRun::CheckSockets() {
     if (r.socket_ready || !r.sidecar || !r.sidecar->running()) continue;
     if (IsSocket(r.socket_path)) {
       r.socket_ready = true;
-      Note("rank " + std::to_string(r.place.rank) + " sidecar socket ready after " +
+      Note(r.who + " sidecar socket ready after " +
            std::to_string(
                std::chrono::duration_cast<milliseconds>(Clock::now() - r.sidecar_started).count()) +
            " ms");
       Status s = StartTrainer(r);
       if (!s.ok()) {
         Fail(s.code() == StatusCode::kFailedPrecondition ? 127 : 1,
-             "rank " + std::to_string(r.place.rank) + " trainer could not start: " + s.message());
+             r.who + " trainer could not start: " + s.message());
         return;
       }
     } else if (Clock::now() - r.sidecar_started >= timeout) {
       r.log->PrintUnshownTail();
-      Fail(1, "rank " + std::to_string(r.place.rank) + " sidecar did not create its socket " +
-                  r.socket_path + " within " + FormatSeconds(opts_.start_timeout_s) +
-                  " s (--start-timeout)");
+      Fail(1, r.who + " sidecar did not create its socket " + r.socket_path + " within " +
+                  FormatSeconds(opts_.start_timeout_s) + " s (--start-timeout)");
       return;
     }
   }
@@ -408,6 +669,7 @@ int JobRun::PollTimeoutMs() const {
   for (const Rank& r : ranks_) {
     if (!r.socket_ready && r.sidecar && r.sidecar->running()) return kSocketCheckMs;
   }
+  if (membership_ != nullptr) return kElasticTickMs;
   return -1;  // a child's exit or a signal wakes the loop
 }
 
@@ -415,6 +677,7 @@ void JobRun::Supervise() {
   std::vector<pollfd> fds;
   while (true) {
     ReapAndCheck();
+    if (membership_ != nullptr && !stopping_) ElasticTick();
     CheckSockets();
     if (stopping_) {
       if (!AnyChildRunning()) break;
@@ -455,8 +718,8 @@ void JobRun::Supervise() {
 }
 
 int JobRun::Run() {
-  Status s = Setup();
-  if (s.ok()) {
+  Status s = opts_.elastic() ? SetupElastic() : Setup();
+  if (s.ok() && !opts_.elastic()) {
     for (Rank& r : ranks_) {
       s = StartSidecar(r);
       if (!s.ok()) {

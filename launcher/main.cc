@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -60,7 +61,10 @@ int Main(int argc, char** argv) {
     return 0;
   }
 
-  std::vector<HostSlots> hosts = {{"localhost", opts.num_proc}};
+  // Elastic jobs without -H: one local host with a slot per worker they may have.
+  std::vector<HostSlots> hosts = {
+      {"localhost",
+       opts.elastic() ? std::max(opts.num_proc, opts.max_np.value_or(0)) : opts.num_proc}};
   if (opts.hosts) {
     auto h = ParseHostList(*opts.hosts);
     if (!h.ok()) return UsageError(h.status().message());
@@ -75,7 +79,10 @@ int Main(int argc, char** argv) {
       return kUsageExit;
     }
   }
-  auto layout = ComputeRankLayout(hosts, opts.num_proc);
+  // Elastic: every slot of -H (the fixed host list when no discovery script is given).
+  int slots = 0;
+  for (const HostSlots& h : hosts) slots += h.slots;
+  auto layout = ComputeRankLayout(hosts, opts.elastic() ? slots : opts.num_proc);
   if (!layout.ok()) return UsageError(layout.status().message());
 
   JobConfig config;

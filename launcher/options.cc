@@ -19,6 +19,11 @@ StatusOr<int> ParsePositiveInt(const std::string& flag, const std::string& text)
   return static_cast<int>(v);
 }
 
+StatusOr<int> ParseCount(const std::string& flag, const std::string& text) {
+  if (text == "0") return 0;
+  return ParsePositiveInt(flag, text);
+}
+
 StatusOr<double> ParseSeconds(const std::string& flag, const std::string& text, bool allow_zero) {
   char* end = nullptr;
   errno = 0;
@@ -47,7 +52,20 @@ const char* UsageText() {
          "  --sidecar PATH       the sidecar binary (default: korovod-sidecar next to korovodrun)\n"
          "  --start-timeout S    seconds a sidecar may take to create its socket (default 60)\n"
          "  --grace-period S     seconds between SIGTERM and SIGKILL when stopping (default 5)\n"
-         "  -h, --help           this text\n";
+         "  -h, --help           this text\n"
+         "\n"
+         "Elastic jobs (any of --min-np, --max-np, --host-discovery-script; -np is then "
+         "optional):\n"
+         "  --min-np N           fewest workers to train with (default -np)\n"
+         "  --max-np N           most workers (default: every discovered slot)\n"
+         "  --host-discovery-script CMD  prints the usable hosts, one host[:slots] per line;\n"
+         "                       run every second (default: the -H list, fixed)\n"
+         "  --slots-per-host N   slots of a discovered host that names none (default 1)\n"
+         "  --elastic-timeout S  how long to wait for enough workers, or for a worker to join a\n"
+         "                       new epoch (default 600)\n"
+         "  --reset-limit N      most re-formations of the world after the first (default: none)\n"
+         "  --blacklist-cooldown-range LO HI  a failing host returns after LO*2^(failures-1) s,\n"
+         "                       at most HI (default: never)\n";
 }
 
 StatusOr<LauncherOptions> ParseOptions(const std::vector<std::string>& args) {
@@ -105,6 +123,37 @@ StatusOr<LauncherOptions> ParseOptions(const std::vector<std::string>& args) {
     } else if (name == "--grace-period") {
       KV_ASSIGN_OR_RETURN(std::string v, value());
       KV_ASSIGN_OR_RETURN(o.grace_period_s, ParseSeconds(name, v, /*allow_zero=*/true));
+    } else if (name == "--min-np" || name == "--min-num-proc") {
+      KV_ASSIGN_OR_RETURN(std::string v, value());
+      KV_ASSIGN_OR_RETURN(int n, ParsePositiveInt(name, v));
+      o.min_np = n;
+    } else if (name == "--max-np" || name == "--max-num-proc") {
+      KV_ASSIGN_OR_RETURN(std::string v, value());
+      KV_ASSIGN_OR_RETURN(int n, ParsePositiveInt(name, v));
+      o.max_np = n;
+    } else if (name == "--host-discovery-script") {
+      KV_ASSIGN_OR_RETURN(std::string v, value());
+      if (v.empty()) return InvalidArgument("--host-discovery-script needs a command");
+      o.discovery_script = v;
+    } else if (name == "--slots-per-host") {
+      KV_ASSIGN_OR_RETURN(std::string v, value());
+      KV_ASSIGN_OR_RETURN(o.slots_per_host, ParsePositiveInt(name, v));
+    } else if (name == "--elastic-timeout") {
+      KV_ASSIGN_OR_RETURN(std::string v, value());
+      KV_ASSIGN_OR_RETURN(o.elastic_timeout_s, ParseSeconds(name, v, /*allow_zero=*/false));
+    } else if (name == "--reset-limit") {
+      KV_ASSIGN_OR_RETURN(std::string v, value());
+      KV_ASSIGN_OR_RETURN(int n, ParseCount(name, v));
+      o.reset_limit = n;
+    } else if (name == "--blacklist-cooldown-range") {
+      if (inline_value || i + 2 >= args.size()) {
+        return InvalidArgument(name + " needs two numbers of seconds: LO HI");
+      }
+      KV_ASSIGN_OR_RETURN(double lo, ParseSeconds(name, args[i + 1], /*allow_zero=*/false));
+      KV_ASSIGN_OR_RETURN(double hi, ParseSeconds(name, args[i + 2], /*allow_zero=*/false));
+      if (hi < lo) return InvalidArgument(name + ": HI (" + args[i + 2] + ") is below LO");
+      o.blacklist_cooldown = std::make_pair(lo, hi);
+      i += 2;
     } else if (name == "-h" || name == "--help") {
       KV_RETURN_IF_ERROR(no_value());
       o.help = true;
@@ -114,7 +163,21 @@ StatusOr<LauncherOptions> ParseOptions(const std::vector<std::string>& args) {
     }
   }
   o.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
-  if (!have_np) return InvalidArgument("-np N is required");
+  if (o.elastic()) {
+    if (!have_np && !o.min_np) return InvalidArgument("-np N or --min-np N is required");
+    if (!o.min_np) o.min_np = o.num_proc;
+    if (!have_np) o.num_proc = *o.min_np;
+    if (o.max_np && *o.max_np < *o.min_np) {
+      return InvalidArgument("--max-np " + std::to_string(*o.max_np) + " is below --min-np " +
+                             std::to_string(*o.min_np));
+    }
+  } else if (o.reset_limit || o.blacklist_cooldown) {
+    return InvalidArgument(
+        std::string(o.reset_limit ? "--reset-limit" : "--blacklist-cooldown-range") +
+        " applies to elastic jobs only (--min-np, --max-np or "
+        "--host-discovery-script)");
+  }
+  if (!have_np && !o.elastic()) return InvalidArgument("-np N is required");
   if (o.command.empty()) return InvalidArgument("no command to run");
   return o;
 }

@@ -9,6 +9,8 @@ bool IsNotableSidecarLine(std::string_view line) {
   // rank ended up with is what a user needs first when a job is slow. It comes after the log
   // line's prefix (common/log.h); WARNING and ERROR lines match the words below.
   if (line.find("korovod: rank ") != std::string_view::npos) return true;
+  // An elastic worker's place in each membership epoch.
+  if (line.find("korovod: worker ") != std::string_view::npos) return true;
   std::string lower(line);
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   for (const char* word : {"error", "fail", "stall", "warn"}) {
@@ -17,8 +19,8 @@ bool IsNotableSidecarLine(std::string_view line) {
   return false;
 }
 
-SidecarLog::SidecarLog(int rank, bool verbose, FdWriter* out)
-    : prefix_("[sidecar " + std::to_string(rank) + "] "), verbose_(verbose), out_(out) {}
+SidecarLog::SidecarLog(const std::string& name, bool verbose, FdWriter* out)
+    : prefix_("[sidecar " + name + "] "), verbose_(verbose), out_(out) {}
 
 void SidecarLog::OnLine(std::string_view line) {
   bool show = verbose_ || IsNotableSidecarLine(line);

@@ -1,7 +1,8 @@
 // SidecarLog: what korovodrun shows of one sidecar's output. Lines go to stderr as
-// "[sidecar <rank>] line": all of them with --verbose, otherwise the start-up summary and those
-// that mention "error", "fail", "stall" or "warn" (any case: the WARNING and ERROR log levels). The
-// last 50 lines are kept so that when the sidecar fails the ones not yet shown can be printed.
+// "[sidecar <name>] line" (the rank, or an elastic worker's id): all of them with --verbose,
+// otherwise the start-up summary and those that mention "error", "fail", "stall" or "warn" (any
+// case: the WARNING and ERROR log levels). The last 50 lines are kept so that when the sidecar
+// fails the ones not yet shown can be printed.
 #pragma once
 
 #include <deque>
@@ -19,7 +20,7 @@ class SidecarLog {
  public:
   static constexpr size_t kTailLines = 50;
 
-  SidecarLog(int rank, bool verbose, FdWriter* out);
+  SidecarLog(const std::string& name, bool verbose, FdWriter* out);
 
   void OnLine(std::string_view line);
   // Prints the kept lines not shown yet, oldest first; returns how many it printed.

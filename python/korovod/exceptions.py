@@ -7,7 +7,9 @@ class HorovodInternalError(RuntimeError):
 
 
 class HostsUpdatedInterrupt(RuntimeError):
-    """The set of hosts in the job has changed (Horovod elastic; korovod raises it nowhere yet)."""
+    """The job's membership changed (Horovod elastic): raised by State.check_host_updates() (so by
+    commit()) on every rank at once. skip_sync: hosts were only removed, so the survivors keep
+    their committed state and resume without a sync."""
 
     def __init__(self, skip_sync):
         super().__init__()

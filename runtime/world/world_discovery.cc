@@ -1,5 +1,6 @@
 #include "runtime/world/world_discovery.h"
 
+#include "runtime/world/elastic_rendezvous.h"
 #include "runtime/world/host_identity.h"
 #include "runtime/world/interfaces.h"
 #include "runtime/world/rendezvous.h"
@@ -27,10 +28,12 @@ Status BindListener(const DiscoveryOptions& o, uint16_t port, DiscoveredWorld& w
 }  // namespace
 
 StatusOr<DiscoveredWorld> DiscoverWorld(const DiscoveryOptions& o) {
-  if (o.coordinator.has_value() == !o.world_file.empty()) {
-    return InvalidArgument("world discovery needs exactly one of a coordinator and a world file");
+  if (o.coordinator.has_value() + !o.world_file.empty() + o.elastic_server.has_value() != 1) {
+    return InvalidArgument(
+        "world discovery needs exactly one of a coordinator, a world file and an elastic server");
   }
   DiscoveredWorld w;
+  w.rank = o.rank;
   if (!o.world_file.empty()) {
     KV_ASSIGN_OR_RETURN(w.ranks, ReadWorldFile(o.world_file, o.size));
     if (!o.iface.empty()) {
@@ -41,6 +44,32 @@ StatusOr<DiscoveredWorld> DiscoverWorld(const DiscoveryOptions& o) {
     return w;
   }
   KV_ASSIGN_OR_RETURN(std::vector<NetInterface> interfaces, ListInterfaces());
+  RankEntry self;
+  self.host_name = o.host_name.empty() ? LocalHostName() : o.host_name;
+  self.node = LocalNodeId();
+  const std::string me = o.elastic_server ? "worker " + o.worker : "rank " + std::to_string(o.rank);
+  auto candidates = SelectCandidates(interfaces, o.iface);
+  if (!candidates.ok()) {
+    return candidates.status().WithContext(me + " (host " + self.host_name + ")");
+  }
+  self.addresses = std::move(candidates).value();
+  KV_RETURN_IF_ERROR(BindListener(o, o.data_port, w));
+  KV_ASSIGN_OR_RETURN(self.port, LocalPort(w.listen_fd));
+  if (o.elastic_server) {
+    ElasticJoinOptions j;
+    j.server = *o.elastic_server;
+    j.job_key = o.job_key;
+    j.worker = o.worker;
+    j.last_epoch = o.last_epoch;
+    j.self = std::move(self);
+    j.timeout = o.timeout;
+    KV_ASSIGN_OR_RETURN(ElasticAssignment a, JoinElasticEpoch(j));
+    w.ranks = std::move(a.table);
+    w.rank = a.rank;
+    w.epoch = a.epoch;
+    w.formed_version = a.version;
+    return w;
+  }
   RendezvousOptions r;
   r.rank = o.rank;
   r.size = o.size;
@@ -48,21 +77,14 @@ StatusOr<DiscoveredWorld> DiscoverWorld(const DiscoveryOptions& o) {
   r.coordinator_listen_fd = o.coordinator_listen_fd;
   r.job_key = o.job_key;
   r.timeout = o.timeout;
-  r.self.host_name = LocalHostName();
-  r.self.node = LocalNodeId();
-  auto candidates = SelectCandidates(interfaces, o.iface);
-  if (!candidates.ok()) {
-    return candidates.status().WithContext("rank " + std::to_string(o.rank) + " (host " +
-                                           r.self.host_name + ")");
-  }
-  r.self.addresses = std::move(candidates).value();
-  KV_RETURN_IF_ERROR(BindListener(o, o.data_port, w));
-  KV_ASSIGN_OR_RETURN(r.self.port, LocalPort(w.listen_fd));
+  r.self = std::move(self);
   KV_ASSIGN_OR_RETURN(w.ranks, Rendezvous(r));
   return w;
 }
 
 void ApplyDiscoveredWorld(const DiscoveredWorld& world, WorldOptions& options) {
+  options.rank = world.rank;
+  options.epoch = world.epoch;
   options.peers = FirstChoicePeers(world.ranks);
   options.ranks = world.ranks;
   options.listen_fd = world.listen_fd;

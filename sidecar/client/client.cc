@@ -505,6 +505,7 @@ int Client::local_size() const { return impl_->hello.local_size(); }
 int Client::cross_rank() const { return impl_->hello.cross_rank(); }
 int Client::cross_size() const { return impl_->hello.cross_size(); }
 const std::string& Client::session_id() const { return impl_->hello.session_id(); }
+uint32_t Client::epoch() const { return impl_->hello.epoch(); }
 const std::string& Client::device_backend() const { return impl_->hello.device_backend(); }
 int Client::nccl_version() const { return impl_->hello.nccl_version(); }
 
@@ -955,6 +956,21 @@ StatusOr<EngineStats> Client::GetStats() {
   e.fusion_threshold_bytes = p.fusion_threshold_bytes();
   e.cycle_time_ms = p.cycle_time_ms();
   return e;
+}
+
+StatusOr<Client::Membership> Client::GetMembership() {
+  v1::MembershipRequest req;
+  v1::MembershipReply reply;
+  grpc::ClientContext ctx;
+  grpc::Status s =
+      impl_->stub->Membership(impl_->Context(ctx, std::chrono::seconds(30)), req, &reply);
+  if (!s.ok()) return FromGrpcStatus(s);
+  Membership m;
+  m.epoch = reply.epoch();
+  m.formed_version = reply.formed_version();
+  m.version = reply.version();
+  m.update = reply.update();
+  return m;
 }
 
 Status Client::Shutdown(const std::string& reason) {

@@ -135,6 +135,7 @@ class Client {
   int cross_rank() const;
   int cross_size() const;
   const std::string& session_id() const;
+  uint32_t epoch() const;  // elastic: the membership epoch of this session; 0: a static job
   // The sidecar's device backend ("nccl", "host", "none"; "" from a sidecar that predates it) and
   // NCCL version code (0 unless "nccl").
   const std::string& device_backend() const;
@@ -232,6 +233,15 @@ class Client {
   Status StartTimeline(const std::string& path, bool mark_cycles = false);
   Status StopTimeline();
   StatusOr<EngineStats> GetStats();
+  // Elastic jobs: this session's membership epoch, and whether the membership moved since it
+  // formed (hvd.elastic's commit asks). Static jobs: all zeros.
+  struct Membership {
+    uint32_t epoch = 0;
+    uint64_t formed_version = 0;
+    uint64_t version = 0;
+    int update = 0;  // Horovod's HostUpdateResult bits: 1 removed, 2 added
+  };
+  StatusOr<Membership> GetMembership();
   Status Shutdown(const std::string& reason = {});
 
   struct Impl;

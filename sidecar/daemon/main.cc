@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <ctime>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -34,6 +35,7 @@
 #include "sidecar/daemon/device_backend_choice.h"
 #include "sidecar/daemon/engine_metrics.h"
 #include "sidecar/daemon/op_loop.h"
+#include "sidecar/daemon/rank_epochs.h"
 #include "sidecar/daemon/sidecar_config.h"
 #include "sidecar/daemon/sidecar_service.h"
 
@@ -118,14 +120,15 @@ StatusOr<ConnectedWorld> ConnectWorld(const SidecarConfig& cfg, const WorldOptio
 }
 
 // /healthz, /readyz and /metrics on KOROVOD_METRICS_PORT (null when it is negative: off).
+// `before_scrape` brings the metrics up to date.
 StatusOr<std::unique_ptr<http::HealthServer>> ServeHealth(const SidecarConfig& cfg,
                                                           http::MetricsRegistry& registry,
-                                                          EngineMetrics* metrics, Engine* engine) {
+                                                          std::function<void()> before_scrape) {
   if (cfg.metrics_port < 0) return std::unique_ptr<http::HealthServer>();
   http::HealthServerOptions opts;
   opts.port = cfg.metrics_port;
   opts.registry = &registry;
-  opts.before_scrape = [metrics, engine] { metrics->UpdateFromStats(engine->stats()); };
+  opts.before_scrape = std::move(before_scrape);
   auto server = http::HealthServer::Start(std::move(opts));
   if (!server.ok()) return server.status().WithContext(env::kMetricsPort);
   (*server)->SetReady(true);
@@ -164,17 +167,25 @@ void LogEndOfRun(int rank, const Engine& engine) {
 }
 
 // Until `stop` (SIGTERM, SIGINT, or another served rank failed) or this rank's trainer's
-// Shutdown; an engine failure turns /readyz red and is logged once, and the sidecar stays up so
-// that trainers get the error with their ops.
+// Shutdown; an engine failure turns /readyz red and is logged once per epoch, and the sidecar
+// stays up so that trainers get the error with their ops (elastic: and then reset into the next
+// epoch, which turns /readyz green again).
 void WaitForShutdown(const std::atomic<bool>& stop, const std::atomic<bool>& shutdown_requested,
-                     Engine& engine, http::HealthServer* health) {
-  bool engine_failed = false;
+                     const RankEpochs& epochs, http::HealthServer* health) {
+  const ServedEpoch* failed = nullptr;
+  const ServedEpoch* seen = nullptr;
   while (!shutdown_requested.load() && !stop.load()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (!engine_failed && !engine.health().ok()) {
-      engine_failed = true;
-      KV_LOG(kError, kEngine, "engine stopped: %s", engine.health().ToString().c_str());
-      if (health != nullptr) health->SetReady(false, engine.health().ToString());
+    std::shared_ptr<ServedEpoch> e = epochs.current();
+    if (e == nullptr) continue;
+    if (e.get() != seen) {
+      seen = e.get();
+      if (failed != nullptr && health != nullptr) health->SetReady(true);
+    }
+    if (failed != e.get() && !e->engine->health().ok()) {
+      failed = e.get();
+      KV_LOG(kError, kEngine, "engine stopped: %s", e->engine->health().ToString().c_str());
+      if (health != nullptr) health->SetReady(false, e->engine->health().ToString());
     }
   }
 }
@@ -198,9 +209,11 @@ int Main() {
   auto config = SidecarConfig::FromProcessEnvironment();
   if (!config.ok()) return Fail(config.status());
   const SidecarConfig& cfg = *config;
-  logging::SetRole(cfg.ranks == 1 ? "rank " + std::to_string(cfg.rank)
-                                  : "ranks " + std::to_string(cfg.rank) + "-" +
-                                        std::to_string(cfg.rank + cfg.ranks - 1));
+  // Elastic ranks change with each epoch: the worker is what stays.
+  logging::SetRole(cfg.elastic()    ? "worker " + cfg.worker_id
+                   : cfg.ranks == 1 ? "rank " + std::to_string(cfg.rank)
+                                    : "ranks " + std::to_string(cfg.rank) + "-" +
+                                          std::to_string(cfg.rank + cfg.ranks - 1));
 
   // Out of /proc/<pid>/environ's reach for anything we start; before any thread reads the
   // environment.
@@ -233,61 +246,171 @@ int Main() {
   return *std::max_element(codes.begin(), codes.end());
 }
 
-// One rank: its arena, its world, its engine, its trainer's socket; returns its exit status.
-int ServeRank(const SidecarConfig& cfg, SidecarDevice& device, const std::atomic<bool>& stop) {
+// Everything a served rank keeps across epochs, and what starting an epoch needs.
+struct RankContext {
+  const SidecarConfig& cfg;
+  const EngineConfig& engine_config;
+  SidecarDevice& device;
+  Arena& arena;
+  EngineMetrics* metrics;
+};
+
+// The world as configured, with the engine's connection settings and the arena to share.
+StatusOr<WorldOptions> EpochWorld(const RankContext& rc) {
+  KV_ASSIGN_OR_RETURN(WorldOptions world, WorldOptionsFrom(rc.cfg));
+  world.collective_lanes = rc.engine_config.collective_lanes;  // connections are made per lane
+  world.hierarchical = rc.engine_config.hierarchical;          // shared memory among a host's ranks
+  // Ranks on one host map each other's arenas, so the engine reduces tensors in the arena
+  // straight from the peers' mappings.
+  world.shared_regions.push_back(
+      {rc.arena.name(), rc.arena.base(), static_cast<size_t>(rc.arena.layout().total_bytes)});
+  return world;
+}
+
+// The connected world's engine and op loop, as the epoch `e` (whose identity fields are set).
+Status StartEpoch(const RankContext& rc, ConnectedWorld connected, const WorldOptions& world,
+                  ServedEpoch& e) {
+  e.transport = connected.comm->transport_name();
+  e.listen_address = connected.comm->peer(e.rank).ToString();
+  auto engine = Engine::Start(std::move(connected.comm), rc.engine_config, rc.device.backend);
+  if (!engine.ok()) return engine.status();
+  for (const LinkRate& r : connected.rates) {
+    rc.metrics->SetPeerBandwidth(r.peer, r.bytes_per_second);
+  }
+  e.engine = std::move(engine).value();
+  e.loop = std::make_unique<OpLoop>(
+      *e.engine, rc.arena, rc.metrics, rc.device.api.get(),
+      std::chrono::duration_cast<std::chrono::milliseconds>(world.op_timeout));
+  e.loop->Start();
+  return OkStatus();
+}
+
+// Static jobs: the one world, connected at start.
+StatusOr<std::shared_ptr<ServedEpoch>> StaticEpoch(const RankContext& rc) {
+  const SidecarConfig& cfg = rc.cfg;
   // Rendezvous, preflight, the mesh and the link probe all end by this one deadline.
   const Deadline start = Deadline::After(cfg.start_timeout);
-  auto world = WorldOptionsFrom(cfg);
-  if (!world.ok()) return Fail(world.status());
+  KV_ASSIGN_OR_RETURN(WorldOptions world, EpochWorld(rc));
+  DiscoveredWorld discovered;  // owns the data listener in coordinator / world file mode
+  if (cfg.peers.empty()) {
+    KV_RETURN_IF_ERROR(DiscoverPeers(cfg, start, world, discovered));
+  } else if (!cfg.iface.empty()) {
+    KV_LOG(kWarning, kWorld, "%s=%s ignored: %s names every peer's address", env::kIface,
+           cfg.iface.c_str(), env::kPeers);
+  }
+  KV_ASSIGN_OR_RETURN(ConnectedWorld connected, ConnectWorld(cfg, world, discovered, start));
+  auto e = std::make_shared<ServedEpoch>();
+  e->rank = cfg.rank;
+  e->size = cfg.size;
+  e->local_rank = cfg.local_rank;
+  e->local_size = cfg.local_size;
+  e->cross_rank = cfg.cross_rank;
+  e->cross_size = cfg.cross_size;
+  KV_RETURN_IF_ERROR(StartEpoch(rc, std::move(connected), world, *e));
+  return e;
+}
+
+// Horovod's cross rank and size: the index of this rank's host among, and the number of, hosts
+// that hold a rank at this rank's local index.
+void SetPlacement(const HostLayout& layout, int rank, ServedEpoch& e) {
+  e.local_rank = layout.local_rank(rank);
+  e.local_size = layout.local_size(rank);
+  e.cross_rank = 0;
+  e.cross_size = 0;
+  for (size_t h = 0; h < layout.hosts.size(); ++h) {
+    if (static_cast<int>(layout.hosts[h].size()) <= e.local_rank) continue;
+    if (static_cast<int>(h) == layout.host_of[static_cast<size_t>(rank)]) {
+      e.cross_rank = e.cross_size;
+    }
+    ++e.cross_size;
+  }
+}
+
+// Elastic jobs: the next epoch, from the membership server. Its rank and size are the server's.
+StatusOr<std::shared_ptr<ServedEpoch>> ElasticEpoch(const RankContext& rc, uint32_t last_epoch,
+                                                    Deadline deadline) {
+  const SidecarConfig& cfg = rc.cfg;
+  KV_ASSIGN_OR_RETURN(WorldOptions world, EpochWorld(rc));
+  DiscoveryOptions d;
+  d.elastic_server = cfg.elastic_server;
+  d.worker = cfg.worker_id;
+  d.last_epoch = last_epoch;
+  d.host_name = cfg.host_name;
+  d.iface = cfg.iface;
+  d.job_key = world.job_key;
+  d.data_port = static_cast<uint16_t>(cfg.data_port);
+  d.timeout = std::chrono::milliseconds(std::max(1, deadline.RemainingMs()));
+  KV_LOG(kInfo, kWorld, "worker %s: joining membership epoch %u", cfg.worker_id.c_str(),
+         last_epoch + 1);
+  KV_ASSIGN_OR_RETURN(DiscoveredWorld discovered, DiscoverWorld(d));
+  ApplyDiscoveredWorld(discovered, world);
+  // korovodrun's virtual hosts: the registered host names say which ranks share a host.
+  if (!cfg.host_name.empty()) {
+    world.hosts.clear();
+    for (const RankEntry& r : discovered.ranks) world.hosts.push_back(r.host_name);
+  }
+  const Deadline start = Deadline::After(cfg.start_timeout);
+  world.connect_timeout = cfg.start_timeout;
+  SidecarConfig named = cfg;
+  named.rank = discovered.rank;
+  KV_ASSIGN_OR_RETURN(ConnectedWorld connected, ConnectWorld(named, world, discovered, start));
+  auto e = std::make_shared<ServedEpoch>();
+  e->epoch = discovered.epoch;
+  e->formed_version = discovered.formed_version;
+  e->rank = discovered.rank;
+  e->size = static_cast<int>(discovered.ranks.size());
+  SetPlacement(connected.comm->host_layout(), e->rank, *e);
+  KV_RETURN_IF_ERROR(StartEpoch(rc, std::move(connected), world, *e));
+  KV_LOG(kInfo, kWorld, "korovod: worker %s joined membership epoch %u as rank %d of %d",
+         cfg.worker_id.c_str(), e->epoch, e->rank, e->size);
+  return e;
+}
+
+// One rank: its arena, its epochs (engine per world), its trainer's socket; returns its exit
+// status.
+int ServeRank(const SidecarConfig& cfg, SidecarDevice& device, const std::atomic<bool>& stop) {
   auto engine_config = EngineConfig::FromProcessEnvironment();
   if (!engine_config.ok()) return Fail(engine_config.status());
-  world->collective_lanes = engine_config->collective_lanes;  // connections are made per lane
-  world->hierarchical = engine_config->hierarchical;          // shared memory among a host's ranks
 
-  // Before the world connects: ranks on one host map each other's arenas there, so the engine
-  // reduces tensors in the arena straight from the peers' mappings.
   ArenaSizes sizes;
   sizes.client_heap_bytes = uint64_t(cfg.arena_heap_max_mib) << 20;
   sizes.result_heap_bytes = uint64_t(cfg.arena_heap_max_mib) << 20;
   sizes.heap_reserve_bytes = uint64_t(cfg.arena_heap_mib) << 20;
   auto arena = Arena::Create(cfg.arena_name(), sizes);
   if (!arena.ok()) return Fail(arena.status());
-  world->shared_regions.push_back(
-      {(*arena)->name(), (*arena)->base(), static_cast<size_t>((*arena)->layout().total_bytes)});
-
-  DiscoveredWorld discovered;  // owns the data listener in coordinator / world file mode
-  if (cfg.peers.empty()) {
-    Status found = DiscoverPeers(cfg, start, *world, discovered);
-    if (!found.ok()) return Fail(found);
-  } else if (!cfg.iface.empty()) {
-    KV_LOG(kWarning, kWorld, "%s=%s ignored: %s names every peer's address", env::kIface,
-           cfg.iface.c_str(), env::kPeers);
-  }
-  auto connected = ConnectWorld(cfg, *world, discovered, start);
-  if (!connected.ok()) return Fail(connected.status());
-  const std::vector<LinkRate> rates = connected->rates;
-  const std::string transport = connected->comm->transport_name();
-  const std::string listen_address = connected->comm->peer(cfg.rank).ToString();
-  auto engine = Engine::Start(std::move(connected->comm), *engine_config, device.backend);
-  if (!engine.ok()) return Fail(engine.status());
 
   http::MetricsRegistry registry;
   auto metrics = EngineMetrics::Create(registry);
   if (!metrics.ok()) return Fail(metrics.status());
+  const RankContext rc{cfg, *engine_config, device, **arena, metrics->get()};
+
+  std::unique_ptr<RankEpochs> epochs;
+  if (cfg.elastic()) {
+    epochs = std::make_unique<RankEpochs>(
+        [&rc](uint32_t last, Deadline d) { return ElasticEpoch(rc, last, d); },
+        [&cfg, key = WorldOptionsFrom(cfg)](uint64_t since,
+                                            Deadline d) -> StatusOr<MembershipVersion> {
+          if (!key.ok()) return key.status();
+          return QueryMembership(*cfg.elastic_server, key->job_key, since, d);
+        });
+  } else {
+    auto only = StaticEpoch(rc);
+    if (!only.ok()) return Fail(only.status().WithContext("rank " + std::to_string(cfg.rank)));
+    epochs = std::make_unique<RankEpochs>(std::move(only).value());
+  }
+
   EngineMetrics* metrics_ptr = metrics->get();
-  for (const LinkRate& r : rates) metrics_ptr->SetPeerBandwidth(r.peer, r.bytes_per_second);
-  auto health = ServeHealth(cfg, registry, metrics_ptr, engine->get());
+  RankEpochs* epochs_ptr = epochs.get();
+  auto health = ServeHealth(cfg, registry, [metrics_ptr, epochs_ptr] {
+    if (auto e = epochs_ptr->current()) metrics_ptr->UpdateFromStats(e->engine->stats());
+  });
   if (!health.ok()) {
-    (*engine)->Shutdown();
+    epochs->EndCurrent();
     return Fail(health.status());
   }
 
-  OpLoop loop(**engine, **arena, metrics_ptr, device.api.get(),
-              std::chrono::duration_cast<std::chrono::milliseconds>(world->op_timeout));
-  loop.Start();
-
   std::atomic<bool> shutdown_requested{false};
-  SidecarService service(cfg, **engine, loop, (*arena)->name(), (*arena)->layout().total_bytes,
+  SidecarService service(cfg, *epochs, (*arena)->name(), (*arena)->layout().total_bytes,
                          [&shutdown_requested](const std::string& reason) {
                            KV_LOG(kInfo, kSidecar, "shutdown requested by the trainer%s%s",
                                   reason.empty() ? "" : ": ", reason.c_str());
@@ -296,26 +419,35 @@ int ServeRank(const SidecarConfig& cfg, SidecarDevice& device, const std::atomic
   service.set_device_backend(device.kind, device.nccl_version);
   std::unique_ptr<grpc::Server> server = ServeTrainers(cfg.socket_path, service);
   if (server == nullptr) {
-    loop.Stop();
-    (*engine)->Shutdown();
+    epochs->EndCurrent();
     return Fail(Unavailable("cannot serve gRPC on unix socket " + cfg.socket_path));
   }
 
-  KV_LOG(kInfo, kSidecar,
-         "rank %d/%d on %s: transport %s, listening on %s, %d peers, socket %s, arena %s (%llu "
-         "bytes), metrics port %d",
-         cfg.rank, cfg.size, LocalHostName().c_str(), transport.c_str(), listen_address.c_str(),
-         cfg.size - 1, cfg.socket_path.c_str(), (*arena)->name().c_str(),
-         static_cast<unsigned long long>((*arena)->layout().total_bytes),
-         *health ? (*health)->port() : -1);
+  if (cfg.elastic()) {
+    KV_LOG(kInfo, kSidecar,
+           "worker %s on %s: elastic, membership server %s, socket %s, arena %s (%llu bytes), "
+           "metrics port %d",
+           cfg.worker_id.c_str(), LocalHostName().c_str(), cfg.elastic_server->ToString().c_str(),
+           cfg.socket_path.c_str(), (*arena)->name().c_str(),
+           static_cast<unsigned long long>((*arena)->layout().total_bytes),
+           *health ? (*health)->port() : -1);
+  } else {
+    std::shared_ptr<ServedEpoch> only = epochs->current();
+    KV_LOG(kInfo, kSidecar,
+           "rank %d/%d on %s: transport %s, listening on %s, %d peers, socket %s, arena %s (%llu "
+           "bytes), metrics port %d",
+           cfg.rank, cfg.size, LocalHostName().c_str(), only->transport.c_str(),
+           only->listen_address.c_str(), cfg.size - 1, cfg.socket_path.c_str(),
+           (*arena)->name().c_str(),
+           static_cast<unsigned long long>((*arena)->layout().total_bytes),
+           *health ? (*health)->port() : -1);
+  }
 
-  WaitForShutdown(stop, shutdown_requested, **engine, health->get());
+  WaitForShutdown(stop, shutdown_requested, *epochs, health->get());
 
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  LogEndOfRun(cfg.rank, **engine);
-  // Engine first: ops in flight fail and are answered while the op loop still serves the arena.
-  (*engine)->Shutdown();
-  loop.Stop();
+  if (auto e = epochs->current()) LogEndOfRun(e->rank, *e->engine);
+  epochs->EndCurrent();
   ::unlink(cfg.socket_path.c_str());
   if (*health) (*health)->Stop();
   return 0;

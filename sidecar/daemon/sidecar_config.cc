@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 
 #include "common/env_names.h"
 #include "common/env_settings.h"
+#include "runtime/world/host_identity.h"
 
 namespace korovod::sidecar {
 namespace {
@@ -54,9 +56,18 @@ StatusOr<std::vector<PeerAddress>> ParsePeers(const std::string& text, const std
 StatusOr<SidecarConfig> SidecarConfig::FromEnvironment(const Getenv& getenv) {
   EnvSettings settings(getenv, logging::Subsystem::kSidecar);
   SidecarConfig c;
-  KV_ASSIGN_OR_RETURN(c.size, settings.RequiredInt(env::kSize, 1, 1 << 20));
-  KV_ASSIGN_OR_RETURN(c.rank, settings.RequiredInt(env::kRank, 0, c.size - 1));
+  const std::string elastic =
+      settings.Find(env::kElasticRendezvous).value_or(EnvSettings::Found{}).value;
   KV_ASSIGN_OR_RETURN(c.ranks, settings.Int(env::kSidecarRanks, 1, 1, 1024));
+  if (elastic.empty()) {
+    KV_ASSIGN_OR_RETURN(c.size, settings.RequiredInt(env::kSize, 1, 1 << 20));
+    KV_ASSIGN_OR_RETURN(c.rank, settings.RequiredInt(env::kRank, 0, c.size - 1));
+  } else {
+    KV_ASSIGN_OR_RETURN(const int64_t size, settings.Int(env::kSize, c.ranks, 1, 1 << 20));
+    c.size = static_cast<int>(size);
+    KV_ASSIGN_OR_RETURN(const int64_t rank, settings.Int(env::kRank, 0, 0, c.size - 1));
+    c.rank = static_cast<int>(rank);
+  }
   if (c.rank + c.ranks > c.size) {
     return InvalidArgument(Name(env::kSidecarRanks) + "=" + std::to_string(c.ranks) + " from " +
                            env::kRank + "=" + std::to_string(c.rank) + " goes past " + env::kSize +
@@ -82,11 +93,33 @@ StatusOr<SidecarConfig> SidecarConfig::FromEnvironment(const Getenv& getenv) {
   const std::string coordinator =
       settings.Find(env::kCoordinator).value_or(EnvSettings::Found{}).value;
   c.world_file = settings.Find(env::kWorldFile).value_or(EnvSettings::Found{}).value;
-  const int sources = !peers.empty() + !coordinator.empty() + !c.world_file.empty();
+  const int sources =
+      !peers.empty() + !coordinator.empty() + !c.world_file.empty() + !elastic.empty();
   if (sources != 1) {
     return InvalidArgument(std::string(sources == 0 ? "none" : "more than one") + " of " +
-                           env::kPeers + ", " + env::kCoordinator + " and " + env::kWorldFile +
+                           env::kPeers + ", " + env::kCoordinator + ", " + env::kWorldFile +
+                           " and " + env::kElasticRendezvous +
                            " is set; exactly one says where the peers are");
+  }
+  if (!elastic.empty()) {
+    KV_ASSIGN_OR_RETURN(auto parsed, ParsePeers(elastic, env::kElasticRendezvous));
+    if (parsed.size() != 1) {
+      return InvalidArgument(Name(env::kElasticRendezvous) + "=" + elastic +
+                             " is not one host:port");
+    }
+    c.elastic_server = parsed.front();
+    KV_ASSIGN_OR_RETURN(c.worker_id, settings.String(env::kWorkerId));
+    if (c.worker_id.empty()) c.worker_id = LocalHostName() + "-" + std::to_string(c.rank);
+    if (c.worker_id.size() > 200 ||
+        !std::all_of(c.worker_id.begin(), c.worker_id.end(),
+                     [](char ch) { return ch > ' ' && ch < 127 && ch != '=' && ch != '/'; })) {
+      return InvalidArgument(Name(env::kWorkerId) + "=" + c.worker_id +
+                             " must be one word of at most 200 printable characters without "
+                             "'=' or '/'");
+    }
+    KV_ASSIGN_OR_RETURN(c.host_name, settings.String(env::kHostName));
+    KV_ASSIGN_OR_RETURN(const int64_t t, settings.Int(env::kElasticTimeoutSeconds, 600, 1, 86400));
+    c.elastic_timeout = std::chrono::seconds(t);
   }
   if (!peers.empty()) {
     KV_ASSIGN_OR_RETURN(c.peers, ParsePeers(peers, env::kPeers));
@@ -191,8 +224,14 @@ SidecarConfig SidecarConfig::ForRank(int i) const {
   c.listen_fd = i < static_cast<int>(listen_fds.size()) ? listen_fds[i] : -1;
   c.listen_fds.clear();
   if (data_port > 0) c.data_port = data_port + i;
+  if (ranks > 1 && elastic()) c.worker_id = worker_id + "." + std::to_string(i);
   if (metrics_port > 0) c.metrics_port = metrics_port + i;
   return c;
+}
+
+std::string SidecarConfig::arena_name() const {
+  return elastic() ? shm_prefix + "worker-" + worker_id
+                   : shm_prefix + "rank" + std::to_string(rank);
 }
 
 StatusOr<SidecarConfig> SidecarConfig::FromProcessEnvironment() {

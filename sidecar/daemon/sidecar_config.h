@@ -24,18 +24,27 @@ struct SidecarConfig {
   int local_size = 1;
   int cross_rank = 0;
   int cross_size = 1;
-  // Where the peers are: exactly one of KOROVOD_PEERS, KOROVOD_COORDINATOR, KOROVOD_WORLD_FILE.
+  // Where the peers are: exactly one of KOROVOD_PEERS, KOROVOD_COORDINATOR, KOROVOD_WORLD_FILE,
+  // KOROVOD_ELASTIC_RENDEZVOUS.
   std::vector<PeerAddress> peers;  // KOROVOD_PEERS, one per rank
   // KOROVOD_HOSTS: the host each rank counts as (korovodrun's -H virtual hosts), one per rank;
   // empty: from the addresses or the world table.
   std::vector<std::string> hosts;
   std::optional<PeerAddress> coordinator;  // KOROVOD_COORDINATOR: rendezvous host:port (rank 0)
   std::string world_file;                  // KOROVOD_WORLD_FILE
-  std::string iface;                       // KOROVOD_IFACE: the one interface to use, or empty
-  int data_port = 0;                       // KOROVOD_DATA_PORT (coordinator mode; 0: any)
-  int listen_fd = -1;                      // KOROVOD_LISTEN_FD, or -1
-  std::vector<int> listen_fds;             // KOROVOD_LISTEN_FD with several ranks: one each
-  std::string job_key_file;                // KOROVOD_JOB_KEY_FILE, or empty
+  // Elastic (KOROVOD_ELASTIC_RENDEZVOUS): each trainer session (hvd.init) runs in a new membership
+  // epoch formed by that server, which assigns rank and size; KOROVOD_RANK and KOROVOD_SIZE are
+  // then optional and only number the served ranks.
+  std::optional<PeerAddress> elastic_server;
+  std::string worker_id;  // KOROVOD_WORKER_ID; default: host name and rank
+  std::string host_name;  // KOROVOD_HOST_NAME: the host registered; empty: this machine's
+  std::chrono::seconds elastic_timeout{600};  // KOROVOD_ELASTIC_TIMEOUT_SECONDS
+  bool elastic() const { return elastic_server.has_value(); }
+  std::string iface;            // KOROVOD_IFACE: the one interface to use, or empty
+  int data_port = 0;            // KOROVOD_DATA_PORT (coordinator mode; 0: any)
+  int listen_fd = -1;           // KOROVOD_LISTEN_FD, or -1
+  std::vector<int> listen_fds;  // KOROVOD_LISTEN_FD with several ranks: one each
+  std::string job_key_file;     // KOROVOD_JOB_KEY_FILE, or empty
   // KOROVOD_JOB_KEY: the key itself, for a pod whose key comes from a Secret through
   // secretKeyRef (a non-root sidecar cannot read a root-owned 0400 Secret file). At most one of
   // the two is set; neither = unauthenticated.
@@ -50,7 +59,8 @@ struct SidecarConfig {
   int arena_heap_mib = 64;         // KOROVOD_ARENA_HEAP_MIB
   int arena_heap_max_mib = 16384;  // KOROVOD_ARENA_HEAP_MAX_MIB (address space until used)
 
-  std::string arena_name() const { return shm_prefix + "rank" + std::to_string(rank); }
+  // Elastic ranks change with the epoch; the arena outlives epochs, so it is named by the worker.
+  std::string arena_name() const;
 
   // The i-th served rank's own configuration (0 <= i < ranks): rank + i, local rank + i, the
   // socket with "{local_rank}" replaced by its local rank, its listen fd, data and metrics ports

@@ -24,12 +24,11 @@ Deadline DeadlineOf(const grpc::ServerContext* ctx, std::chrono::milliseconds ca
 
 }  // namespace
 
-SidecarService::SidecarService(const SidecarConfig& config, Engine& engine, OpLoop& loop,
+SidecarService::SidecarService(const SidecarConfig& config, RankEpochs& epochs,
                                std::string arena_name, uint64_t arena_bytes,
                                std::function<void(const std::string&)> on_shutdown)
     : config_(config),
-      engine_(engine),
-      loop_(loop),
+      epochs_(epochs),
       arena_name_(std::move(arena_name)),
       arena_bytes_(arena_bytes),
       on_shutdown_(std::move(on_shutdown)) {}
@@ -39,30 +38,48 @@ grpc::Status SidecarService::Hello(grpc::ServerContext* ctx, const v1::HelloRequ
   reply->set_protocol_version(kSidecarProtocolVersion);
   Status s = CheckProtocolVersion(req->protocol_version(), kSidecarProtocolVersion);
   if (!s.ok()) return ToGrpcStatus(s);
-  s = loop_.WaitReadyForClient(DeadlineOf(ctx, std::chrono::milliseconds(2000)));
+  // Elastic: the membership epoch forms now, so this wait is bounded by the client's deadline.
+  auto epoch = epochs_.ForSession(DeadlineOf(ctx, std::chrono::hours(24)));
+  if (!epoch.ok()) return ToGrpcStatus(epoch.status());
+  const ServedEpoch& e = **epoch;
+  s = e.loop->WaitReadyForClient(DeadlineOf(ctx, std::chrono::milliseconds(2000)));
   if (!s.ok()) return ToGrpcStatus(s);
-  loop_.ExpectClient(req->client_pid());
+  e.loop->ExpectClient(req->client_pid());
   static std::atomic<uint64_t> sessions{0};
-  reply->set_rank(config_.rank);
-  reply->set_size(config_.size);
-  reply->set_local_rank(config_.local_rank);
-  reply->set_local_size(config_.local_size);
-  reply->set_cross_rank(config_.cross_rank);
-  reply->set_cross_size(config_.cross_size);
+  reply->set_rank(e.rank);
+  reply->set_size(e.size);
+  reply->set_local_rank(e.local_rank);
+  reply->set_local_size(e.local_size);
+  reply->set_cross_rank(e.cross_rank);
+  reply->set_cross_size(e.cross_size);
+  reply->set_epoch(e.epoch);
+  reply->set_formed_version(e.formed_version);
   reply->set_arena_name(arena_name_);
   reply->set_arena_bytes(arena_bytes_);
   reply->set_device_backend(device_backend_);
   reply->set_nccl_version(nccl_version_);
-  reply->set_session_id("rank" + std::to_string(config_.rank) + "-session" +
+  reply->set_session_id("rank" + std::to_string(e.rank) + "-session" +
                         std::to_string(sessions.fetch_add(1) + 1));
   return grpc::Status::OK;
+}
+
+StatusOr<std::shared_ptr<ServedEpoch>> SidecarService::Current() const {
+  std::shared_ptr<ServedEpoch> e = epochs_.current();
+  if (e == nullptr) {
+    return FailedPrecondition("korovod-sidecar rank " + std::to_string(config_.rank) +
+                              " has no membership epoch now (between trainer sessions): call "
+                              "Hello (hvd.init) first");
+  }
+  return e;
 }
 
 grpc::Status SidecarService::AddProcessSet(grpc::ServerContext* ctx,
                                            const v1::AddProcessSetRequest* req,
                                            v1::AddProcessSetReply* reply) {
   std::vector<int> ranks(req->ranks().begin(), req->ranks().end());
-  auto id = engine_.AddProcessSet(std::move(ranks), DeadlineOf(ctx, std::chrono::hours(24)));
+  auto e = Current();
+  if (!e.ok()) return ToGrpcStatus(e.status());
+  auto id = (*e)->engine->AddProcessSet(std::move(ranks), DeadlineOf(ctx, std::chrono::hours(24)));
   if (!id.ok()) return ToGrpcStatus(id.status());
   reply->set_id(*id);
   return grpc::Status::OK;
@@ -71,7 +88,9 @@ grpc::Status SidecarService::AddProcessSet(grpc::ServerContext* ctx,
 grpc::Status SidecarService::RemoveProcessSet(grpc::ServerContext* ctx,
                                               const v1::RemoveProcessSetRequest* req,
                                               v1::RemoveProcessSetReply* reply) {
-  auto removed = engine_.RemoveProcessSet(req->id(), DeadlineOf(ctx, std::chrono::hours(24)));
+  auto e = Current();
+  if (!e.ok()) return ToGrpcStatus(e.status());
+  auto removed = (*e)->engine->RemoveProcessSet(req->id(), DeadlineOf(ctx, std::chrono::hours(24)));
   if (!removed.ok()) return ToGrpcStatus(removed.status());
   reply->set_removed(*removed);
   return grpc::Status::OK;
@@ -80,17 +99,23 @@ grpc::Status SidecarService::RemoveProcessSet(grpc::ServerContext* ctx,
 grpc::Status SidecarService::StartTimeline(grpc::ServerContext*,
                                            const v1::StartTimelineRequest* req,
                                            v1::StartTimelineReply*) {
-  return ToGrpcStatus(engine_.StartTimeline(req->path(), req->mark_cycles()));
+  auto e = Current();
+  if (!e.ok()) return ToGrpcStatus(e.status());
+  return ToGrpcStatus((*e)->engine->StartTimeline(req->path(), req->mark_cycles()));
 }
 
 grpc::Status SidecarService::StopTimeline(grpc::ServerContext*, const v1::StopTimelineRequest*,
                                           v1::StopTimelineReply*) {
-  return ToGrpcStatus(engine_.StopTimeline());
+  auto e = Current();
+  if (!e.ok()) return ToGrpcStatus(e.status());
+  return ToGrpcStatus((*e)->engine->StopTimeline());
 }
 
 grpc::Status SidecarService::GetStats(grpc::ServerContext*, const v1::GetStatsRequest*,
                                       v1::GetStatsReply* reply) {
-  const EngineStats s = engine_.stats();
+  auto e = Current();
+  if (!e.ok()) return ToGrpcStatus(e.status());
+  const EngineStats s = (*e)->engine->stats();
   v1::EngineStats* out = reply->mutable_stats();
   out->set_cycles(s.cycles);
   out->set_busy_cycles(s.busy_cycles);
@@ -104,6 +129,17 @@ grpc::Status SidecarService::GetStats(grpc::ServerContext*, const v1::GetStatsRe
   out->set_full_negotiations(s.full_negotiations);
   out->set_fusion_threshold_bytes(s.fusion_threshold_bytes);
   out->set_cycle_time_ms(s.cycle_time_ms);
+  return grpc::Status::OK;
+}
+
+grpc::Status SidecarService::Membership(grpc::ServerContext* ctx, const v1::MembershipRequest*,
+                                        v1::MembershipReply* reply) {
+  auto m = epochs_.QueryMembership(DeadlineOf(ctx, std::chrono::milliseconds(10000)));
+  if (!m.ok()) return ToGrpcStatus(m.status());
+  reply->set_epoch(m->epoch);
+  reply->set_formed_version(m->formed_version);
+  reply->set_version(m->version);
+  reply->set_update(m->update);
   return grpc::Status::OK;
 }
 

@@ -1,13 +1,12 @@
 // SidecarService: the trainer-facing gRPC service (korovod/sidecar/v1/sidecar.proto) over the
-// engine and the op loop.
+// rank's current epoch (its engine and op loop; rank_epochs.h).
 #pragma once
 
 #include <functional>
 #include <string>
 
 #include "korovod/sidecar/v1/sidecar.grpc.pb.h"
-#include "runtime/core/engine.h"
-#include "sidecar/daemon/op_loop.h"
+#include "sidecar/daemon/rank_epochs.h"
 #include "sidecar/daemon/sidecar_config.h"
 
 namespace korovod::sidecar {
@@ -19,7 +18,7 @@ class SidecarService final : public v1::Sidecar::WithCallbackMethod_Shutdown<v1:
   // `on_shutdown` runs (on a gRPC thread) when a client asks the sidecar to stop, once the reply
   // to that client is out (the server shutdown it leads to would otherwise cancel the reply); it
   // must only signal the main thread. Everything must outlive the service.
-  SidecarService(const SidecarConfig& config, Engine& engine, OpLoop& loop, std::string arena_name,
+  SidecarService(const SidecarConfig& config, RankEpochs& epochs, std::string arena_name,
                  uint64_t arena_bytes, std::function<void(const std::string&)> on_shutdown);
 
   // What Hello tells trainers about device tensors (hvd.nccl_built(), hvd.cuda_built()).
@@ -40,14 +39,18 @@ class SidecarService final : public v1::Sidecar::WithCallbackMethod_Shutdown<v1:
                             v1::StopTimelineReply* reply) override;
   grpc::Status GetStats(grpc::ServerContext* ctx, const v1::GetStatsRequest* req,
                         v1::GetStatsReply* reply) override;
+  grpc::Status Membership(grpc::ServerContext* ctx, const v1::MembershipRequest* req,
+                          v1::MembershipReply* reply) override;
   grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* ctx,
                                      const v1::ShutdownRequest* req,
                                      v1::ShutdownReply* reply) override;
 
  private:
   const SidecarConfig& config_;
-  Engine& engine_;
-  OpLoop& loop_;
+  // The current epoch's engine, or an error for a call that comes before any session.
+  StatusOr<std::shared_ptr<ServedEpoch>> Current() const;
+
+  RankEpochs& epochs_;
   std::string arena_name_;
   uint64_t arena_bytes_;
   std::string device_backend_ = "none";

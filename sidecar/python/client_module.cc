@@ -186,6 +186,7 @@ void BindClient(py::module_& m) {
       .def_property_readonly("cross_rank", &Client::cross_rank)
       .def_property_readonly("cross_size", &Client::cross_size)
       .def_property_readonly("session_id", &Client::session_id)
+      .def_property_readonly("epoch", &Client::epoch)
       .def_property_readonly("device_backend", &Client::device_backend)
       .def_property_readonly("nccl_version", &Client::nccl_version)
       .def(
@@ -400,6 +401,16 @@ void BindClient(py::module_& m) {
            [](Client& c) {
              py::gil_scoped_release release;
              Check(c.StopTimeline());
+           })
+      .def("membership",
+           [](Client& c) {
+             StatusOr<Client::Membership> m = Client::Membership{};
+             {
+               py::gil_scoped_release release;
+               m = c.GetMembership();
+             }
+             Check(m.status());
+             return py::make_tuple(m->epoch, m->formed_version, m->version, m->update);
            })
       .def(
           "shutdown",

@@ -80,12 +80,19 @@ TEST(SidecarLog, NotableLines) {
   EXPECT_TRUE(IsNotableSidecarLine("2026-11-25T07:49:50.123Z WARNING [rank 1] world: x"));
   EXPECT_FALSE(IsNotableSidecarLine(
       "2026-11-25T07:49:50.123Z INFO [rank 1] sidecar: KOROVOD_LOCAL_RANK=1 (default 0)"));
+  // An elastic worker's place in each epoch is shown; its progress towards one is not.
+  EXPECT_TRUE(IsNotableSidecarLine(
+      "2026-11-28T09:27:41.144Z INFO [worker a:0.2] world: korovod: worker a:0.2 joined "
+      "membership epoch 3 as rank 0 of 4"));
+  EXPECT_FALSE(IsNotableSidecarLine(
+      "2026-11-28T09:27:40.086Z INFO [worker a:0.2] world: worker a:0.2: joining membership "
+      "epoch 3"));
 }
 
 TEST(SidecarLog, QuietShowsNotableAndTailOnFailure) {
   Capture cap;
   FdWriter w(cap.fd());
-  SidecarLog log(3, /*verbose=*/false, &w);
+  SidecarLog log("3", /*verbose=*/false, &w);
   for (int i = 0; i < 70; ++i) log.OnLine("line " + std::to_string(i));
   log.OnLine("warning: w");
   w.Flush();
@@ -102,7 +109,7 @@ TEST(SidecarLog, QuietShowsNotableAndTailOnFailure) {
 TEST(SidecarLog, VerboseShowsAll) {
   Capture cap;
   FdWriter w(cap.fd());
-  SidecarLog log(0, /*verbose=*/true, &w);
+  SidecarLog log("0", /*verbose=*/true, &w);
   log.OnLine("hello");
   w.Flush();
   EXPECT_EQ(cap.Read(), "[sidecar 0] hello\n");

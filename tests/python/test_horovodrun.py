@@ -136,6 +136,16 @@ def test_accepted_flags_without_an_effect_say_so():
     assert "no interface ib0 on this machine (it has lo)" in err
 
 
+def test_elastic_flags_pass_to_korovodrun():
+    l = launch("--min-np", "2", "--max-np", "4", "--host-discovery-script", "./hosts.sh",
+               "--slots-per-host", "2", "--elastic-timeout", "30", "--reset-limit", "3",
+               "--blacklist-cooldown-range", "5", "60")
+    assert l.args == ["--min-np", "2", "--max-np", "4", "--host-discovery-script", "./hosts.sh",
+                      "--slots-per-host", "2", "--reset-limit", "3", "--elastic-timeout", "30",
+                      "--blacklist-cooldown-range", "5", "60", "--"] + CMD
+    assert launch("-np", "3", "--min-np", "2").args == ["-np", "3", "--min-np", "2", "--"] + CMD
+
+
 def test_output_filename():
     assert launch("-np", "2", "--output-filename", "/tmp/out").output_filename == "/tmp/out"
 
@@ -143,8 +153,12 @@ def test_output_filename():
 @pytest.mark.parametrize("argv,message", [
     (["--tcp", "-np", "2", "x"], "--tcp is not supported"),
     (["-np", "2", "--ssh-port", "22", "x"], "--ssh-port is not supported: korovodrun uses no SSH"),
-    (["-np", "2", "--min-np", "1", "x"], "--min-np is not supported: elastic training"),
-    (["-np", "2", "--host-discovery-script", "d.sh", "x"], "--host-discovery-script is not"),
+    (["-np", "2", "--reset-limit", "1", "x"], "--reset-limit applies to elastic jobs only"),
+    (["--host-discovery-script", "d.sh", "x"], "-np N is required (or --min-np N)"),
+    (["--min-np", "2", "--blacklist-cooldown-range", "5"], "needs two numbers of seconds"),
+    (["--min-np", "2", "--blacklist-cooldown-range", "5", "x"], "needs a number, got 'x'"),
+    (["--min-np", "2", "--blacklist-cooldown-range", "5", "1", "x"], "HI (1) is below LO (5)"),
+    (["--min-np", "2", "--output-filename", "o", "x"], "not supported for elastic jobs"),
     (["-np", "2", "--hierarchical-allgather", "x"], "--hierarchical-allgather is not supported"),
     (["-np", "2", "--mpi-args=--bind-to none", "x"], "--mpi-args is not supported"),
     (["-np", "2", "--fusion-treshold-mb", "1", "x"], "unknown flag --fusion-treshold-mb"),

@@ -161,6 +161,30 @@ TEST(Preflight, APeerWithAnotherJobKeyIsPermissionDenied) {
       << world.reports[0].status.ToString();
 }
 
+// Elastic membership: a rank of an old epoch (the same job key) can never join a new epoch's
+// world. The stale rank is refused naming both epochs; the new one keeps waiting for its real
+// peer and names the refusal when it times out.
+TEST(Preflight, ARankOfAnotherEpochIsRefused) {
+  WorldSpec spec;
+  spec.size = 2;
+  spec.connect_timeout = milliseconds(3000);
+  spec.customize = [](WorldOptions& o) {
+    o.ranks = Table(o.peers, /*broken_first=*/false);
+    o.epoch = o.rank == 0 ? 5 : 4;
+  };
+  const ThreadWorld world = RunThreadRanks(spec, [](RankContext&) -> Status {
+    return Internal("Communicator::Create succeeded across two membership epochs");
+  });
+  const Status& s1 = world.reports[1].status;
+  EXPECT_EQ(s1.code(), StatusCode::kPermissionDenied) << s1.ToString();
+  EXPECT_TRUE(Contains(s1.message(), "belongs to membership epoch 5, this rank to epoch 4"))
+      << s1.ToString();
+  EXPECT_FALSE(world.reports[0].created);
+  EXPECT_TRUE(Contains(world.reports[0].status.message(),
+                       "from membership epoch 4 (this world is epoch 5)"))
+      << world.reports[0].status.ToString();
+}
+
 // Probes reach a rank's mesh acceptor while it waits for its real peers. One that hangs up
 // halfway, one with another key and one that succeeds must not stop the real peer getting in.
 TEST(Preflight, TheMeshKeepsAcceptingRealPeersAfterProbes) {

@@ -1,2 +1,3 @@
 """`horovod.common` on korovod: `horovod.common.exceptions` (Horovod scripts import its exception
-types) and `horovod.common.util.gpu_available`."""
+types), `horovod.common.elastic` (State, ObjectState, run_fn) and
+`horovod.common.util.gpu_available`."""

@@ -141,7 +141,17 @@ _VALUE_FLAGS = {
     "--autotune-gaussian-process-noise": ("autotune_gaussian_process_noise", _number(0, 1)),
     "--stall-check-warning-time-seconds": ("stall_check_warning_time_seconds", _int(0)),
     "--stall-check-shutdown-time-seconds": ("stall_check_shutdown_time_seconds", _int(0)),
+    # Elastic (korovodrun takes the same flags).
+    "--min-np": ("min_np", _int(1)),
+    "--min-num-proc": ("min_np", _int(1)),
+    "--max-np": ("max_np", _int(1)),
+    "--max-num-proc": ("max_np", _int(1)),
+    "--slots-per-host": ("slots_per_host", _int(1)),
+    "--elastic-timeout": ("elastic_timeout", _number(0, low_open=True)),
+    "--reset-limit": ("reset_limit", _int(0)),
+    "--host-discovery-script": ("host_discovery_script", _text),
 }
+_ELASTIC_KEYS = ("min_np", "max_np", "host_discovery_script")
 
 # Flag -> (option name, value it sets).
 _SWITCHES = {
@@ -163,7 +173,6 @@ _SWITCHES = {
 }
 
 _NO_SSH = "korovodrun uses no SSH: every rank runs on this machine"
-_NO_ELASTIC = "elastic training is not supported by korovod"
 _NO_MPI = "korovod runs no MPI"
 _NO_TIMESTAMP = "korovodrun prefixes each output line with its rank, not a timestamp"
 _NO_HIERARCHICAL = ("allgather is not hierarchical in korovod (allreduce is: "
@@ -182,15 +191,6 @@ _UNSUPPORTED = {
     "--config-file": "give the settings as flags",
     "--hierarchical-allgather": _NO_HIERARCHICAL,
     "--no-hierarchical-allgather": _NO_HIERARCHICAL,
-    "--min-np": _NO_ELASTIC,
-    "--min-num-proc": _NO_ELASTIC,
-    "--max-np": _NO_ELASTIC,
-    "--max-num-proc": _NO_ELASTIC,
-    "--slots-per-host": _NO_ELASTIC,
-    "--elastic-timeout": _NO_ELASTIC,
-    "--reset-limit": _NO_ELASTIC,
-    "--blacklist-cooldown-range": _NO_ELASTIC,
-    "--host-discovery-script": _NO_ELASTIC,
     "--jsrun": _NO_MPI,
     "--mpi-args": _NO_MPI,
     "--mpi-threads-disable": _NO_MPI,
@@ -238,6 +238,15 @@ def parse_args(argv):
                         nics.append(nic)
             else:
                 opts[key] = value
+        elif name == "--blacklist-cooldown-range":  # two values: LO HI
+            if inline is not None or i + 2 >= len(argv):
+                raise UsageError("%s needs two numbers of seconds: LO HI" % name)
+            lo = _number(0, low_open=True)(name, argv[i + 1])
+            hi = _number(0, low_open=True)(name, argv[i + 2])
+            if hi < lo:
+                raise UsageError("%s: HI (%s) is below LO (%s)" % (name, argv[i + 2], argv[i + 1]))
+            opts["blacklist_cooldown"] = (lo, hi)
+            i += 2
         elif name in _SWITCHES:
             if inline is not None:
                 raise UsageError("%s takes no value" % name)
@@ -253,8 +262,19 @@ def parse_args(argv):
     command = list(argv[i:])
     if opts.get("help") or opts.get("version"):
         return opts, command
-    if "num_proc" not in opts:
-        raise UsageError("-np N is required")
+    elastic = any(k in opts for k in _ELASTIC_KEYS)
+    if "num_proc" not in opts and not (elastic and "min_np" in opts):
+        raise UsageError("-np N is required" + (" (or --min-np N)" if elastic else ""))
+    if not elastic:
+        for key, flag in (("reset_limit", "--reset-limit"), ("elastic_timeout", "--elastic-timeout"),
+                          ("blacklist_cooldown", "--blacklist-cooldown-range"),
+                          ("slots_per_host", "--slots-per-host")):
+            if key in opts:
+                raise UsageError("%s applies to elastic jobs only (--min-np, --max-np or "
+                                 "--host-discovery-script)" % flag)
+    if elastic and "output_filename" in opts:
+        raise UsageError("--output-filename is not supported for elastic jobs: a worker's rank "
+                         "changes with each epoch (korovodrun prefixes its lines with the worker)")
     if "hosts" in opts and "hostfile" in opts:
         raise UsageError("-H and --hostfile exclude each other")
     if opts.get("no_stall_check"):
@@ -308,9 +328,18 @@ def plan(opts, command, environ=None, interfaces=None):
     """Maps parsed options to a Launch. `environ` (default os.environ) supplies
     HOROVOD_START_TIMEOUT; `interfaces` (default this machine's) checks --network-interface."""
     environ = os.environ if environ is None else environ
-    args = ["-np", str(opts["num_proc"])]
+    args = ["-np", str(opts["num_proc"])] if "num_proc" in opts else []
     env = {}
     notes = []
+    for key, flag in (("min_np", "--min-np"), ("max_np", "--max-np"),
+                      ("host_discovery_script", "--host-discovery-script"),
+                      ("slots_per_host", "--slots-per-host"), ("reset_limit", "--reset-limit")):
+        if key in opts:
+            args += [flag, str(opts[key])]
+    if "elastic_timeout" in opts:
+        args += ["--elastic-timeout", _seconds(opts["elastic_timeout"])]
+    if "blacklist_cooldown" in opts:
+        args += ["--blacklist-cooldown-range"] + [_seconds(v) for v in opts["blacklist_cooldown"]]
 
     hosts = opts.get("hosts")
     if "hostfile" in opts:
@@ -385,7 +414,7 @@ def plan(opts, command, environ=None, interfaces=None):
                      % opts["controller"])
 
     return Launch(args + ["--"] + list(command), env, notes, opts.get("output_filename"),
-                  opts["num_proc"])
+                  opts.get("num_proc", opts.get("min_np")))
 
 
 def find_korovodrun(argv0=None):

@@ -17,5 +17,6 @@ from korovod.torch.optimizer import DistributedOptimizer
 from korovod.torch.functions import (allgather_object, broadcast_object,
                                      broadcast_optimizer_state, broadcast_parameters)
 from korovod.torch.sync_batch_norm import SyncBatchNorm
+from korovod.torch import elastic  # hvd.elastic: after functions and mpi_ops, which it uses
 
 __all__ = [n for n in dir() if not n.startswith("_")]

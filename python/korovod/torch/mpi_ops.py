@@ -177,6 +177,15 @@ def _client_or_none():
     return _client_obj
 
 
+def _membership():
+    """(epoch, formed_version, version, update) of this session: hvd.elastic's commit asks whether
+    the membership moved since the epoch formed. All zeros for a static job (no sidecar call)."""
+    c = _client_obj
+    if c is None or c.epoch == 0:
+        return (0, 0, 0, 0)
+    return tuple(c.membership())
+
+
 def _c():
     c = _client_obj
     if c is None:

@@ -280,7 +280,8 @@ TEST(SidecarConfigWorld, ExactlyOnePlacementVariable) {
   auto none = Parse({});
   ASSERT_FALSE(none.ok());
   EXPECT_TRUE(Contains(none.status().message(),
-                       "none of KOROVOD_PEERS, KOROVOD_COORDINATOR and KOROVOD_WORLD_FILE"))
+                       "none of KOROVOD_PEERS, KOROVOD_COORDINATOR, KOROVOD_WORLD_FILE and "
+                       "KOROVOD_ELASTIC_RENDEZVOUS"))
       << none.status().ToString();
   auto two = Parse({{"KOROVOD_COORDINATOR", "c:1"}, {"KOROVOD_WORLD_FILE", "/w"}});
   ASSERT_FALSE(two.ok());
@@ -304,6 +305,48 @@ TEST(SidecarConfigWorld, ExactlyOnePlacementVariable) {
   auto file = Parse({{"KOROVOD_WORLD_FILE", "/etc/korovod/world"}});
   ASSERT_TRUE(file.ok()) << file.status().ToString();
   EXPECT_EQ(file->world_file, "/etc/korovod/world");
+  auto both = Parse({{"KOROVOD_WORLD_FILE", "/w"}, {"KOROVOD_ELASTIC_RENDEZVOUS", "127.0.0.1:5"}});
+  ASSERT_FALSE(both.ok());
+  EXPECT_TRUE(Contains(both.status().message(), "more than one")) << both.status().ToString();
+}
+
+// Elastic: the membership server places the worker; rank and size are optional (the epoch gives
+// them), the arena is named by the worker (it outlives epochs), and a bad id or timeout is refused.
+TEST(SidecarConfigWorld, ElasticWorker) {
+  auto bare =
+      SidecarConfig::FromEnvironment([](const std::string& name) -> std::optional<std::string> {
+        if (name == "KOROVOD_ELASTIC_RENDEZVOUS") return "127.0.0.1:7000";
+        if (name == "KOROVOD_WORKER_ID") return "localhost:1.3";
+        if (name == "KOROVOD_SOCKET") return "/tmp/w.sock";
+        if (name == "KOROVOD_SHM_PREFIX") return "/korovod-j-";
+        return std::nullopt;
+      });
+  ASSERT_TRUE(bare.ok()) << bare.status().ToString();
+  EXPECT_TRUE(bare->elastic());
+  EXPECT_EQ(bare->elastic_server->ToString(), "127.0.0.1:7000");
+  EXPECT_EQ(bare->worker_id, "localhost:1.3");
+  EXPECT_EQ(bare->arena_name(), "/korovod-j-worker-localhost:1.3");
+  EXPECT_EQ(bare->elastic_timeout, std::chrono::seconds(600));
+  auto timed = Parse({{"KOROVOD_ELASTIC_RENDEZVOUS", "127.0.0.1:7000"},
+                      {"KOROVOD_ELASTIC_TIMEOUT_SECONDS", "30"},
+                      {"KOROVOD_HOST_NAME", "127.0.0.2"}});
+  ASSERT_TRUE(timed.ok()) << timed.status().ToString();
+  EXPECT_EQ(timed->elastic_timeout, std::chrono::seconds(30));
+  EXPECT_EQ(timed->host_name, "127.0.0.2");
+  EXPECT_FALSE(timed->worker_id.empty());  // defaults to this host's name and the rank
+  auto bad_id =
+      Parse({{"KOROVOD_ELASTIC_RENDEZVOUS", "127.0.0.1:7000"}, {"KOROVOD_WORKER_ID", "a/b"}});
+  ASSERT_FALSE(bad_id.ok());
+  EXPECT_TRUE(Contains(bad_id.status().message(), "KOROVOD_WORKER_ID=a/b must be one word"))
+      << bad_id.status().ToString();
+  auto bad_server = Parse({{"KOROVOD_ELASTIC_RENDEZVOUS", "nowhere"}});
+  ASSERT_FALSE(bad_server.ok());
+  EXPECT_TRUE(Contains(bad_server.status().message(), "KOROVOD_ELASTIC_RENDEZVOUS"))
+      << bad_server.status().ToString();
+  auto bad_timeout = Parse(
+      {{"KOROVOD_ELASTIC_RENDEZVOUS", "127.0.0.1:7000"}, {"KOROVOD_ELASTIC_TIMEOUT_SECONDS", "0"}});
+  ASSERT_FALSE(bad_timeout.ok());
+  EXPECT_TRUE(Contains(bad_timeout.status().message(), "KOROVOD_ELASTIC_TIMEOUT_SECONDS"));
 }
 
 }  // namespace
