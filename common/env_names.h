@@ -62,9 +62,9 @@ inline constexpr char kDeviceBackend[] = "KOROVOD_DEVICE_BACKEND";
 inline constexpr char kStartTimeoutSeconds[] = "KOROVOD_START_TIMEOUT_SECONDS";
 inline constexpr char kArenaHeapMib[] = "KOROVOD_ARENA_HEAP_MIB";
 inline constexpr char kArenaHeapMaxMib[] = "KOROVOD_ARENA_HEAP_MAX_MIB";
-// end sidecar-variables
-
-// Set by the operator for the trainer only (korovod.torch reads it).
+// The world's generation (the operator's status.epoch): part of every peer handshake, so a rank
+// of an older generation can never join a newer one. The trainer gets it too.
 inline constexpr char kEpoch[] = "KOROVOD_EPOCH";
+// end sidecar-variables
 
 }  // namespace korovod::env

@@ -111,7 +111,7 @@ struct EnvEntry {
 // Variables the operator writes into the sidecar (identity and rendezvous) or derives from a spec
 // field: spec.sidecar.env may not set them (Validate names the field to use instead). The
 // builders' test checks that every variable they set is listed here.
-inline constexpr std::array<std::pair<std::string_view, std::string_view>, 16>
+inline constexpr std::array<std::pair<std::string_view, std::string_view>, 17>
     kSidecarEnvSetByOperator = {{
         {env::kRank, "the worker's index x spec.worker.ranksPerWorker"},
         {env::kSize, "spec.replicas x spec.worker.ranksPerWorker"},
@@ -129,6 +129,7 @@ inline constexpr std::array<std::pair<std::string_view, std::string_view>, 16>
         {env::kCycleTime, "spec.sidecar.engine.cycleTimeMs"},
         {env::kTimeline, "spec.sidecar.engine.timeline"},
         {env::kStartTimeoutSeconds, "spec.runPolicy.startupTimeoutSeconds"},
+        {env::kEpoch, "the world's generation (status.epoch)"},
     }};
 
 struct SidecarSpec {

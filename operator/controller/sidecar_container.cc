@@ -67,6 +67,9 @@ json BuildSidecarContainer(const HorovodJobSpec& spec, const WorkerIdentity& id,
       EnvVar(kEnvMetricsPort, std::to_string(id.ports.metrics)),
       EnvVar(kEnvStartTimeout, std::to_string(id.start_timeout_seconds)),
   });
+  // The generation is part of every peer handshake: a sidecar of an older epoch (its pod not yet
+  // gone) can never join this one's world.
+  if (id.epoch) env.push_back(EnvVar(kEnvEpoch, std::to_string(*id.epoch)));
   if (id.ranks > 1) {
     for (json& v : LocalRanksEnv(id)) env.push_back(std::move(v));
   }

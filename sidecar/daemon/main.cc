@@ -68,6 +68,7 @@ StatusOr<WorldOptions> WorldOptionsFrom(const SidecarConfig& cfg) {
   world.listen_fd = cfg.listen_fd;
   world.connect_timeout = cfg.start_timeout;
   world.shm_prefix = cfg.shm_prefix;  // korovodrun unlinks the job's prefix if a rank is killed
+  world.epoch = cfg.epoch;            // elastic epochs replace it (ApplyDiscoveredWorld)
   if (!cfg.job_key_file.empty()) {
     KV_ASSIGN_OR_RETURN(world.job_key, ReadJobKeyFile(cfg.job_key_file));
   } else if (!cfg.job_key.empty()) {

@@ -141,6 +141,10 @@ StatusOr<SidecarConfig> SidecarConfig::FromEnvironment(const Getenv& getenv) {
                            " hosts but " + env::kSize + " is " + std::to_string(c.size) +
                            " (one per rank)");
   }
+  if (settings.Find(env::kEpoch)) {  // wiring: set on every rank of a HorovodJob, not logged
+    KV_ASSIGN_OR_RETURN(const int64_t epoch, settings.RequiredInt(env::kEpoch, 0, 0xffffffffLL));
+    c.epoch = static_cast<uint32_t>(epoch);
+  }
   KV_ASSIGN_OR_RETURN(c.iface, settings.String(env::kIface));
   KV_ASSIGN_OR_RETURN(c.data_port, settings.Int(env::kDataPort, 0, 0, 65535));
   // Inherited from korovodrun, one per served rank. -1: none.

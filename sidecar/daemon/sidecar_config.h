@@ -39,6 +39,9 @@ struct SidecarConfig {
   std::string worker_id;  // KOROVOD_WORKER_ID; default: host name and rank
   std::string host_name;  // KOROVOD_HOST_NAME: the host registered; empty: this machine's
   std::chrono::seconds elastic_timeout{600};  // KOROVOD_ELASTIC_TIMEOUT_SECONDS
+  // KOROVOD_EPOCH: a static world's generation (the operator's status.epoch), part of every peer
+  // handshake. Elastic epochs come from the membership server instead.
+  uint32_t epoch = 0;
   bool elastic() const { return elastic_server.has_value(); }
   std::string iface;            // KOROVOD_IFACE: the one interface to use, or empty
   int data_port = 0;            // KOROVOD_DATA_PORT (coordinator mode; 0: any)

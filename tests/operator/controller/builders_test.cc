@@ -116,6 +116,7 @@ TEST(WorkerPod, NativeSidecar) {
   EXPECT_EQ(EnvValue(sc, "KOROVOD_SIZE"), "4");
   EXPECT_EQ(EnvValue(sc, "KOROVOD_COORDINATOR"), "j-worker-0.j.ns.svc.cluster.local:28500");
   EXPECT_EQ(EnvValue(sc, "KOROVOD_SOCKET"), "/var/run/korovod/sidecar.sock");
+  EXPECT_EQ(EnvValue(sc, "KOROVOD_EPOCH"), "3");  // in every peer handshake
   EXPECT_EQ(EnvValue(sc, "KOROVOD_JOB_KEY_FILE"), "<unset>");
   // The key reaches the sidecar only, through secretKeyRef (no file a non-root user cannot read).
   const json* key_env = Named(sc["env"], "KOROVOD_JOB_KEY");

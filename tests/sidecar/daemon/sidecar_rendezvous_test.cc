@@ -305,6 +305,14 @@ TEST(SidecarConfigWorld, ExactlyOnePlacementVariable) {
   auto file = Parse({{"KOROVOD_WORLD_FILE", "/etc/korovod/world"}});
   ASSERT_TRUE(file.ok()) << file.status().ToString();
   EXPECT_EQ(file->world_file, "/etc/korovod/world");
+  EXPECT_EQ(file->epoch, 0u);  // korovodrun and injected pods set none
+  auto epoch = Parse({{"KOROVOD_WORLD_FILE", "/w"}, {"KOROVOD_EPOCH", "7"}});
+  ASSERT_TRUE(epoch.ok()) << epoch.status().ToString();
+  EXPECT_EQ(epoch->epoch, 7u);
+  auto bad_epoch = Parse({{"KOROVOD_WORLD_FILE", "/w"}, {"KOROVOD_EPOCH", "-1"}});
+  ASSERT_FALSE(bad_epoch.ok());
+  EXPECT_TRUE(Contains(bad_epoch.status().message(), "KOROVOD_EPOCH"))
+      << bad_epoch.status().ToString();
   auto both = Parse({{"KOROVOD_WORLD_FILE", "/w"}, {"KOROVOD_ELASTIC_RENDEZVOUS", "127.0.0.1:5"}});
   ASSERT_FALSE(both.ok());
   EXPECT_TRUE(Contains(both.status().message(), "more than one")) << both.status().ToString();
