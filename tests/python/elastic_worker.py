@@ -13,6 +13,9 @@ Environment:
                      allreduce), "sidecar" kills its sidecar at that point
   ELASTIC_SPARE_HOSTS  hosts rank 0 adds to the host file, one per epoch that has run 3 steps
                      below ELASTIC_FULL_SIZE (default 4) ranks
+
+The script runs on Horovod itself too (bench/elastic/recovery.py --engine horovod): the worker's
+host is then HOROVOD_HOSTNAME, and the epoch is counted by the script (one per reset).
 """
 import os
 import signal
@@ -22,7 +25,11 @@ import time
 import torch
 
 import horovod.torch as hvd
-from korovod.torch import mpi_ops
+
+try:
+    from korovod.torch import mpi_ops
+except ImportError:  # Horovod itself
+    mpi_ops = None
 
 GLOBAL_BATCH = 12
 DIR = os.environ["ELASTIC_TEST_DIR"]
@@ -30,7 +37,12 @@ STEPS = int(os.environ.get("ELASTIC_STEPS", "60"))
 SLEEP = float(os.environ.get("ELASTIC_STEP_SLEEP", "0.1"))
 FULL = int(os.environ.get("ELASTIC_FULL_SIZE", "4"))
 WORKER = os.environ.get("KOROVOD_WORKER_ID", "")
-HOST = WORKER.rsplit(":", 1)[0]
+HOST = WORKER.rsplit(":", 1)[0] if WORKER else os.environ.get("HOROVOD_HOSTNAME", "")
+resets = 0
+
+
+def epoch():
+    return mpi_ops._membership()[0] if mpi_ops is not None else 1 + resets
 
 
 def batch(step):
@@ -108,9 +120,9 @@ small_steps = {}  # epoch -> steps run in it below the full size
 def maybe_grow():
     if hvd.rank() != 0 or hvd.size() >= FULL:
         return
-    epoch = mpi_ops._membership()[0]
-    small_steps[epoch] = small_steps.get(epoch, 0) + 1
-    if small_steps[epoch] != 3:
+    e = epoch()
+    small_steps[e] = small_steps.get(e, 0) + 1
+    if small_steps[e] != 3:
         return
     for host in filter(None, os.environ.get("ELASTIC_SPARE_HOSTS", "").split(",")):
         if once("spare-" + host):
@@ -123,9 +135,16 @@ def maybe_grow():
 hvd.init()
 model, opt = new_model()
 state = hvd.elastic.TorchState(model=model, optimizer=opt, step=0)
-state.register_reset_callbacks([lambda: print(
-    "reset: rank %d of %d in epoch %d at %.3f" %
-    (hvd.rank(), hvd.size(), mpi_ops._membership()[0], time.time()), flush=True)])
+
+
+def on_reset():
+    global resets
+    resets += 1
+    print("reset: rank %d of %d in epoch %d at %.3f" % (hvd.rank(), hvd.size(), epoch(),
+                                                        time.time()), flush=True)
+
+
+state.register_reset_callbacks([on_reset])
 
 
 @hvd.elastic.run
@@ -139,7 +158,7 @@ def train(state):
         opt.step()
         if hvd.rank() == 0:
             print("step %d size %d epoch %d at %.3f" %
-                  (state.step, hvd.size(), mpi_ops._membership()[0], time.time()), flush=True)
+                  (state.step, hvd.size(), epoch(), time.time()), flush=True)
         state.step += 1
         time.sleep(SLEEP)
         maybe_grow()
