@@ -65,7 +65,9 @@ RULES: Dict[str, Optional[Tuple[str, ...]]] = {
     "sidecar/client": ("common", "sidecar/arena", "sidecar/control"),
     "sidecar/python": ("common", "sidecar/client"),
     "sidecar/daemon": _ALL_RUNTIME + ("common/http", "sidecar/arena", "sidecar/control"),
-    "launcher": ("common",),
+    # Elastic jobs: korovodrun hosts the membership server of runtime/world (ADR 0014), which
+    # speaks the transport's handshake; no engine, no tensors.
+    "launcher": ("common", "runtime", "runtime/transport", "runtime/world"),
     "operator/api": ("common",),
     "operator/kube": ("common",),
     "operator/controller": ("common", "operator/api"),
