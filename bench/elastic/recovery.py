@@ -87,7 +87,7 @@ def run_once(engine, build, python, horovod_venv, steps, timeout):
             raise RuntimeError("%s elastic run failed (exit %d):\n%s" %
                                (engine, p.returncode, out[-3000:]))
     rows = [(int(m.group(1)), int(m.group(2)), float(m.group(4))) for m in re.finditer(
-        r"\] step (\d+) size (\d+) epoch (\d+) at ([0-9.]+)", p.stdout)]
+        r"\bstep (\d+) size (\d+) epoch (\d+) at ([0-9.]+)", p.stdout)]
     result = {}
     for what in ("trainer", "sidecar"):
         m = re.search(r"fault: killing the %s of worker \S+ at step \d+ at ([0-9.]+)" % what, out)
@@ -99,7 +99,7 @@ def run_once(engine, build, python, horovod_venv, steps, timeout):
     grows = []
     last_step = None
     for line in p.stdout.splitlines():
-        m = re.search(r"\] step \d+ size \d+ epoch \d+ at ([0-9.]+)", line)
+        m = re.search(r"\bstep \d+ size \d+ epoch \d+ at ([0-9.]+)", line)
         if m:
             last_step = float(m.group(1))
         elif "grow: added host" in line and last_step is not None:

@@ -36,8 +36,12 @@ DIR = os.environ["ELASTIC_TEST_DIR"]
 STEPS = int(os.environ.get("ELASTIC_STEPS", "60"))
 SLEEP = float(os.environ.get("ELASTIC_STEP_SLEEP", "0.1"))
 FULL = int(os.environ.get("ELASTIC_FULL_SIZE", "4"))
-WORKER = os.environ.get("KOROVOD_WORKER_ID", "")
-HOST = WORKER.rsplit(":", 1)[0] if WORKER else os.environ.get("HOROVOD_HOSTNAME", "")
+if "KOROVOD_WORKER_ID" in os.environ:
+    WORKER = os.environ["KOROVOD_WORKER_ID"]
+    HOST = WORKER.rsplit(":", 1)[0]
+else:  # Horovod: host and local rank name the worker
+    HOST = os.environ.get("HOROVOD_HOSTNAME", "")
+    WORKER = "%s:%s" % (HOST, os.environ.get("HOROVOD_LOCAL_RANK", "?"))
 resets = 0
 
 
