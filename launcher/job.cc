@@ -46,6 +46,8 @@ constexpr int kSocketCheckMs = 20;
 constexpr milliseconds kDiscoveryInterval{1000};
 constexpr milliseconds kDiscoveryTimeout{10000};
 constexpr int kElasticTickMs = 100;
+// korovodrun's own below --min-np deadline runs this much past the membership server's.
+constexpr milliseconds kServerFirst{2000};
 
 milliseconds SecondsToMs(double s) {
   return milliseconds(static_cast<long>(std::llround(s * 1000)));
@@ -133,6 +135,8 @@ class JobRun {
   void DropWorker(Rank& r, const std::string& why, bool failed);
   void PublishLiveWorkers();
   int LiveWorkers() const;
+  std::set<Slot> OccupiedSlots() const;            // the slots of live workers
+  int FreeSlotCount(Clock::time_point now) const;  // offered slots no live worker holds
   Status StartSidecar(Rank& r);
   Status StartTrainer(Rank& r);
   Status StartChild(Rank& r, Role role, ChildSpec spec);
@@ -276,6 +280,18 @@ Status JobRun::SetupElastic() {
   return OkStatus();
 }
 
+std::set<Slot> JobRun::OccupiedSlots() const {
+  std::set<Slot> occupied;
+  for (const Rank& r : ranks_) {
+    if (r.live) occupied.insert(r.slot);
+  }
+  return occupied;
+}
+
+int JobRun::FreeSlotCount(Clock::time_point now) const {
+  return static_cast<int>(hosts_state_->FreeSlots(OccupiedSlots(), 1 << 20, now).size());
+}
+
 int JobRun::LiveWorkers() const {
   int n = 0;
   for (const Rank& r : ranks_) n += r.live ? 1 : 0;
@@ -361,12 +377,9 @@ void JobRun::ElasticTick() {
   }
   // Once a trainer has finished, training is over: nobody new is started.
   if (!trainer_succeeded_) {
-    std::set<Slot> occupied;
-    for (const Rank& r : ranks_) {
-      if (r.live) occupied.insert(r.slot);
-    }
     const int cap = opts_.max_np.value_or(1 << 20);
-    for (const Slot& slot : hosts_state_->FreeSlots(occupied, cap - LiveWorkers(), Clock::now())) {
+    for (const Slot& slot :
+         hosts_state_->FreeSlots(OccupiedSlots(), cap - LiveWorkers(), Clock::now())) {
       Status s = StartWorker(slot);
       if (!s.ok()) {
         Fail(1, "elastic: a worker could not start on " + slot.first + ": " + s.message());
@@ -382,9 +395,20 @@ void JobRun::ElasticTick() {
   const int live = LiveWorkers();
   if (trainer_succeeded_ || live >= *opts_.min_np) {
     short_since_.reset();
+  } else if (!opts_.discovery_script && !opts_.blacklist_cooldown && FreeSlotCount(now) == 0) {
+    // A fixed pool (-H, no cooldown) with no free slot left can never offer one again (its hosts
+    // only get blacklisted): waiting out --elastic-timeout would only delay the failure (a
+    // script that fails on every worker would hang the job for it).
+    Fail(1,
+         "elastic: " + std::to_string(live) + " workers alive, at least " +
+             std::to_string(*opts_.min_np) + " needed (--min-np), and no host of -H can take a " +
+             "worker any more (each is blacklisted after a failure; --blacklist-cooldown-range " +
+             "or --host-discovery-script would let hosts come back)");
   } else if (!short_since_) {
     short_since_ = now;
-  } else if (now - *short_since_ >= SecondsToMs(opts_.elastic_timeout_s)) {
+  } else if (now - *short_since_ >= SecondsToMs(opts_.elastic_timeout_s) + kServerFirst) {
+    // The server's wait for the same shortage ends first when workers wait in it, and its
+    // message (the one the trainers get) is then the job's; this one is for no worker left.
     Fail(1, "elastic: " + std::to_string(live) + " workers alive, at least " +
                 std::to_string(*opts_.min_np) + " needed (--min-np); no slot for more within " +
                 FormatSeconds(opts_.elastic_timeout_s) + " s (--elastic-timeout)");

@@ -94,11 +94,13 @@ def test_training_survives_a_killed_trainer_and_a_killed_sidecar(tmp_path):
 
 
 def test_below_min_np_the_survivors_wait_then_fail_naming_the_counts(tmp_path):
-    """3 fixed workers, --min-np 3: a trainer dies, nothing can replace it (its host is
-    blacklisted, -H has no other): the survivors wait --elastic-timeout, then the job fails with
-    how many workers there were and how many were needed."""
+    """3 workers, --min-np 3: a trainer dies and no other host is discovered (its own is
+    blacklisted): the survivors wait --elastic-timeout for one, then the job fails with how many
+    workers there were and how many were needed."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost\n127.0.0.2\n127.0.0.3\n")
     p = korovodrun(
-        ["-np", "3", "--min-np", "3", "-H", "localhost:1,127.0.0.2:1,127.0.0.3:1",
+        ["-np", "3", "--min-np", "3", "--host-discovery-script", "cat %s" % hosts,
          "--elastic-timeout", "3"],
         [WORKER],
         {"ELASTIC_TEST_DIR": str(tmp_path), "ELASTIC_STEPS": "40",
@@ -106,7 +108,21 @@ def test_below_min_np_the_survivors_wait_then_fail_naming_the_counts(tmp_path):
     out = p.stdout + p.stderr
     assert p.returncode != 0, out[-4000:]
     assert "2 workers alive, at least 3 needed" in out, out[-4000:]
+    assert "waited 3 s for more" in out, out[-4000:]
     assert not (tmp_path / "result.txt").exists()
+
+
+def test_a_script_that_fails_everywhere_fails_the_job_at_once(tmp_path):
+    """A fixed pool (-H, no cooldown) whose every worker fails: no host can ever take a worker
+    again, so the job fails at once naming why, instead of waiting out the elastic timeout (600 s
+    here, past this test's deadline)."""
+    p = korovodrun(
+        ["--min-np", "2", "-H", "localhost:1,127.0.0.2:1"],
+        ["-c", "import sys; sys.exit('training script bug')"], {}, timeout=120)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0, out[-4000:]
+    assert "training script bug" in out, out[-4000:]
+    assert "no host of -H can take a worker any more" in out, out[-4000:]
 
 
 def test_a_removed_host_comes_back_after_its_cooldown(tmp_path):
