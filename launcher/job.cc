@@ -467,45 +467,40 @@ Status JobRun::StartChild(Rank& r, Role role, ChildSpec spec) {
 }
 
 Status JobRun::StartSidecar(Rank& r) {
+  Environment env = Environment::FromCurrentProcess();
+  ChildSpec spec;
+  Listener* listener = nullptr;  // static jobs: the rank's pre-bound data listener
   if (membership_ != nullptr) {
-    Environment env = Environment::FromCurrentProcess();
+    // Elastic: the membership server places the worker in each epoch.
     env.Set(env::kElasticRendezvous, "127.0.0.1:" + std::to_string(membership_->port()));
     env.Set(env::kWorkerId, r.worker_id);
     env.Set(env::kHostName, r.slot.first);  // -H / discovered virtual hosts share memory inside
     env.Set(env::kElasticTimeoutSeconds,
             std::to_string(std::max<long>(1, std::lround(opts_.elastic_timeout_s))));
-    env.Set(env::kJobKeyFile, key_file_);
-    env.Set(env::kSocket, r.socket_path);
-    env.Set(env::kShmPrefix, shm_->prefix());
-    if (opts_.timeline) env.Set(env::kTimeline, *opts_.timeline);
-    ChildSpec spec;
-    spec.argv = {config_.sidecar_path};
-    spec.env = env.ToStrings();
-    r.sidecar_started = Clock::now();
-    KV_RETURN_IF_ERROR(StartChild(r, Role::kSidecar, std::move(spec)));
-    Note(r.who + " sidecar started (pid " + std::to_string(r.sidecar->pid()) + ")");
-    return OkStatus();
+  } else {
+    listener = &listeners_[static_cast<size_t>(r.place.rank)];
+    SetRankVars(env, "KOROVOD_", r.place);
+    env.Set(env::kListenFd, std::to_string(listener->fd.get()));
+    env.Set(env::kPeers, peers_);
+    env.Set(env::kHosts, hosts_);  // -H's (virtual) hosts: shared memory inside, TCP between
+    spec.inherit_fds = {listener->fd.get()};
   }
-  const RankPlacement& p = r.place;
-  Listener& listener = listeners_[static_cast<size_t>(p.rank)];
-  Environment env = Environment::FromCurrentProcess();
-  SetRankVars(env, "KOROVOD_", p);
-  env.Set(env::kListenFd, std::to_string(listener.fd.get()));
-  env.Set(env::kPeers, peers_);
-  env.Set(env::kHosts, hosts_);  // -H's (virtual) hosts: shared memory inside, TCP between
   env.Set(env::kJobKeyFile, key_file_);
   env.Set(env::kSocket, r.socket_path);
   env.Set(env::kShmPrefix, shm_->prefix());
   if (opts_.timeline) env.Set(env::kTimeline, *opts_.timeline);
 
-  ChildSpec spec;
   spec.argv = {config_.sidecar_path};
   spec.env = env.ToStrings();
-  spec.inherit_fds = {listener.fd.get()};
   r.sidecar_started = Clock::now();
   KV_RETURN_IF_ERROR(StartChild(r, Role::kSidecar, std::move(spec)));
+  if (listener == nullptr) {
+    Note(r.who + " sidecar started (pid " + std::to_string(r.sidecar->pid()) + ")");
+    return OkStatus();
+  }
   // The sidecar owns its listener now; korovodrun's copy would only keep the port open.
-  listener.fd.Reset();
+  listener->fd.Reset();
+  const RankPlacement& p = r.place;
   Note("rank " + std::to_string(p.rank) + " sidecar started (pid " +
        std::to_string(r.sidecar->pid()) + ", host " + p.host + ", local rank " +
        std::to_string(p.local_rank) + "/" + std::to_string(p.local_size) + ", cross rank " +
