@@ -237,11 +237,21 @@ Status ParseSchedulingPolicy(const ObjectReader& r, SchedulingPolicy& out) {
   return OkStatus();
 }
 
+Status ParseElastic(const ObjectReader& r, ElasticSpec& out) {
+  KV_RETURN_IF_ERROR(
+      r.OnlyKnown({"minReplicas", "maxReplicas", "timeoutSeconds", "resetLimit"}));
+  KV_RETURN_IF_ERROR(r.Int("minReplicas", out.min_replicas, 1));
+  KV_RETURN_IF_ERROR(r.Int("maxReplicas", out.max_replicas, 1));
+  KV_RETURN_IF_ERROR(r.Int("timeoutSeconds", out.timeout_seconds, 1));
+  if (out.timeout_seconds > 86400) return Bad(r.PathOf("timeoutSeconds"), "must be <= 86400");
+  return r.OptInt("resetLimit", out.reset_limit, 0);
+}
+
 StatusOr<HorovodJobSpec> ParseSpec(const json& value, const std::string& path) {
   HorovodJobSpec spec;
   KV_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::Open(value, path));
   KV_RETURN_IF_ERROR(r.OnlyKnown({"replicas", "template", "worker", "sidecar", "networking",
-                                  "runPolicy", "schedulingPolicy"}));
+                                  "runPolicy", "schedulingPolicy", "elastic"}));
   if (r.Find("replicas") == nullptr) return Bad(r.PathOf("replicas"), "required");
   KV_RETURN_IF_ERROR(r.Int("replicas", spec.replicas, kMinReplicas));
   if (r.Find("template") == nullptr) return Bad(r.PathOf("template"), "required");
@@ -257,6 +267,8 @@ StatusOr<HorovodJobSpec> ParseSpec(const json& value, const std::string& path) {
   if (run_policy) KV_RETURN_IF_ERROR(ParseRunPolicy(*run_policy, spec.run_policy));
   KV_ASSIGN_OR_RETURN(std::optional<ObjectReader> scheduling, r.Child("schedulingPolicy"));
   if (scheduling) KV_RETURN_IF_ERROR(ParseSchedulingPolicy(*scheduling, spec.scheduling_policy));
+  KV_ASSIGN_OR_RETURN(std::optional<ObjectReader> elastic, r.Child("elastic"));
+  if (elastic) KV_RETURN_IF_ERROR(ParseElastic(*elastic, spec.elastic.emplace()));
   return spec;
 }
 
@@ -299,7 +311,7 @@ StatusOr<HorovodJobStatus> ParseStatus(const json& value, const std::string& pat
   KV_RETURN_IF_ERROR(r.OnlyKnown(
       {"phase", "conditions", "readyWorkers", "activeWorkers", "succeededWorkers", "failedWorkers",
        "restartCount", "startTime", "completionTime", "observedGeneration", "epoch", "worldSize",
-       "epochStartTime", "workers", "rankSummary", "coordinatorAddress"}));
+       "epochStartTime", "workers", "rankSummary", "coordinatorAddress", "elastic"}));
   KV_RETURN_IF_ERROR(r.Enum("phase", kJobPhaseNames, s.phase));
   if (const json* conditions = r.Find("conditions")) {
     const std::string cpath = r.PathOf("conditions");
@@ -336,6 +348,27 @@ StatusOr<HorovodJobStatus> ParseStatus(const json& value, const std::string& pat
   }
   KV_RETURN_IF_ERROR(r.String("rankSummary", s.rank_summary));
   KV_RETURN_IF_ERROR(r.String("coordinatorAddress", s.coordinator_address));
+  KV_ASSIGN_OR_RETURN(std::optional<ObjectReader> elastic, r.Child("elastic"));
+  if (elastic) {
+    ElasticStatus& e = s.elastic.emplace();
+    KV_RETURN_IF_ERROR(
+        elastic->OnlyKnown({"epoch", "resets", "world", "workerIds", "rendezvousPort"}));
+    KV_RETURN_IF_ERROR(elastic->Int("epoch", e.epoch, 0));
+    KV_RETURN_IF_ERROR(elastic->Int("resets", e.resets, 0));
+    KV_RETURN_IF_ERROR(elastic->Int("rendezvousPort", e.rendezvous_port, 0));
+    for (const char* key : {"world", "workerIds"}) {
+      std::vector<std::string>& into = std::string(key) == "world" ? e.world : e.worker_ids;
+      const json* list = elastic->Find(key);
+      if (list == nullptr) continue;
+      if (!list->is_array()) return Bad(elastic->PathOf(key), "must be an array");
+      for (size_t i = 0; i < list->size(); ++i) {
+        if (!(*list)[i].is_string()) {
+          return Bad(elastic->PathOf(key) + "[" + std::to_string(i) + "]", "must be a string");
+        }
+        into.push_back((*list)[i].get<std::string>());
+      }
+    }
+  }
   return s;
 }
 
@@ -430,6 +463,13 @@ json ToJson(const HorovodJobStatus& s) {
   }
   if (!s.rank_summary.empty()) out["rankSummary"] = s.rank_summary;
   if (!s.coordinator_address.empty()) out["coordinatorAddress"] = s.coordinator_address;
+  if (s.elastic) {
+    out["elastic"] = json{{"epoch", s.elastic->epoch},
+                          {"resets", s.elastic->resets},
+                          {"world", s.elastic->world},
+                          {"workerIds", s.elastic->worker_ids},
+                          {"rendezvousPort", s.elastic->rendezvous_port}};
+  }
   return out;
 }
 

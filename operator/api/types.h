@@ -41,6 +41,8 @@ inline constexpr int64_t kMinGangMinAvailable = 1;
 // take minutes; a wait without a bound is a job that shows Pending for ever.
 inline constexpr int64_t kDefaultStartupTimeoutSeconds = 600;
 inline constexpr int64_t kMinStartupTimeoutSeconds = 1;
+// spec.elastic: as korovodrun's --elastic-timeout default (Horovod's too).
+inline constexpr int64_t kDefaultElasticTimeoutSeconds = 600;
 inline constexpr int64_t kMaxStartupTimeoutSeconds = 86400;  // the sidecar's bound, a day
 // spec.runPolicy.managedBy: absent or this value means this operator reconciles the job; any
 // other value (Kueue's MultiKueue sets "kueue.x-k8s.io/multikueue") hands the job to that
@@ -166,8 +168,23 @@ struct SchedulingPolicy {
   GangSpec gang;
 };
 
+// spec.elastic: the world follows the live workers instead of restarting (docs/elastic.md). A
+// lost worker shrinks it, a replacement or a new replica grows it, each as a membership epoch
+// formed by the operator's membership server.
+struct ElasticSpec {
+  int64_t min_replicas = 1;
+  int64_t max_replicas = 0;  // 0 (unset): spec.replicas
+  int64_t timeout_seconds = kDefaultElasticTimeoutSeconds;
+  std::optional<int64_t> reset_limit;  // unset: no limit
+};
+
+inline int64_t MaxReplicas(const ElasticSpec& e, int64_t replicas) {
+  return e.max_replicas > 0 ? e.max_replicas : replicas;
+}
+
 struct HorovodJobSpec {
   int64_t replicas = 0;
+  std::optional<ElasticSpec> elastic;
   nlohmann::json pod_template = nlohmann::json::object();  // core/v1 PodTemplateSpec, as is
   WorkerSpec worker;
   SidecarSpec sidecar;
@@ -202,6 +219,16 @@ struct WorkerStatus {
   bool operator==(const WorkerStatus&) const = default;
 };
 
+// status.elastic: the membership of an elastic job, as its membership server formed it.
+struct ElasticStatus {
+  int64_t epoch = 0;  // the last membership epoch formed (0: none yet)
+  int64_t resets = 0;
+  std::vector<std::string> world;       // worker pod names by rank
+  std::vector<std::string> worker_ids;  // the same workers' ids (pod name.uid), for a new leader
+  int64_t rendezvous_port = 0;          // the membership server's port on the operator
+  bool operator==(const ElasticStatus&) const = default;
+};
+
 struct HorovodJobStatus {
   std::optional<JobPhase> phase;
   std::vector<Condition> conditions;
@@ -224,6 +251,7 @@ struct HorovodJobStatus {
   // in each state, as ranges, e.g. "Ready:0-2,4 Pending:3".
   std::string rank_summary;
   std::string coordinator_address;
+  std::optional<ElasticStatus> elastic;
 };
 
 // The parts of metav1.ObjectMeta the operator reads.

@@ -1,5 +1,6 @@
 #include "operator/api/validate.h"
 
+#include <algorithm>
 #include <string>
 
 namespace korovod::k8s_operator {
@@ -73,14 +74,36 @@ Verdict ValidateSidecarEnv(const std::vector<EnvEntry>& env, std::string_view fi
 }
 
 Verdict Validate(std::string_view job_name, const HorovodJobSpec& spec) {
-  const std::string last_pod = std::string(job_name) + "-worker-" +
-                               std::to_string(spec.replicas > 0 ? spec.replicas - 1 : 0);
+  // An elastic job's replacements take fresh indices: leave room for a few hundred of them.
+  const int64_t highest_index =
+      spec.elastic ? std::max<int64_t>(999, 2 * MaxReplicas(*spec.elastic, spec.replicas))
+                   : spec.replicas - 1;
+  const std::string last_pod =
+      std::string(job_name) + "-worker-" + std::to_string(std::max<int64_t>(highest_index, 0));
   if (last_pod.size() > kMaxDnsLabel) {
     return Fail(kReasonNameTooLong, "worker pod name \"" + last_pod + "\" is longer than " +
                                         std::to_string(kMaxDnsLabel) +
                                         " characters; shorten metadata.name");
   }
 
+  if (spec.elastic) {
+    const int64_t lo = spec.elastic->min_replicas;
+    const int64_t hi = MaxReplicas(*spec.elastic, spec.replicas);
+    if (hi < lo || spec.replicas < lo || spec.replicas > hi) {
+      return Fail(kReasonElasticReplicasOutOfRange,
+                  "spec.replicas (" + std::to_string(spec.replicas) +
+                      ") must lie within spec.elastic.minReplicas (" + std::to_string(lo) +
+                      ") and spec.elastic.maxReplicas (" + std::to_string(hi) + ")");
+    }
+    if (RanksPerWorker(spec.worker) != 1) {
+      return Fail(kReasonElasticRanksPerWorker,
+                  "an elastic job runs one rank per worker pod (each pod joins and leaves the "
+                  "world alone); this spec gives " +
+                      std::to_string(RanksPerWorker(spec.worker)) +
+                      " (spec.worker.ranksPerWorker, or spec.worker.gpus): set ranksPerWorker "
+                      "to 1");
+    }
+  }
   const nlohmann::json* containers = Containers(spec);
   if (TrainerContainerIndex(spec) < 0) {
     return Fail(

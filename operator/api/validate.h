@@ -24,6 +24,8 @@ inline constexpr std::string_view kReasonUnsupportedRestartPolicy = "Unsupported
 inline constexpr std::string_view kReasonInvalidInterfaceName = "InvalidInterfaceName";
 inline constexpr std::string_view kReasonNameTooLong = "NameTooLong";
 inline constexpr std::string_view kReasonInvalidSidecarEnv = "InvalidSidecarEnv";
+inline constexpr std::string_view kReasonElasticReplicasOutOfRange = "ElasticReplicasOutOfRange";
+inline constexpr std::string_view kReasonElasticRanksPerWorker = "ElasticNeedsOneRankPerWorker";
 
 struct Verdict {
   std::string reason{kReasonValid};

@@ -34,8 +34,26 @@ struct Action {
   bool force = false;
 };
 
+// What an elastic job needs of its membership server (manager/elastic_servers.h): run one with
+// these settings (a new one starts where status.elastic left off) and these live workers.
+struct ElasticDirective {
+  std::string job_key;
+  int64_t min_workers = 1;
+  int64_t max_workers = 0;
+  int64_t timeout_seconds = 600;
+  int64_t reset_limit = -1;  // -1: none
+  std::vector<std::string> live;  // worker ids ("<pod>.<uid>") of the pods alive now
+  // For a server started now (after an operator restart or a new leader).
+  int port = 0;  // 0: any
+  int64_t resume_epoch = 0;
+  std::vector<std::string> resume_members;
+  int64_t resume_resets = 0;
+};
+
 struct ReconcileResult {
   std::vector<Action> actions;
+  // Set for an elastic job that runs; unset: the job needs no membership server (any is stopped).
+  std::optional<ElasticDirective> elastic;
   // The full new .status to write through /status when it differs from the observed one.
   std::optional<nlohmann::json> status;
   // Reconcile again after this many seconds (active deadline, TTL) even without a watch event.

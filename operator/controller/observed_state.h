@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,20 @@ struct ObservedState {
   std::optional<nlohmann::json> workload;
   std::vector<nlohmann::json> resource_flavors;
   nlohmann::json workload_priority;
+  // An elastic job's membership server as this operator hosts it (manager/elastic_servers.h),
+  // read just before this reconcile; unset while none runs for the job.
+  struct ElasticServer {
+    int port = 0;
+    int64_t epoch = 0;                 // the last membership epoch formed (0: none yet)
+    std::vector<std::string> members;  // worker ids by rank
+    int64_t resets = 0;
+    std::string failure;            // non-empty: the job cannot go on (below the minimum, ...)
+    std::vector<std::string> lost;  // live workers that never joined within the timeout
+  };
+  std::optional<ElasticServer> elastic_server;
+  // Nodes whose Ready condition is not True: an elastic job's workers there are lost (a static
+  // job waits for Kubernetes to evict them).
+  std::set<std::string> unready_nodes;
   int64_t now_unix = 0;       // seconds since the epoch
   std::string fresh_key_hex;  // 64 hex chars; used only when the key Secret must be created
   OperatorSettings settings;

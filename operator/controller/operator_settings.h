@@ -18,6 +18,9 @@ struct OperatorSettings {
   // A pod-local emptyDir shared by trainer and sidecar; the socket is socket_dir + "/sidecar.sock".
   std::string socket_dir = "/var/run/korovod";
   std::string cluster_domain = "cluster.local";
+  // The address elastic jobs' sidecars dial for this operator's membership servers (its pod IP,
+  // or a name that resolves to it); each job's server has its own port.
+  std::string elastic_rendezvous_host;
 };
 
 }  // namespace korovod::k8s_operator

@@ -46,6 +46,12 @@ inline constexpr std::string_view kReasonJobKeyUnavailable = "JobKeyUnavailable"
 // carries the API server's message, as the Job controller's FailedCreate does.
 inline constexpr std::string_view kReasonFailedCreate = "FailedCreate";
 
+// Elastic jobs (spec.elastic).
+inline constexpr std::string_view kReasonMembershipChanged = "MembershipChanged";
+inline constexpr std::string_view kReasonWorkerLost = "WorkerLost";
+inline constexpr std::string_view kReasonElasticFailed = "ElasticMembershipFailed";
+inline constexpr std::string_view kReasonElasticWorkerSucceeded = "ElasticWorkerSucceeded";
+
 inline constexpr std::string_view kEventNormal = "Normal";
 inline constexpr std::string_view kEventWarning = "Warning";
 

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/base64.h"
 #include "common/rfc3339.h"
 #include "operator/api/conditions.h"
 #include "operator/api/json.h"
@@ -573,7 +574,7 @@ class JobReconciler {
       PartitionPods();
     }
 
-    MaybeResize();
+    if (!job_.spec.elastic) MaybeResize();
 
     if (DeadlineExpired()) {
       Count();
@@ -585,6 +586,11 @@ class JobReconciler {
       Finish(JobPhase::kFailed, kReasonDeadlineExceeded,
              "the job ran longer than spec.runPolicy.activeDeadlineSeconds (" +
                  std::to_string(*job_.spec.run_policy.active_deadline_seconds) + "s)");
+      return;
+    }
+
+    if (job_.spec.elastic) {
+      ReconcileElastic();
       return;
     }
 
@@ -631,6 +637,300 @@ class JobReconciler {
     }
   }
 
+  // ---- elastic jobs (spec.elastic) -----------------------------------------------------------
+  //
+  // The world follows the live pods: nothing restarts. The operator's membership server
+  // (manager/elastic_servers.h) forms each epoch from the pods this reconcile calls live (ReconcileResult::elastic);
+  // the sidecars of the survivors and newcomers join it when their trainers reset. Here: keep
+  // spec.replicas pods (replacements take fresh indices, so they never wait for a lost pod's
+  // name), delete pods on unready nodes and pods the server gave up on, count failed pods
+  // against backoffLimit (disruptions, deletions and lost nodes are not failures), report the
+  // membership. The job succeeds once a worker succeeded and none runs any more.
+
+  static std::string WorkerId(const WorkerPodState& s) { return s.name + "." + s.uid; }
+
+  // Why a member left the world, from its pod (empty: its pod is still active).
+  std::string LeaveCause(const std::string& id, const std::map<std::string, std::string>& why) {
+    auto it = why.find(id);
+    if (it != why.end()) return it->second;
+    const size_t dot = id.find('.');
+    return "worker pod " + id.substr(0, dot) + " is gone";
+  }
+
+  std::optional<std::string> ElasticJobKey() const {
+    const json* secret = FindByName(observed_.secrets, JobKeySecretName(job_));
+    if (secret == nullptr) return std::nullopt;
+    auto key = Base64Decode(StringAt(*secret, {"data", std::string(kJobKeySecretKey)}));
+    if (!key.ok() || key->empty()) return std::nullopt;
+    return std::move(key).value();
+  }
+
+  void ReconcileElastic() {
+    const ElasticSpec& spec = *job_.spec.elastic;
+    const auto& server = observed_.elastic_server;
+    if (settings_.elastic_rendezvous_host.empty()) {
+      Finish(JobPhase::kFailed, kReasonElasticFailed,
+             "spec.elastic needs the operator's membership server, and this operator runs "
+             "without --elastic-rendezvous-host (the address its workers dial; the Helm chart "
+             "sets it to the operator pod's IP)");
+      return;
+    }
+    ElasticStatus& es = status_.elastic ? *status_.elastic : status_.elastic.emplace();
+
+    // This generation's pods by index; pods of another (before a suspend) are deleted.
+    std::vector<std::pair<WorkerPodState, const json*>> pods;
+    std::set<std::string> names;
+    for (const json& pod : pods_) {
+      WorkerPodState s = ObserveWorkerPod(pod, trainer_container_);
+      names.insert(s.name);
+      if (status_.epoch > 0 && s.epoch == status_.epoch && s.index) {
+        pods.emplace_back(std::move(s), &pod);
+      } else {
+        DeletePod(pod, "not a worker of generation " + std::to_string(status_.epoch));
+      }
+    }
+    std::sort(pods.begin(), pods.end(),
+              [](const auto& a, const auto& b) { return *a.first.index < *b.first.index; });
+
+    const std::set<std::string> given_up =
+        server ? std::set<std::string>(server->lost.begin(), server->lost.end())
+               : std::set<std::string>();
+    std::map<std::string, std::string> pod_of, gone_why;  // by worker id
+    std::vector<std::string> live;
+    std::vector<const json*> present;  // active pods that count toward spec.replicas
+    std::string first_failure, first_success;
+    int64_t failures = 0, running = 0;
+    status_.ready_workers = status_.active_workers = 0;
+    status_.succeeded_workers = status_.failed_workers = 0;
+    for (const auto& [s, pod] : pods) {
+      const std::string id = WorkerId(s);
+      pod_of[id] = s.name;
+      const std::string node = StringAt(*pod, {"spec", "nodeName"});
+      if (s.ready) ++status_.ready_workers;
+      if (s.outcome == WorkerOutcome::kSucceeded) {
+        ++status_.succeeded_workers;
+        if (first_success.empty()) first_success = s.name;
+        gone_why[id] = "worker pod " + s.name + " finished";
+        continue;
+      }
+      if (s.outcome == WorkerOutcome::kFailed) {
+        ++status_.failed_workers;
+        if (s.disrupted) {
+          gone_why[id] = "worker pod " + s.name + " was disrupted (" + s.disruption + ")";
+        } else if (s.terminating) {
+          gone_why[id] = "worker pod " + s.name + " was deleted";
+        } else {
+          // Kept (for its logs and this count): a failure of the job's own, against backoffLimit.
+          ++failures;
+          gone_why[id] = "worker pod " + s.name + " failed: " + s.cause;
+          if (first_failure.empty()) first_failure = gone_why[id];
+        }
+        continue;
+      }
+      ++status_.active_workers;
+      if (s.terminating) {
+        gone_why[id] = "worker pod " + s.name +
+                       (s.disrupted ? " was disrupted (" + s.disruption + ")"
+                                    : std::string(" is being deleted"));
+        DeletePod(*pod, "leaving the elastic world");  // forces it when stuck
+        continue;
+      }
+      if (!node.empty() && observed_.unready_nodes.count(node) != 0) {
+        gone_why[id] = "worker pod " + s.name + " is on node " + node + ", which is not Ready";
+        if (deleted_.count("Pod/" + s.name) == 0) {
+          Event(kEventWarning, kReasonWorkerLost,
+                gone_why[id] + ": the world goes on without it and a replacement is created");
+        }
+        DeletePod(*pod, "its node " + node + " is not Ready");
+        continue;
+      }
+      if (given_up.count(id) != 0) {
+        gone_why[id] = "worker pod " + s.name + " did not join an epoch within " +
+                       "spec.elastic.timeoutSeconds (" + std::to_string(spec.timeout_seconds) +
+                       "s)";
+        Event(kEventWarning, kReasonWorkerLost, gone_why[id] + ": deleted, a replacement follows");
+        DeletePod(*pod, "it did not join an epoch in time");
+        continue;
+      }
+      present.push_back(pod);
+      if (s.running) {
+        live.push_back(id);
+        ++running;
+      }
+    }
+    status_.restart_count = std::max(status_.restart_count, failures);
+
+    if (server && !server->failure.empty()) {
+      for (const json* pod : present) DeletePod(*pod, "the elastic job failed");
+      Finish(JobPhase::kFailed, kReasonElasticFailed, server->failure);
+      return;
+    }
+    const int64_t limit = job_.spec.run_policy.backoff_limit;
+    if (failures > limit) {
+      for (const json* pod : present) DeletePod(*pod, "backoffLimit exceeded");
+      Finish(JobPhase::kFailed, kReasonBackoffLimitExceeded,
+             first_failure + "; " + std::to_string(failures) +
+                 " worker pods failed, more than backoffLimit " + std::to_string(limit) +
+                 " (disrupted, deleted and lost workers are not counted)");
+      return;
+    }
+
+    // The membership the server formed last.
+    if (server) {
+      es.rendezvous_port = server->port;
+      if (server->epoch != es.epoch && server->epoch > 0) {
+        std::vector<std::string> left, joined;
+        for (const std::string& id : es.worker_ids) {
+          if (std::find(server->members.begin(), server->members.end(), id) ==
+              server->members.end()) {
+            left.push_back(LeaveCause(id, gone_why));
+          }
+        }
+        for (const std::string& id : server->members) {
+          if (std::find(es.worker_ids.begin(), es.worker_ids.end(), id) == es.worker_ids.end()) {
+            joined.push_back(pod_of.count(id) ? pod_of[id] : id.substr(0, id.find('.')));
+          }
+        }
+        es.epoch = server->epoch;
+        es.resets = server->resets;
+        es.worker_ids = server->members;
+        es.world.clear();
+        for (const std::string& id : es.worker_ids) {
+          es.world.push_back(pod_of.count(id) ? pod_of[id] : id.substr(0, id.find('.')));
+        }
+        std::string message = "membership epoch " + std::to_string(es.epoch) + ": " +
+                              std::to_string(es.world.size()) + " workers";
+        std::string ranks;
+        for (const std::string& w : es.world) ranks += (ranks.empty() ? "" : ", ") + w;
+        message += " (" + ranks + ")";
+        if (!left.empty()) {
+          std::string l;
+          for (const std::string& x : left) l += (l.empty() ? "" : "; ") + x;
+          message += "; left: " + l;
+        }
+        if (!joined.empty() && es.resets > 0) {  // not the first epoch
+          std::string j;
+          for (const std::string& x : joined) j += (j.empty() ? "" : ", ") + x;
+          message += "; joined: " + j;
+        }
+        Event(kEventNormal, kReasonMembershipChanged, message);
+      }
+    }
+    status_.world_size = static_cast<int64_t>(es.world.size());
+    ReportElasticWorkers(es, pods);
+
+    if (!first_success.empty()) {
+      // Horovod's rule: once a worker finished, nobody new starts; done when none runs.
+      if (present.empty()) {
+        Finish(JobPhase::kSucceeded, kReasonAllWorkersSucceeded,
+               "worker pod " + first_success + " succeeded and no worker runs any more (" +
+                   std::to_string(status_.succeeded_workers) + " succeeded)");
+        return;
+      }
+    } else if (server && key_ready_) {
+      ScaleElastic(present, names);
+    }
+
+    std::optional<std::string> key = ElasticJobKey();
+    if (!key) {
+      Requeue(out_, 1);  // the key Secret is on its way
+    } else {
+      ElasticDirective d;
+      d.job_key = *key;
+      d.min_workers = spec.min_replicas;
+      d.max_workers = MaxReplicas(spec, job_.spec.replicas);
+      d.timeout_seconds = spec.timeout_seconds;
+      d.reset_limit = spec.reset_limit.value_or(-1);
+      d.live = live;
+      std::sort(d.live.begin(), d.live.end());
+      d.port = static_cast<int>(es.rendezvous_port);
+      d.resume_epoch = es.epoch;
+      d.resume_members = es.worker_ids;
+      d.resume_resets = es.resets;
+      out_.elastic = std::move(d);
+      if (!server) Requeue(out_, 1);  // its server starts after this reconcile
+    }
+
+    if (es.epoch > 0 && running >= spec.min_replicas) {
+      status_.phase = JobPhase::kRunning;
+      Mark(kConditionRunning, true, kReasonAllWorkersRunning,
+           "membership epoch " + std::to_string(es.epoch) + " trains on " +
+               std::to_string(es.world.size()) + " workers");
+    }
+    ReportNotStarting();
+    RequeueForDeadline();
+  }
+
+  // Creates pods up to spec.replicas (at the lowest indices no pod object holds) or deletes the
+  // highest-indexed ones down to it.
+  void ScaleElastic(const std::vector<const json*>& present, const std::set<std::string>& names) {
+    const int64_t want = job_.spec.replicas;
+    const int64_t have = static_cast<int64_t>(present.size());
+    if (have > want) {
+      for (int64_t i = have - 1; i >= want; --i) {
+        DeletePod(*present[static_cast<size_t>(i)],
+                  "spec.replicas is " + std::to_string(want) + ": the world shrinks");
+      }
+      return;
+    }
+    if (have == want || !pod_group_ready_) return;
+    const std::string endpoint = settings_.elastic_rendezvous_host + ":" +
+                                 std::to_string(observed_.elastic_server->port);
+    int64_t created = 0;
+    for (int64_t index = 0; have + created < want; ++index) {
+      if (names.count(WorkerPodName(job_, index)) != 0) continue;
+      Create(BuildWorkerPod(job_, index, status_.epoch, settings_, endpoint),
+             "elastic worker " + std::to_string(index));
+      ++created;
+    }
+    if (status_.start_time.empty()) status_.start_time = FormatRfc3339(now_);
+    if (status_.epoch_start_time.empty()) status_.epoch_start_time = FormatRfc3339(now_);
+    const std::string message = "created " + std::to_string(created) +
+                                " elastic worker pods (spec.replicas " + std::to_string(want) +
+                                ", " + std::to_string(have) + " present)";
+    Mark(kConditionCreated, true, kReasonWorkersCreated, message);
+    Event(kEventNormal, kReasonWorkersCreated, message);
+  }
+
+  // status.workers: the members of the last membership epoch, by rank.
+  void ReportElasticWorkers(const ElasticStatus& es,
+                            const std::vector<std::pair<WorkerPodState, const json*>>& pods) {
+    status_.workers.clear();
+    for (size_t rank = 0; rank < es.worker_ids.size(); ++rank) {
+      const std::string& id = es.worker_ids[rank];
+      const auto it = std::find_if(pods.begin(), pods.end(),
+                                   [&](const auto& p) { return WorkerId(p.first) == id; });
+      status_.workers.push_back(
+          it == pods.end() ? WorkerStatus{static_cast<int64_t>(rank), es.world[rank], "",
+                                          WorkerState::kMissing, "", ""}
+                           : StatusOf(static_cast<int64_t>(rank), it->first, *it->second));
+    }
+    status_.rank_summary = RankSummary(status_.workers);
+  }
+
+  static WorkerStatus StatusOf(int64_t rank, const WorkerPodState& s, const json& pod) {
+    WorkerStatus w;
+    w.rank = rank;
+    w.pod = s.name;
+    w.node = StringAt(pod, {"spec", "nodeName"});
+    if (s.terminating) {
+      w.state = WorkerState::kTerminating;
+    } else if (s.outcome == WorkerOutcome::kSucceeded) {
+      w.state = WorkerState::kSucceeded;
+    } else if (s.outcome == WorkerOutcome::kFailed) {
+      w.state = WorkerState::kFailed;
+      w.reason = s.disrupted ? "Disrupted" : "Error";
+      w.message = s.disrupted ? s.disruption : s.cause;
+    } else if (s.running) {
+      w.state = s.ready ? WorkerState::kReady : WorkerState::kRunning;
+    } else {
+      w.state = WorkerState::kPending;
+      w.reason = s.not_starting_reason;
+      w.message = s.not_starting;
+    }
+    return w;
+  }
+
   // status.workers: one entry per rank of the current epoch, in rank order.
   void ReportWorkers() {
     status_.workers.clear();
@@ -644,24 +944,7 @@ class JobReconciler {
         status_.workers.push_back(std::move(w));
         continue;
       }
-      const WorkerPodState& s = it->second.first;
-      w.node = StringAt(*it->second.second, {"spec", "nodeName"});
-      if (s.terminating) {
-        w.state = WorkerState::kTerminating;
-      } else if (s.outcome == WorkerOutcome::kSucceeded) {
-        w.state = WorkerState::kSucceeded;
-      } else if (s.outcome == WorkerOutcome::kFailed) {
-        w.state = WorkerState::kFailed;
-        w.reason = s.disrupted ? "Disrupted" : "Error";
-        w.message = s.disrupted ? s.disruption : s.cause;
-      } else if (s.running) {
-        w.state = s.ready ? WorkerState::kReady : WorkerState::kRunning;
-      } else {
-        w.state = WorkerState::kPending;
-        w.reason = s.not_starting_reason;
-        w.message = s.not_starting;
-      }
-      status_.workers.push_back(std::move(w));
+      status_.workers.push_back(StatusOf(rank, it->second.first, *it->second.second));
     }
     status_.rank_summary = RankSummary(status_.workers);
   }

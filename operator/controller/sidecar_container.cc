@@ -55,18 +55,33 @@ std::string TimelineDirectory(const HorovodJobSpec& spec, const OperatorSettings
 
 json BuildSidecarContainer(const HorovodJobSpec& spec, const WorkerIdentity& id,
                            const OperatorSettings& settings) {
-  json env = json::array({
-      EnvVar(kEnvRank, std::to_string(id.rank)),
-      EnvVar(kEnvSize, std::to_string(id.size)),
-      EnvVar(kEnvCoordinator, id.coordinator),
-      EnvVar(kEnvSocket, SocketPath(settings, id)),
-      json{{"name", std::string(kEnvJobKey)},
-           {"valueFrom",
-            {{"secretKeyRef", {{"name", id.key_secret}, {"key", std::string(kJobKeySecretKey)}}}}}},
-      EnvVar(kEnvShmPrefix, id.shm_prefix),
-      EnvVar(kEnvMetricsPort, std::to_string(id.ports.metrics)),
-      EnvVar(kEnvStartTimeout, std::to_string(id.start_timeout_seconds)),
-  });
+  json env = json::array();
+  if (id.elastic_rendezvous.empty()) {
+    env.push_back(EnvVar(kEnvRank, std::to_string(id.rank)));
+    env.push_back(EnvVar(kEnvSize, std::to_string(id.size)));
+    env.push_back(EnvVar(kEnvCoordinator, id.coordinator));
+  } else {
+    // Declared before the worker id, which expands it (the kubelet's $(VAR) rule).
+    env.push_back(
+        json{{"name", std::string(kEnvPodUid)},
+             {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.uid"}}}}}});
+    env.push_back(EnvVar(kEnvElasticRendezvous, id.elastic_rendezvous));
+    env.push_back(EnvVar(kEnvWorkerId, id.pod_name + ".$(" + std::string(kEnvPodUid) + ")"));
+    env.push_back(EnvVar(kEnvHostName, id.pod_name));  // a pod is a host: its own /dev/shm
+    env.push_back(EnvVar(kEnvElasticTimeout, std::to_string(id.elastic_timeout_seconds)));
+  }
+  for (json v : json::array({
+           EnvVar(kEnvSocket, SocketPath(settings, id)),
+           json{{"name", std::string(kEnvJobKey)},
+                {"valueFrom",
+                 {{"secretKeyRef",
+                   {{"name", id.key_secret}, {"key", std::string(kJobKeySecretKey)}}}}}},
+           EnvVar(kEnvShmPrefix, id.shm_prefix),
+           EnvVar(kEnvMetricsPort, std::to_string(id.ports.metrics)),
+           EnvVar(kEnvStartTimeout, std::to_string(id.start_timeout_seconds)),
+       })) {
+    env.push_back(std::move(v));
+  }
   // The generation is part of every peer handshake: a sidecar of an older epoch (its pod not yet
   // gone) can never join this one's world.
   if (id.epoch) env.push_back(EnvVar(kEnvEpoch, std::to_string(*id.epoch)));

@@ -28,6 +28,15 @@ inline constexpr std::string_view kEnvFusionThreshold = env::kFusionThreshold;
 inline constexpr std::string_view kEnvCycleTime = env::kCycleTime;
 inline constexpr std::string_view kEnvTimeline = env::kTimeline;
 inline constexpr std::string_view kEnvStartTimeout = env::kStartTimeoutSeconds;
+inline constexpr std::string_view kEnvElasticRendezvous = env::kElasticRendezvous;
+inline constexpr std::string_view kEnvWorkerId = env::kWorkerId;
+inline constexpr std::string_view kEnvHostName = env::kHostName;
+inline constexpr std::string_view kEnvElasticTimeout = env::kElasticTimeoutSeconds;
+// The pod's uid (downward API), expanded into KOROVOD_WORKER_ID; not an engine variable.
+inline constexpr std::string_view kEnvPodUid = "KOROVOD_POD_UID";
+// The trainer: hvd.init waits this long for its epoch (elastic timeout + start-up timeout).
+inline constexpr std::string_view kEnvConnectTimeout = "KOROVOD_CONNECT_TIMEOUT";
+inline constexpr std::string_view kEnvHorovodElastic = "HOROVOD_ELASTIC";
 
 inline constexpr std::string_view kSocketFileName = "sidecar.sock";
 // A pod of several ranks: one socket per local rank (the sidecar and korovod-local-ranks

@@ -25,6 +25,13 @@ struct WorkerIdentity {
   // How long the sidecar's rendezvous may take (KOROVOD_START_TIMEOUT_SECONDS); its startup probe
   // allows as long.
   int64_t start_timeout_seconds = 0;
+  // An elastic job's worker (spec.elastic): no fixed rank. Its sidecar joins the operator's
+  // membership server at `elastic_rendezvous` ("host:port") as worker "<pod_name>.<pod uid>"
+  // (the uid from the downward API: a replacement of the same name is another worker), and each
+  // epoch gives it its rank.
+  std::string elastic_rendezvous;
+  int64_t elastic_timeout_seconds = 0;
+  std::string pod_name;
 };
 
 }  // namespace korovod::k8s_operator

@@ -97,7 +97,8 @@ void ShareTrainerDevices(const json& trainer, const HorovodJobSpec& spec, json& 
 }
 
 WorkerIdentity HorovodJobWorker(const HorovodJob& job, int64_t index, int64_t epoch,
-                                const OperatorSettings& settings) {
+                                const OperatorSettings& settings,
+                                const std::string& elastic_rendezvous) {
   WorkerIdentity id;
   id.ranks = RanksPerWorker(job.spec.worker);
   id.rank = index * id.ranks;
@@ -111,6 +112,14 @@ WorkerIdentity HorovodJobWorker(const HorovodJob& job, int64_t index, int64_t ep
   id.ports = JobWorkerPorts(job, index, settings);
   id.host_network = job.spec.networking.host_network;
   id.start_timeout_seconds = job.spec.run_policy.startup_timeout_seconds;
+  if (job.spec.elastic) {
+    id.rank = 0;  // each epoch places it
+    id.size = 0;
+    id.workers = 0;
+    id.elastic_rendezvous = elastic_rendezvous;
+    id.elastic_timeout_seconds = job.spec.elastic->timeout_seconds;
+    id.pod_name = WorkerPodName(job, index);
+  }
   return id;
 }
 
@@ -120,13 +129,21 @@ void ConfigureWorkerPodSpec(json& pod_spec, int trainer_index, const HorovodJobS
   if (trainer_index >= 0 && static_cast<size_t>(trainer_index) < containers.size() &&
       containers[trainer_index].is_object()) {
     json& trainer = containers[trainer_index];
-    json env = json::array({
-        EnvVar(kEnvRank, std::to_string(id.rank)),
-        EnvVar(kEnvSize, std::to_string(id.size)),
-        EnvVar(kEnvSocket, SocketPath(settings, id)),
-        EnvVar(kEnvCoordinator, id.coordinator),
-    });
-    if (id.epoch) env.push_back(EnvVar(kEnvEpoch, std::to_string(*id.epoch)));
+    json env = json::array();
+    if (id.elastic_rendezvous.empty()) {
+      env.push_back(EnvVar(kEnvRank, std::to_string(id.rank)));
+      env.push_back(EnvVar(kEnvSize, std::to_string(id.size)));
+      env.push_back(EnvVar(kEnvSocket, SocketPath(settings, id)));
+      env.push_back(EnvVar(kEnvCoordinator, id.coordinator));
+      if (id.epoch) env.push_back(EnvVar(kEnvEpoch, std::to_string(*id.epoch)));
+    } else {
+      // Rank and size come from each epoch (hvd.rank(), hvd.size()); hvd.init waits for the
+      // epoch to form, up to the elastic timeout plus the sidecar's start.
+      env.push_back(EnvVar(kEnvSocket, SocketPath(settings, id)));
+      env.push_back(EnvVar(kEnvHorovodElastic, "1"));
+      env.push_back(EnvVar(kEnvConnectTimeout,
+                           std::to_string(id.elastic_timeout_seconds + id.start_timeout_seconds)));
+    }
     if (id.ranks > 1) {
       for (json& v : LocalRanksEnv(id)) env.push_back(std::move(v));
     }
@@ -191,7 +208,7 @@ void ConfigureWorkerPodSpec(json& pod_spec, int trainer_index, const HorovodJobS
 }
 
 json BuildWorkerPod(const HorovodJob& job, int64_t index, int64_t epoch,
-                    const OperatorSettings& settings) {
+                    const OperatorSettings& settings, const std::string& elastic_rendezvous) {
   const HorovodJobSpec& spec = job.spec;
   const json empty = json::object();
   const json& template_meta =
@@ -238,7 +255,7 @@ json BuildWorkerPod(const HorovodJob& job, int64_t index, int64_t epoch,
   if (!annotations.empty()) metadata["annotations"] = std::move(annotations);
 
   ConfigureWorkerPodSpec(pod_spec, TrainerContainerIndex(spec), spec,
-                         HorovodJobWorker(job, index, epoch, settings), settings);
+                         HorovodJobWorker(job, index, epoch, settings, elastic_rendezvous), settings);
 
   return json{{"apiVersion", "v1"},
               {"kind", "Pod"},

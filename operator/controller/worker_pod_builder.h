@@ -16,8 +16,10 @@
 namespace korovod::k8s_operator {
 
 // The identity of rank `index` of a HorovodJob in `epoch`.
+// `elastic_rendezvous`: the membership server's "host:port", for a job with spec.elastic.
 WorkerIdentity HorovodJobWorker(const HorovodJob& job, int64_t index, int64_t epoch,
-                                const OperatorSettings& settings);
+                                const OperatorSettings& settings,
+                                const std::string& elastic_rendezvous = "");
 
 // Configures a pod spec as rank `id.rank` of the world `id` names, joined to it through its
 // sidecar: the container at `trainer_index` gets korovod's env (first, replacing template
@@ -37,6 +39,7 @@ void ConfigureWorkerPodSpec(nlohmann::json& pod_spec, int trainer_index, const H
 
 // Requires a job that passed Validate (it has a trainer container).
 nlohmann::json BuildWorkerPod(const HorovodJob& job, int64_t index, int64_t epoch,
-                              const OperatorSettings& settings);
+                              const OperatorSettings& settings,
+                              const std::string& elastic_rendezvous = "");
 
 }  // namespace korovod::k8s_operator

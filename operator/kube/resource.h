@@ -25,6 +25,7 @@ inline const ResourceRef kConfigMaps{"", "v1", "configmaps", true};
 inline const ResourceRef kSecrets{"", "v1", "secrets", true};
 inline const ResourceRef kEvents{"", "v1", "events", true};
 inline const ResourceRef kNamespaces{"", "v1", "namespaces", false};
+inline const ResourceRef kNodes{"", "v1", "nodes", false};
 inline const ResourceRef kLeases{"coordination.k8s.io", "v1", "leases", true};
 
 }  // namespace korovod::kube

@@ -38,6 +38,16 @@ std::string FreshKeyHex() {
 
 std::string JobKey(const std::string& ns, const std::string& name) { return ns + "/" + name; }
 
+// A node's Ready condition is True. Unknown (its kubelet stopped reporting) and False are not.
+bool NodeReady(const nlohmann::json& node) {
+  const nlohmann::json* conditions = FindPath(node, {"status", "conditions"});
+  if (conditions == nullptr || !conditions->is_array()) return true;  // not reported yet
+  for (const nlohmann::json& c : *conditions) {
+    if (StringAt(c, {"type"}) == "Ready") return StringAt(c, {"status"}) == "True";
+  }
+  return true;
+}
+
 std::string UidOf(const nlohmann::json& object) {
   const nlohmann::json meta = object.value("metadata", nlohmann::json::object());
   return meta.is_object() ? meta.value("uid", "") : "";
@@ -120,7 +130,8 @@ JobController::JobController(const kube::ApiClient& client, const kube::EventRec
     : client_(client),
       metrics_(metrics),
       options_(std::move(options)),
-      executor_(client, events, metrics) {
+      executor_(client, events, metrics),
+      elastic_([this](const std::string& key) { queue_.Add(key); }) {
   kube::InformerOptions job_opts;
   job_opts.namespace_name = options_.namespace_name;
   job_opts.watch_timeout_seconds = options_.watch_timeout_seconds;
@@ -155,12 +166,30 @@ JobController::JobController(const kube::ApiClient& client, const kube::EventRec
     *slot = informer.get();
     informers_.emplace_back(name, std::move(informer));
   }
+
+  kube::InformerOptions node_opts;
+  node_opts.watch_timeout_seconds = options_.watch_timeout_seconds;
+  kube::InformerHandlers node_handlers;
+  auto requeue_elastic = [this] {
+    for (const std::string& key : elastic_.JobKeys()) queue_.Add(key);
+  };
+  node_handlers.on_add = [requeue_elastic](const nlohmann::json&) { requeue_elastic(); };
+  node_handlers.on_update = [requeue_elastic](const nlohmann::json& before,
+                                              const nlohmann::json& after) {
+    if (NodeReady(before) != NodeReady(after)) requeue_elastic();
+  };
+  node_handlers.on_delete = [requeue_elastic](const nlohmann::json&) { requeue_elastic(); };
+  node_handlers.on_error = [](const Status& s) {
+    KV_LOG(kWarning, kOperator, "watch nodes (elastic jobs only): %s", s.ToString().c_str());
+  };
+  nodes_ = std::make_unique<kube::Informer>(client_, kube::kNodes, node_opts, node_handlers);
 }
 
 JobController::~JobController() { Stop(); }
 
 void JobController::StartInformers() {
   for (auto& [name, informer] : informers_) informer->Start();
+  nodes_->Start();
 }
 
 bool JobController::Synced() const {
@@ -182,6 +211,7 @@ void JobController::Stop() {
   for (std::thread& t : workers_) t.join();
   workers_.clear();
   for (auto& [name, informer] : informers_) informer->Stop();
+  nodes_->Stop();
 }
 
 std::map<std::string, int> JobController::JobsByPhase() const {
@@ -256,6 +286,10 @@ ObservedState JobController::Observe(const nlohmann::json& job) const {
   // observed.secrets: ReconcileKey reads the one key Secret by name (no Secret informer).
   observed.now_unix = static_cast<int64_t>(std::time(nullptr));
   observed.settings = options_.settings;
+  observed.elastic_server = elastic_.Observe(JobKey(ns, meta.value("name", "")), uid);
+  for (const nlohmann::json& node : nodes_->List()) {
+    if (!NodeReady(node)) observed.unready_nodes.insert(StringAt(node, {"metadata", "name"}));
+  }
   return observed;
 }
 
@@ -265,7 +299,10 @@ Status JobController::ReconcileKey(const std::string& key,
   const std::string ns = key.substr(0, slash);
   const std::string name = key.substr(slash + 1);
   kube::ApiResult got = client_.Get(kHorovodJobs.Path(ns, name));
-  if (kube::IsNotFound(got)) return OkStatus();  // deleted; the garbage collector has the rest
+  if (kube::IsNotFound(got)) {  // deleted; the garbage collector has the rest
+    elastic_.Forget(key);
+    return OkStatus();
+  }
   if (!got.ok()) return got.status();
   nlohmann::json job = std::move(got).value();
 
@@ -298,6 +335,11 @@ Status JobController::ReconcileKey(const std::string& key,
                       std::string(kReasonFailedCreate), s.message()});
     }
     if (!s.ok() && first_error.ok()) first_error = s;
+  }
+  // After the actions: a server started now serves pods created on a later reconcile (they need
+  // its port), and a live set follows the pods this reconcile saw.
+  if (Status s = elastic_.Apply(key, UidOf(job), result.elastic); !s.ok()) {
+    if (first_error.ok()) first_error = s;
   }
   if (result.status) {
     // Someone changed the job since we read it: recompute from the fresh object (the children,

@@ -24,6 +24,7 @@
 #include "operator/kube/informer.h"
 #include "operator/kube/work_queue.h"
 #include "operator/manager/action_executor.h"
+#include "operator/manager/elastic_servers.h"
 #include "operator/manager/operator_metrics.h"
 
 namespace korovod::k8s_operator {
@@ -72,6 +73,10 @@ class JobController {
   kube::Informer* pods_ = nullptr;
   kube::Informer* services_ = nullptr;
   kube::Informer* config_maps_ = nullptr;
+  // Nodes, for elastic jobs (a worker on an unready node is lost). Not waited for: without the
+  // permission to watch nodes (a namespaced install) no node counts as unready.
+  std::unique_ptr<kube::Informer> nodes_;
+  ElasticServers elastic_;  // after queue_: its watcher queues jobs
   std::vector<std::thread> workers_;
   std::atomic<bool> stopped_{false};
 };

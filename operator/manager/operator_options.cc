@@ -65,6 +65,9 @@ std::string OperatorUsage() {
   --host-network-port-min PORT           hostNetwork workers take per-job ports in
   --host-network-port-max PORT           [min, max] (default 20000-28999)
   --cluster-domain DOMAIN                (default cluster.local)
+  --elastic-rendezvous-host HOST         the address elastic jobs' sidecars dial for this
+                                         operator's membership servers (its pod IP); without
+                                         it elastic jobs fail naming the flag
   --webhook-bind-address HOST:PORT       serve the sidecar injection webhook (HTTPS, POST /inject)
   --webhook-cert-dir DIR                 its tls.crt + tls.key, re-read on rotation
                                          (default /etc/korovod/webhook)
@@ -126,6 +129,7 @@ StatusOr<OperatorOptions> ParseOperatorFlags(const std::vector<std::string>& arg
       {"--host-network-port-min", integer(&o.settings.host_network_port_min, 1024, 65535)},
       {"--host-network-port-max", integer(&o.settings.host_network_port_max, 1024, 65535)},
       {"--cluster-domain", str(&o.settings.cluster_domain)},
+      {"--elastic-rendezvous-host", str(&o.settings.elastic_rendezvous_host)},
       {"--webhook-bind-address", host_port(&o.webhook_bind_address)},
       {"--webhook-cert-dir", str(&o.webhook_cert_dir)},
       {"--webhook-cert-secret",

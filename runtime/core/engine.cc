@@ -954,6 +954,12 @@ Status Engine::health() const {
   return impl_->health;
 }
 
+void Engine::Abort(const Status& why) {
+  if (!impl_ || impl_->comm == nullptr) return;  // (not thread.joinable(): Shutdown may be joining)
+  impl_->comm->Abort(why);
+  impl_->wake.notify_all();  // an idle engine runs a cycle and meets the abort
+}
+
 void Engine::Shutdown() {
   if (!impl_ || !impl_->thread.joinable()) return;
   {

@@ -85,6 +85,11 @@ class Engine {
   // The error that stopped the engine (peer failure, stall shutdown), or OK while running.
   Status health() const;
 
+  // From any thread: fails this rank's collectives with `why` within a poll slice (its peers get
+  // the cause through the mesh), and the engine stops as on a peer failure. For a cause only the
+  // caller can see: an elastic member the driver removed while its connections still stand.
+  void Abort(const Status& why);
+
   // Tells every rank to stop at the end of the current cycle (any rank may start it); ops still in
   // flight fail with Aborted naming the rank that shut down. Blocks until the thread has exited.
   void Shutdown();

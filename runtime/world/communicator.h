@@ -96,6 +96,12 @@ class Communicator {
   // Once a collective fails the communicator stays broken: later collectives return this error
   // at once instead of waiting on peers in an unknown state. Shutdown still works.
   const Status& broken() const { return broken_; }
+  // Thread-safe (the mesh locks): every transport of this world, lanes included, fails with
+  // `why` within a poll slice and the peers are told.
+  void Abort(const Status& why) {
+    transport_->Abort(why);
+    if (local_transport_ != nullptr) local_transport_->Abort(why);
+  }
   Status MarkBroken(Status s) {
     if (broken_.ok() && !s.ok()) {
       broken_ = s;

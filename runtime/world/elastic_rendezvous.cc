@@ -74,6 +74,14 @@ StatusOr<std::unique_ptr<ElasticRendezvousServer>> ElasticRendezvousServer::Star
                            std::to_string(options.max_workers) + ") is below the minimum (" +
                            std::to_string(options.min_workers) + ")");
   }
+  if (options.resume_epoch == 0 && !options.resume_members.empty()) {
+    return InvalidArgument("elastic: members to resume need the epoch they formed");
+  }
+  for (const std::string& m : options.resume_members) {
+    if (!ValidWorkerId(m)) {
+      return InvalidArgument("elastic: resumed member \"" + m + "\" is not a valid worker id");
+    }
+  }
   Fd owned;
   int fd = options.listen_fd;
   if (fd < 0) {
@@ -93,7 +101,11 @@ StatusOr<std::unique_ptr<ElasticRendezvousServer>> ElasticRendezvousServer::Star
 
 ElasticRendezvousServer::ElasticRendezvousServer(ElasticServerOptions options, Fd listener,
                                                  uint16_t port)
-    : options_(std::move(options)), listener_(std::move(listener)), port_(port) {}
+    : options_(std::move(options)), listener_(std::move(listener)), port_(port) {
+  epoch_ = options_.resume_epoch;
+  members_ = options_.resume_members;
+  if (epoch_ > 0) formations_ = 1 + std::max(0, options_.resume_resets);
+}
 
 ElasticRendezvousServer::~ElasticRendezvousServer() {
   stop_.store(true);
@@ -191,10 +203,12 @@ void ElasticRendezvousServer::Accept(Fd fd) {
     for (const auto& [v, b] : updates_) {
       if (v > since) bits |= b;
     }
-    (void)WriteFrame(fd.get(), FrameType::kVersion,
-                     "version=" + std::to_string(version_) + " epoch=" + std::to_string(epoch_) +
-                         " update=" + std::to_string(bits),
-                     hs, who);
+    std::string answer = "version=" + std::to_string(version_) +
+                         " epoch=" + std::to_string(epoch_) + " update=" + std::to_string(bits);
+    for (const std::string& m : members_) {
+      if (live_.count(m) == 0) answer += "\n" + m;  // gone: one per line
+    }
+    (void)WriteFrame(fd.get(), FrameType::kVersion, answer, hs, who);
     return;
   }
   auto refuse = [&](const std::string& why) {
@@ -399,8 +413,9 @@ StatusOr<MembershipVersion> QueryMembership(const PeerAddress& server, const std
       DialHandshake(fd.get(), job_key, -1, 0, kRendezvousStream, 0, 0, deadline, who));
   KV_RETURN_IF_ERROR(
       WriteFrame(fd.get(), FrameType::kQuery, "since=" + std::to_string(since), deadline, who));
-  KV_ASSIGN_OR_RETURN(std::string text, ReadFrame(fd.get(), "V", 4096, deadline, who));
-  const auto fields = Fields(text);
+  KV_ASSIGN_OR_RETURN(std::string text, ReadFrame(fd.get(), "V", kMaxAnswer, deadline, who));
+  const size_t eol = text.find('\n');
+  const auto fields = Fields(std::string_view(text).substr(0, eol));
   MembershipVersion v;
   uint64_t epoch = 0, update = 0;
   auto version = fields.find("version");
@@ -413,6 +428,12 @@ StatusOr<MembershipVersion> QueryMembership(const PeerAddress& server, const std
   }
   v.epoch = static_cast<uint32_t>(epoch);
   v.update = static_cast<int>(update);
+  if (eol != std::string::npos) {
+    std::istringstream gone(text.substr(eol + 1));
+    for (std::string id; std::getline(gone, id);) {
+      if (!id.empty()) v.gone.push_back(id);
+    }
+  }
   return v;
 }
 

@@ -57,6 +57,12 @@ struct ElasticServerOptions {
   std::chrono::milliseconds timeout{600000};
   int listen_fd = -1;  // an already listening socket; -1: bind 0.0.0.0:port
   uint16_t port = 0;   // 0: any free port
+  // A driver that took over a running job (a new operator leader) resumes where the last server
+  // stopped: epoch `resume_epoch` (0: a new job) formed with `resume_members` by rank after
+  // `resume_resets` resets. Its members keep their ranks and may register from that epoch.
+  uint32_t resume_epoch = 0;
+  std::vector<std::string> resume_members;
+  int resume_resets = 0;
 };
 
 class ElasticRendezvousServer {
@@ -134,6 +140,9 @@ struct MembershipVersion {
   uint64_t version = 0;  // now
   uint32_t epoch = 0;    // the last epoch formed
   int update = 0;        // HostUpdate bits of the changes after the version asked about
+  // Members of that epoch the driver no longer lists (their pod or node is gone): the epoch cannot
+  // go on, even where no connection to them has broken (a frozen or partitioned worker).
+  std::vector<std::string> gone;
 };
 
 // Asks the server whether the membership moved since `since` (an ElasticAssignment::version).

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "common/log.h"
+
 namespace korovod::sidecar {
 
 void ServedEpoch::End() {
@@ -11,8 +13,43 @@ void ServedEpoch::End() {
 
 RankEpochs::RankEpochs(std::shared_ptr<ServedEpoch> only) : current_(std::move(only)) {}
 
-RankEpochs::RankEpochs(Former form, Query query)
-    : form_(std::move(form)), query_(std::move(query)) {}
+RankEpochs::RankEpochs(Former form, Query query, std::chrono::milliseconds watch_every)
+    : form_(std::move(form)), query_(std::move(query)) {
+  watch_ = std::jthread([this, watch_every](std::stop_token stop) { Watch(stop, watch_every); });
+}
+
+RankEpochs::~RankEpochs() {
+  if (watch_.joinable()) {
+    watch_.request_stop();
+    watch_cv_.notify_all();
+    watch_.join();
+  }
+}
+
+void RankEpochs::Watch(std::stop_token stop, std::chrono::milliseconds every) {
+  uint32_t aborted = 0;  // the epoch already ended by this watch
+  std::mutex sleep_mu;
+  std::unique_lock<std::mutex> sleep(sleep_mu);
+  while (!watch_cv_.wait_for(sleep, stop, every, [&stop] { return stop.stop_requested(); })) {
+    std::shared_ptr<ServedEpoch> e = current();
+    if (e == nullptr || e->engine == nullptr || e->epoch == aborted) continue;
+    auto v = query_(e->formed_version, Deadline::After(std::chrono::milliseconds(2000)));
+    if (!v.ok()) {
+      KV_LOG(kDebug, kSidecar, "membership watch: %s", v.status().ToString().c_str());
+      continue;  // a server that does not answer ends nothing: the next formation will tell
+    }
+    if (v->epoch != e->epoch || v->gone.empty()) continue;
+    std::string who;
+    for (const std::string& g : v->gone) who += (who.empty() ? "" : ", ") + g;
+    const std::string why = "elastic: epoch " + std::to_string(e->epoch) + " lost " + who +
+                            " (the job's driver no longer lists " +
+                            (v->gone.size() == 1 ? "it" : "them") +
+                            ": its pod or host is gone); the epoch ends";
+    KV_LOG(kWarning, kSidecar, "%s", why.c_str());
+    e->engine->Abort(Aborted(why));
+    aborted = e->epoch;
+  }
+}
 
 std::shared_ptr<ServedEpoch> RankEpochs::current() const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -7,11 +7,15 @@
 // are new, and the epoch is part of the peers' handshake.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <stop_token>
 #include <string>
+#include <thread>
 
 #include "common/deadline.h"
 #include "common/status.h"
@@ -50,8 +54,14 @@ class RankEpochs {
 
   // Static: `only` serves every session.
   explicit RankEpochs(std::shared_ptr<ServedEpoch> only);
-  // Elastic: each session's epoch comes from `form`; `query` answers Membership.
-  RankEpochs(Former form, Query query);
+  // Elastic: each session's epoch comes from `form`; `query` answers Membership. Every
+  // `watch_every`, the current epoch asks the server whether a member is gone (the driver removed
+  // it: its pod was deleted, its node went NotReady) and aborts its engine naming them, so a
+  // member that vanished without closing its connections (a frozen or partitioned host) does not
+  // hold the others until their op deadline.
+  RankEpochs(Former form, Query query,
+             std::chrono::milliseconds watch_every = std::chrono::milliseconds(1000));
+  ~RankEpochs();
 
   bool elastic() const { return static_cast<bool>(form_); }
   std::shared_ptr<ServedEpoch> current() const;
@@ -75,9 +85,13 @@ class RankEpochs {
  private:
   Former form_;
   Query query_;
+  void Watch(std::stop_token stop, std::chrono::milliseconds every);
+
   std::mutex form_mu_;  // one formation at a time
   mutable std::mutex mu_;
   std::shared_ptr<ServedEpoch> current_;
+  std::condition_variable_any watch_cv_;
+  std::jthread watch_;  // last: stops before the members it reads go
 };
 
 }  // namespace korovod::sidecar

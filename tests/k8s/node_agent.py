@@ -10,6 +10,11 @@ kubelet does, and stops the sidecars once the main containers have exited.
 
 Images are mapped to local programs by `images`: {image prefix: argv}; a container with a command
 runs that command. Each container's output goes to <pod dir>/<container>.log.
+
+Several agents may play several nodes of one namespace: `binds(pod)` says which unscheduled pods
+this one binds to its node, and each agent runs and finishes the deletion of its own node's pods
+only. `freeze()` plays a node that stops answering: its loop stops and its pods' processes are
+stopped (SIGSTOP) with their connections open, as on a partitioned host.
 """
 import base64
 import os
@@ -48,7 +53,7 @@ class _PodRun:
 
 class NodeAgent(KubeletLoop):
     def __init__(self, cluster, workdir, images, namespace="default", node="agent-node",
-                 extra_env=None, startup_deadline_s=120):
+                 extra_env=None, startup_deadline_s=120, binds=None):
         super().__init__(cluster, namespace, node, 0.3)
         # Unix socket paths are limited to 107 bytes: keep pod folders short, under /tmp.
         self.root = tempfile.mkdtemp(prefix="ka-", dir="/tmp")
@@ -56,6 +61,8 @@ class NodeAgent(KubeletLoop):
         self.images = images
         self.extra_env = extra_env or {}
         self.startup_deadline_s = startup_deadline_s
+        self.binds = binds or (lambda pod: True)
+        self.frozen = False
         self.runs = {}           # pod uid -> _PodRun
         self.coordinator_ports = {}  # "host:port" in the cluster -> local port
         self._lock = threading.Lock()
@@ -82,20 +89,34 @@ class NodeAgent(KubeletLoop):
         raise KeyError("no pod %s ran on this agent" % pod_name)
 
     # --- the sync loop ---------------------------------------------------------------------
+    def freeze(self):
+        """The node stops answering: no more syncs, its pods' processes stopped mid-flight."""
+        self.frozen = True
+        self._stop.set()
+        self._thread.join(10)
+        for run in list(self.runs.values()):
+            for p in run.procs.values():
+                if p.poll() is None:
+                    self._signal(p, signal.SIGSTOP)
+
     def sync(self):
         pods = self.cluster.get(self.pods_path()) or {"items": []}
         for pod in pods["items"]:
             meta = pod["metadata"]
+            node = pod["spec"].get("nodeName")
+            if node and node != self.node:
+                continue  # another node's: its own agent runs and removes it
             if meta.get("deletionTimestamp"):
                 run = self.runs.get(meta["uid"])
                 if run:
                     self._kill(run)
                 self.finish_deletion(pod)
                 continue
-            if not pod["spec"].get("nodeName"):
-                self.bind(pod)
+            if not node:
+                if self.binds(pod):
+                    self.bind(pod)
                 continue
-            if pod["spec"]["nodeName"] != self.node or meta["uid"] in self.runs:
+            if meta["uid"] in self.runs:
                 continue
             run = _PodRun(pod, self.root)
             self.runs[meta["uid"]] = run
@@ -174,6 +195,7 @@ class NodeAgent(KubeletLoop):
                      if m["name"] in mounts}
         env = dict(os.environ)
         env.update(self.extra_env)
+        declared = {}
         for e in c.get("env", []):
             if "value" in e:
                 val = e["value"]
@@ -187,9 +209,14 @@ class NodeAgent(KubeletLoop):
             elif "valueFrom" in e and "fieldRef" in e["valueFrom"]:
                 field = e["valueFrom"]["fieldRef"]["fieldPath"]
                 val = {"metadata.name": run.name, "metadata.namespace": self.ns,
-                       "status.podIP": "127.0.0.1", "spec.nodeName": self.node}.get(field, "")
+                       "metadata.uid": run.uid, "status.podIP": "127.0.0.1",
+                       "spec.nodeName": self.node}.get(field, "")
             else:
                 continue
+            # The kubelet's $(VAR): a variable defined earlier in the container's env.
+            val = re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                         lambda m: declared.get(m.group(1), m.group(0)), val)
+            declared[e["name"]] = val
             for mount_path, host in sorted(mount_map.items(), key=lambda kv: -len(kv[0])):
                 if val == mount_path or val.startswith(mount_path + "/"):
                     val = host + val[len(mount_path):]
@@ -282,6 +309,7 @@ class NodeAgent(KubeletLoop):
         for p in run.procs.values():
             if p.poll() is None:
                 self._signal(p, signal.SIGTERM)
+                self._signal(p, signal.SIGCONT)  # a frozen node's
         for p in run.procs.values():
             try:
                 p.wait(10)

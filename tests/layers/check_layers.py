@@ -72,7 +72,10 @@ RULES: Dict[str, Optional[Tuple[str, ...]]] = {
     "operator/kube": ("common",),
     "operator/controller": ("common", "operator/api"),
     "operator/webhook": ("common", "common/http", "operator/api", "operator/controller"),
-    "operator/manager": ("common", "common/http") + _ALL_OPERATOR,
+    # The leader hosts each elastic job's membership server (korovod_membership: runtime/world's
+    # server, the transport's handshake and sockets; ADR 0014); no engine, no tensors.
+    "operator/manager": ("common", "common/http", "runtime", "runtime/transport", "runtime/world")
+    + _ALL_OPERATOR,
     "bench": ANY,
 }
 

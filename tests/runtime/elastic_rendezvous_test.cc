@@ -91,6 +91,8 @@ TEST(ElasticRendezvous, EpochsKeepSurvivorsInOrderAndAppendNewcomers) {
   ASSERT_TRUE(moved.ok()) << moved.status().ToString();
   EXPECT_GT(moved->version, formed_at);
   EXPECT_EQ(moved->update, kHostsRemoved);
+  // The member the driver removed is named, so survivors end an epoch it can no longer serve.
+  EXPECT_EQ(moved->gone, (std::vector<std::string>{"a"}));
   auto second = JoinAll(*server, {{"b", 1}, {"c", 1}});
   ASSERT_TRUE(second.at("b").ok()) << second.at("b").status().ToString();
   ASSERT_TRUE(second.at("c").ok()) << second.at("c").status().ToString();
@@ -106,6 +108,7 @@ TEST(ElasticRendezvous, EpochsKeepSurvivorsInOrderAndAppendNewcomers) {
   ASSERT_TRUE(added.ok());
   EXPECT_EQ(added->update, kHostsAdded);
   EXPECT_EQ(added->epoch, 2u);
+  EXPECT_TRUE(added->gone.empty());  // a newcomer ends nothing
   auto third = JoinAll(*server, {{"d", 0}, {"b", 2}, {"c", 2}});
   for (const auto& [w, a] : third) ASSERT_TRUE(a.ok()) << w << ": " << a.status().ToString();
   EXPECT_EQ(third.at("c")->rank, 0);
@@ -218,6 +221,39 @@ TEST(ElasticRendezvous, NoServerIsADeadlineNamingIt) {
   EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded);
   EXPECT_TRUE(Contains(r.status().message(), "the elastic rendezvous server at 127.0.0.1:1"))
       << r.status().ToString();
+}
+
+// A new driver (an operator's new leader) resumes a running job: the members of the epoch it was
+// told keep their ranks and register from that epoch; a member from an older one is stale.
+TEST(ElasticRendezvous, ResumedServerContinuesTheEpochItWasGiven) {
+  ElasticServerOptions o;
+  o.job_key = kKey;
+  o.min_workers = 1;
+  o.timeout = milliseconds(20000);
+  o.resume_epoch = 7;
+  o.resume_members = {"b", "a"};
+  o.resume_resets = 6;
+  auto server = ElasticRendezvousServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  EXPECT_EQ((*server)->epoch(), 7u);
+  EXPECT_EQ((*server)->resets(), 6);
+  (*server)->SetLiveWorkers({"a", "b", "c"});
+  auto next = JoinAll(**server, {{"c", 0}, {"a", 7}, {"b", 7}});
+  for (const auto& [w, a] : next) ASSERT_TRUE(a.ok()) << w << ": " << a.status().ToString();
+  EXPECT_EQ(next.at("b")->rank, 0);
+  EXPECT_EQ(next.at("a")->rank, 1);
+  EXPECT_EQ(next.at("c")->rank, 2);
+  EXPECT_EQ(next.at("c")->epoch, 8u);
+  EXPECT_EQ((*server)->resets(), 7);
+  auto stale = JoinElasticEpoch(JoinOptions(**server, "a", 6, 30100));
+  ASSERT_FALSE(stale.ok());
+  EXPECT_TRUE(Contains(stale.status().message(), "stale")) << stale.status().ToString();
+
+  ElasticServerOptions bad = o;
+  bad.resume_epoch = 0;
+  auto refused = ElasticRendezvousServer::Start(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(Contains(refused.status().message(), "need the epoch")) << refused.status().ToString();
 }
 
 }  // namespace

@@ -1,0 +1,74 @@
+// ElasticServers: the membership servers of the elastic HorovodJobs this operator leads, one per
+// job (runtime/world/elastic_rendezvous.h, ADR 0014). The reconciler says what a job needs
+// (ReconcileResult::elastic: settings and the live worker ids); Apply starts the job's server, or
+// updates its live workers, or stops it when the job needs none. Observe hands the reconciler the
+// server's state (port, last epoch and its members, failure, workers given up on).
+//
+// A server started for a job that ran before (this operator restarted, or took over as leader)
+// resumes from the job's status: its epoch, members and resets, on the same port when it is free,
+// so the sidecars, which keep dialing the address in their env, find it again.
+//
+// A watcher thread calls `changed(job key)` when a server's epoch, failure or given-up workers
+// move: nothing on the API server changes then, so no watch event would wake the reconciler.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "operator/controller/action.h"
+#include "operator/controller/observed_state.h"
+#include "runtime/world/elastic_rendezvous.h"
+
+namespace korovod::k8s_operator {
+
+class ElasticServers {
+ public:
+  explicit ElasticServers(std::function<void(const std::string& job_key)> changed);
+  ~ElasticServers();
+  ElasticServers(const ElasticServers&) = delete;
+  ElasticServers& operator=(const ElasticServers&) = delete;
+
+  // The job's server as the reconciler sees it; nullopt when none runs for this uid.
+  std::optional<ObservedState::ElasticServer> Observe(const std::string& job_key,
+                                                      const std::string& uid) const;
+
+  // Starts, updates or (directive unset) stops the job's server. A job recreated under its name
+  // (another uid) gets a new server.
+  Status Apply(const std::string& job_key, const std::string& uid,
+               const std::optional<ElasticDirective>& directive);
+
+  // The job is gone: its server stops.
+  void Forget(const std::string& job_key);
+
+  std::vector<std::string> JobKeys() const;
+
+ private:
+  struct Hosted {
+    std::string uid;
+    std::unique_ptr<ElasticRendezvousServer> server;
+    std::vector<std::string> lost;  // every worker given up on (kept: the pods go by themselves)
+    // What the watcher last reported.
+    uint32_t seen_epoch = 0;
+    bool seen_failure = false;
+    size_t seen_lost = 0;
+  };
+
+  void Watch(std::stop_token stop);
+
+  std::function<void(const std::string&)> changed_;
+  mutable std::mutex mu_;
+  std::map<std::string, Hosted> jobs_;  // by "namespace/name"
+  std::condition_variable_any watch_cv_;
+  std::jthread watch_;  // last: stops before the servers go
+};
+
+}  // namespace korovod::k8s_operator
