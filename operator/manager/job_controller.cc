@@ -167,6 +167,8 @@ JobController::JobController(const kube::ApiClient& client, const kube::EventRec
     informers_.emplace_back(name, std::move(informer));
   }
 
+  // Nodes are cluster-scoped: an operator confined to one namespace (a Role) cannot watch them.
+  if (!options_.namespace_name.empty()) return;
   kube::InformerOptions node_opts;
   node_opts.watch_timeout_seconds = options_.watch_timeout_seconds;
   kube::InformerHandlers node_handlers;
@@ -189,7 +191,7 @@ JobController::~JobController() { Stop(); }
 
 void JobController::StartInformers() {
   for (auto& [name, informer] : informers_) informer->Start();
-  nodes_->Start();
+  if (nodes_) nodes_->Start();
 }
 
 bool JobController::Synced() const {
@@ -211,7 +213,7 @@ void JobController::Stop() {
   for (std::thread& t : workers_) t.join();
   workers_.clear();
   for (auto& [name, informer] : informers_) informer->Stop();
-  nodes_->Stop();
+  if (nodes_) nodes_->Stop();
 }
 
 std::map<std::string, int> JobController::JobsByPhase() const {
@@ -287,7 +289,7 @@ ObservedState JobController::Observe(const nlohmann::json& job) const {
   observed.now_unix = static_cast<int64_t>(std::time(nullptr));
   observed.settings = options_.settings;
   observed.elastic_server = elastic_.Observe(JobKey(ns, meta.value("name", "")), uid);
-  for (const nlohmann::json& node : nodes_->List()) {
+  for (const nlohmann::json& node : nodes_ ? nodes_->List() : std::vector<nlohmann::json>{}) {
     if (!NodeReady(node)) observed.unready_nodes.insert(StringAt(node, {"metadata", "name"}));
   }
   return observed;

@@ -73,8 +73,8 @@ class JobController {
   kube::Informer* pods_ = nullptr;
   kube::Informer* services_ = nullptr;
   kube::Informer* config_maps_ = nullptr;
-  // Nodes, for elastic jobs (a worker on an unready node is lost). Not waited for: without the
-  // permission to watch nodes (a namespaced install) no node counts as unready.
+  // Nodes, for elastic jobs (a worker on an unready node is lost). Only when watching every
+  // namespace (a Role cannot grant nodes); not waited for by Synced().
   std::unique_ptr<kube::Informer> nodes_;
   ElasticServers elastic_;  // after queue_: its watcher queues jobs
   std::vector<std::thread> workers_;

@@ -200,8 +200,12 @@ def test_namespaced_values(rendered):
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": FULL}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULL, "namespace": NS}]
-    # The same rules as the ClusterRole of the default case, only namespaced.
-    assert role["rules"] == rendered["default"][("ClusterRole", FULL)]["rules"]
+    # The same rules as the ClusterRole of the default case, only namespaced, less nodes (a Role
+    # cannot grant a cluster-scoped resource; elastic jobs then do without unready-node loss).
+    nodes = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}
+    cluster_rules = rendered["default"][("ClusterRole", FULL)]["rules"]
+    assert nodes in cluster_rules
+    assert role["rules"] == [r for r in cluster_rules if r != nodes]
 
 
 def test_leader_election_role_in_release_namespace(rendered):
@@ -297,9 +301,14 @@ def test_network_policy(rendered, case):
     assert policy["spec"]["podSelector"] == deployment["spec"]["selector"]
     assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
     ingress_ports = [p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]]
-    # The webhook port from anywhere (the API server is no pod), the metrics/health port.
-    assert ingress_ports == ([9443, 8080] if case == "default" else [8080]), policy
-    assert all("from" not in rule for rule in policy["spec"]["ingress"]), policy
+    # The webhook port from anywhere (the API server is no pod), the metrics/health port, and
+    # the elastic membership servers' ephemeral ports from HorovodJob worker pods only.
+    assert ingress_ports == ([9443, 8080, 32768] if case == "default" else [8080, 32768]), policy
+    assert all("from" not in rule for rule in policy["spec"]["ingress"][:-1]), policy
+    elastic = policy["spec"]["ingress"][-1]
+    assert elastic["ports"] == [{"protocol": "TCP", "port": 32768, "endPort": 60999}]
+    assert elastic["from"] == [{"namespaceSelector": {},
+                                "podSelector": {"matchLabels": {"korovod.dev/role": "worker"}}}]
     api, dns = policy["spec"]["egress"]
     assert api["ports"] == [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}]
     assert dns["ports"] == [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
@@ -314,7 +323,7 @@ def test_network_policy_values(tmp_path):
         "dnsTo": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {
             "k8s-app": "kube-dns"}}}]}}))
     policy = by_kind_name(template(str(values), NS))[("NetworkPolicy", FULL)]["spec"]
-    webhook, metrics = policy["ingress"]
+    webhook, metrics, _elastic = policy["ingress"]
     assert webhook["from"] == [{"ipBlock": {"cidr": "10.0.0.0/24"}}]
     assert metrics["from"] == [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]
     api, dns = policy["egress"]

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -1174,6 +1175,259 @@ TEST(Kueue, WorkloadCarriesThePriority) {
   StatusOr<HorovodJob> parsed = HorovodJobFromJson(job);
   ASSERT_TRUE(parsed.ok());
   EXPECT_EQ(WorkloadPriorityClassOf(*parsed)["kind"], "WorkloadPriorityClass");
+}
+
+// --- elastic jobs (spec.elastic) ------------------------------------------------------------
+//
+// The world follows the live pods: the operator's membership server (stood in for here by the
+// ElasticServer the executor would observe) forms the epochs; the reconciler keeps the pods,
+// says who is alive and reports the membership. Nothing restarts.
+
+namespace elastic {
+
+json ElasticJob(int replicas, int min, int backoff_limit = 6) {
+  json job = MinimalJob(replicas);
+  job["spec"]["elastic"] = {{"minReplicas", min}};
+  job["spec"]["runPolicy"] = {{"backoffLimit", backoff_limit}};
+  return job;
+}
+
+ReconcileResult Step(FakeCluster& c, int64_t now,
+                     std::optional<ObservedState::ElasticServer> server,
+                     const std::set<std::string>& unready = {}, const std::string& host = "10.0.0.9") {
+  ObservedState o = c.Observe(now);
+  o.settings.elastic_rendezvous_host = host;
+  o.elastic_server = std::move(server);
+  o.unready_nodes = unready;
+  ReconcileResult r = Reconcile(o);
+  c.Apply(r);
+  return r;
+}
+
+ObservedState::ElasticServer Server(int64_t epoch = 0, std::vector<std::string> members = {}) {
+  ObservedState::ElasticServer s;
+  s.port = 7000;
+  s.epoch = epoch;
+  s.members = std::move(members);
+  return s;
+}
+
+std::string Id(FakeCluster& c, const std::string& pod) {
+  return pod + "." + c.Pod(pod)->at("metadata")["uid"].get<std::string>();
+}
+
+std::string EnvOf(const json& container, const std::string& name) {
+  for (const json& e : container["env"]) {
+    if (e["name"] == name) return e.value("value", "<from " + e.dump() + ">");
+  }
+  return "<unset>";
+}
+
+// A job whose 3 pods run and whose server formed epoch 1 with them (rank order 0, 1, 2).
+FakeCluster Running(int backoff_limit = 6) {
+  FakeCluster c(ElasticJob(3, 2, backoff_limit));
+  Step(c, kT0, std::nullopt);
+  Step(c, kT0 + 1, Server());
+  c.SetAllPodsPhase("Running");
+  Step(c, kT0 + 2, Server(0));
+  Step(c, kT0 + 3, Server(1, {Id(c, "j-worker-0"), Id(c, "j-worker-1"), Id(c, "j-worker-2")}));
+  EXPECT_EQ(Phase(c), "Running");
+  return c;
+}
+
+}  // namespace elastic
+
+TEST(ReconcileElastic, PodsWaitForTheServerThenJoinItByPodUid) {
+  using namespace elastic;
+  FakeCluster c(ElasticJob(3, 2));
+  ReconcileResult r = Step(c, kT0, std::nullopt);
+  EXPECT_EQ(CountKind(r, Action::Kind::kCreate, "Pod"), 0);  // no server, no port yet
+  EXPECT_FALSE(r.elastic);                                   // the key Secret is on its way
+  r = Step(c, kT0 + 1, std::nullopt);
+  ASSERT_TRUE(r.elastic);
+  EXPECT_EQ(r.elastic->job_key, testing::kTestKeyHex);
+  EXPECT_EQ(r.elastic->min_workers, 2);
+  EXPECT_EQ(r.elastic->max_workers, 3);
+  EXPECT_EQ(r.elastic->timeout_seconds, 600);
+  EXPECT_EQ(r.elastic->reset_limit, -1);
+  EXPECT_TRUE(r.elastic->live.empty());
+  EXPECT_EQ(CountKind(r, Action::Kind::kCreate, "Pod"), 0);
+
+  r = Step(c, kT0 + 2, Server());
+  ASSERT_EQ(Names(r, Action::Kind::kCreate, "Pod"),
+            (std::vector<std::string>{"j-worker-0", "j-worker-1", "j-worker-2"}));
+  const json& pod = *c.Pod("j-worker-1");
+  const json& sidecar = pod["spec"]["initContainers"][0];
+  EXPECT_EQ(EnvOf(sidecar, "KOROVOD_ELASTIC_RENDEZVOUS"), "10.0.0.9:7000");
+  EXPECT_EQ(EnvOf(sidecar, "KOROVOD_WORKER_ID"), "j-worker-1.$(KOROVOD_POD_UID)");
+  EXPECT_NE(EnvOf(sidecar, "KOROVOD_POD_UID").find("metadata.uid"), std::string::npos);
+  EXPECT_EQ(EnvOf(sidecar, "KOROVOD_HOST_NAME"), "j-worker-1");
+  EXPECT_EQ(EnvOf(sidecar, "KOROVOD_ELASTIC_TIMEOUT_SECONDS"), "600");
+  EXPECT_EQ(EnvOf(sidecar, "KOROVOD_RANK"), "<unset>");  // each epoch places it
+  EXPECT_EQ(EnvOf(sidecar, "KOROVOD_COORDINATOR"), "<unset>");
+  const json& trainer = pod["spec"]["containers"][0];
+  EXPECT_EQ(EnvOf(trainer, "HOROVOD_ELASTIC"), "1");
+  EXPECT_EQ(EnvOf(trainer, "KOROVOD_CONNECT_TIMEOUT"), "1200");  // elastic + start-up timeout
+  EXPECT_EQ(EnvOf(trainer, "KOROVOD_RANK"), "<unset>");
+
+  // Running pods are live; a pending one is not (it cannot register yet).
+  c.SetPodPhase("j-worker-0", "Running");
+  c.SetPodPhase("j-worker-2", "Running");
+  r = Step(c, kT0 + 3, Server());
+  ASSERT_TRUE(r.elastic);
+  EXPECT_EQ(r.elastic->live, (std::vector<std::string>{Id(c, "j-worker-0"), Id(c, "j-worker-2")}));
+  EXPECT_EQ(Phase(c), "Pending");
+
+  r = Step(c, kT0 + 4, Server(1, {Id(c, "j-worker-2"), Id(c, "j-worker-0")}));
+  EXPECT_EQ(Phase(c), "Running");
+  EXPECT_EQ(c.status()["elastic"]["epoch"], 1);
+  EXPECT_EQ(c.status()["elastic"]["world"], json({"j-worker-2", "j-worker-0"}));
+  EXPECT_EQ(c.status()["elastic"]["rendezvousPort"], 7000);
+  EXPECT_EQ(c.status()["workers"][0]["pod"], "j-worker-2");
+  const Action* formed = FindEvent(r, "MembershipChanged");
+  ASSERT_NE(formed, nullptr);
+  EXPECT_EQ(formed->message, "membership epoch 1: 2 workers (j-worker-2, j-worker-0)");
+  // A server started later (a new leader) resumes there.
+  r = Step(c, kT0 + 5, Server(1, {Id(c, "j-worker-2"), Id(c, "j-worker-0")}));
+  EXPECT_EQ(r.elastic->resume_epoch, 1);
+  EXPECT_EQ(r.elastic->resume_members,
+            (std::vector<std::string>{Id(c, "j-worker-2"), Id(c, "j-worker-0")}));
+  EXPECT_EQ(r.elastic->port, 7000);
+}
+
+TEST(ReconcileElastic, AWorkerOnAnUnreadyNodeIsLostAndReplacedWithoutARestart) {
+  using namespace elastic;
+  FakeCluster c = Running();
+  c.Pod("j-worker-1")->at("spec")["nodeName"] = "node-b";
+  const std::string lost = Id(c, "j-worker-1");
+  ReconcileResult r = Step(c, kT0 + 10, Server(1, {Id(c, "j-worker-0"), lost, Id(c, "j-worker-2")}),
+                           {"node-b"});
+  EXPECT_EQ(Names(r, Action::Kind::kDelete, "Pod"), std::vector<std::string>{"j-worker-1"});
+  // The replacement takes a fresh index: it never waits for the lost pod's name.
+  EXPECT_EQ(Names(r, Action::Kind::kCreate, "Pod"), std::vector<std::string>{"j-worker-3"});
+  const Action* event = FindEvent(r, "WorkerLost");
+  ASSERT_NE(event, nullptr);
+  EXPECT_NE(event->message.find("j-worker-1 is on node node-b, which is not Ready"),
+            std::string::npos)
+      << event->message;
+  ASSERT_TRUE(r.elastic);
+  EXPECT_EQ(std::count(r.elastic->live.begin(), r.elastic->live.end(), lost), 0);
+  EXPECT_EQ(Phase(c), "Running");
+  EXPECT_EQ(c.status()["epoch"], 1);  // the pods' generation: nothing restarted
+  EXPECT_EQ(c.status()["restartCount"], 0);
+
+  // The survivors form epoch 2; the event says who left and why.
+  r = Step(c, kT0 + 11, Server(2, {Id(c, "j-worker-0"), Id(c, "j-worker-2")}));
+  const Action* formed = FindEvent(r, "MembershipChanged");
+  ASSERT_NE(formed, nullptr);
+  EXPECT_NE(formed->message.find("membership epoch 2: 2 workers (j-worker-0, j-worker-2); left: "
+                                 "worker pod j-worker-1"),
+            std::string::npos)
+      << formed->message;
+  EXPECT_EQ(c.status()["elastic"]["resets"], 0);  // the fake server counts none
+}
+
+TEST(ReconcileElastic, DeletedEvictedAndDisruptedWorkersAreNotFailuresButCrashesAre) {
+  using namespace elastic;
+  FakeCluster c = Running(/*backoff_limit=*/1);
+  const ObservedState::ElasticServer server =
+      Server(1, {Id(c, "j-worker-0"), Id(c, "j-worker-1"), Id(c, "j-worker-2")});
+  // Evicted: DisruptionTarget, then its containers stop with an error while it terminates.
+  c.SetDisruptionTarget("j-worker-1", "EvictionByEvictionAPI", "Eviction API: evicting");
+  c.MarkTerminating("j-worker-1", kT0 + 10);
+  c.SetTrainerExit("j-worker-1", 143, "Error");
+  ReconcileResult r = Step(c, kT0 + 10, server);
+  EXPECT_EQ(Names(r, Action::Kind::kCreate, "Pod"), std::vector<std::string>{"j-worker-3"});
+  EXPECT_EQ(c.status()["restartCount"], 0);
+  EXPECT_EQ(Phase(c), "Running");
+
+  // A crash of the trainer is the job's own failure: counted, the pod kept for its logs.
+  c.SetTrainerExit("j-worker-2", 1, "Error");
+  r = Step(c, kT0 + 11, server);
+  EXPECT_EQ(c.status()["restartCount"], 1);
+  EXPECT_EQ(Names(r, Action::Kind::kDelete, "Pod"), std::vector<std::string>{});
+  EXPECT_EQ(Names(r, Action::Kind::kCreate, "Pod"), std::vector<std::string>{"j-worker-4"});
+  EXPECT_EQ(Phase(c), "Running");
+
+  // A second one exceeds backoffLimit 1.
+  c.SetTrainerExit("j-worker-0", 2, "Error");
+  r = Step(c, kT0 + 12, server);
+  EXPECT_EQ(Phase(c), "Failed");
+  EXPECT_EQ(Condition(c.status(), "Failed")["reason"], "BackoffLimitExceeded");
+  EXPECT_NE(Condition(c.status(), "Failed")["message"].get<std::string>().find(
+                "2 worker pods failed, more than backoffLimit 1"),
+            std::string::npos);
+  EXPECT_FALSE(r.elastic);  // its server stops
+}
+
+TEST(ReconcileElastic, TheServersFailureFailsTheJob) {
+  using namespace elastic;
+  FakeCluster c = Running();
+  ObservedState::ElasticServer s = Server(1, {Id(c, "j-worker-0")});
+  s.failure = "elastic: 1 worker alive, at least 2 needed (the minimum number of workers)";
+  ReconcileResult r = Step(c, kT0 + 10, s);
+  EXPECT_EQ(Phase(c), "Failed");
+  EXPECT_EQ(Condition(c.status(), "Failed")["reason"], "ElasticMembershipFailed");
+  EXPECT_EQ(Condition(c.status(), "Failed")["message"], s.failure);
+  EXPECT_EQ(CountKind(r, Action::Kind::kDelete, "Pod"), 3);
+  EXPECT_FALSE(r.elastic);
+}
+
+TEST(ReconcileElastic, AWorkerThatNeverJoinedIsDeletedAndReplaced) {
+  using namespace elastic;
+  FakeCluster c = Running();
+  ObservedState::ElasticServer s = Server(1, {Id(c, "j-worker-0"), Id(c, "j-worker-1")});
+  s.lost = {Id(c, "j-worker-2")};
+  ReconcileResult r = Step(c, kT0 + 10, s);
+  EXPECT_EQ(Names(r, Action::Kind::kDelete, "Pod"), std::vector<std::string>{"j-worker-2"});
+  EXPECT_EQ(Names(r, Action::Kind::kCreate, "Pod"), std::vector<std::string>{"j-worker-3"});
+  ASSERT_NE(FindEvent(r, "WorkerLost"), nullptr);
+}
+
+TEST(ReconcileElastic, SucceedsOnceAWorkerSucceededAndNoneRuns) {
+  using namespace elastic;
+  FakeCluster c = Running();
+  const ObservedState::ElasticServer s =
+      Server(1, {Id(c, "j-worker-0"), Id(c, "j-worker-1"), Id(c, "j-worker-2")});
+  c.SetPodPhase("j-worker-0", "Succeeded");
+  ReconcileResult r = Step(c, kT0 + 10, s);
+  EXPECT_EQ(CountKind(r, Action::Kind::kCreate, "Pod"), 0);  // nobody new once one finished
+  EXPECT_EQ(Phase(c), "Running");
+  c.SetPodPhase("j-worker-1", "Succeeded");
+  c.SetPodPhase("j-worker-2", "Succeeded");
+  r = Step(c, kT0 + 11, s);
+  EXPECT_EQ(Phase(c), "Succeeded");
+  EXPECT_EQ(c.status()["succeededWorkers"], 3);
+}
+
+TEST(ReconcileElastic, ReplicasResizeTheWorldWithinItsBounds) {
+  using namespace elastic;
+  FakeCluster c = Running();
+  const ObservedState::ElasticServer s =
+      Server(1, {Id(c, "j-worker-0"), Id(c, "j-worker-1"), Id(c, "j-worker-2")});
+  c.spec()["replicas"] = 2;
+  ReconcileResult r = Step(c, kT0 + 10, s);
+  EXPECT_EQ(Names(r, Action::Kind::kDelete, "Pod"), std::vector<std::string>{"j-worker-2"});
+  EXPECT_EQ(c.status()["epoch"], 1);
+  EXPECT_EQ(c.status()["restartCount"], 0);
+  EXPECT_EQ(Phase(c), "Running");
+  // maxReplicas defaults to replicas: 2 now; more is refused.
+  c.spec()["elastic"]["maxReplicas"] = 3;
+  c.spec()["replicas"] = 4;
+  c.job()["metadata"]["generation"] = 2;
+  Step(c, kT0 + 11, s);
+  EXPECT_EQ(Phase(c), "Failed");
+  EXPECT_EQ(Condition(c.status(), "SpecValid")["reason"], "ElasticReplicasOutOfRange");
+}
+
+TEST(ReconcileElastic, WithoutARendezvousHostTheJobFailsNamingTheFlag) {
+  using namespace elastic;
+  FakeCluster c(ElasticJob(2, 1));
+  Step(c, kT0, std::nullopt, {}, "");
+  EXPECT_EQ(Phase(c), "Failed");
+  EXPECT_NE(Condition(c.status(), "Failed")["message"].get<std::string>().find(
+                "--elastic-rendezvous-host"),
+            std::string::npos);
 }
 
 }  // namespace
