@@ -16,6 +16,11 @@ class Deadline {
 
   bool Expired() const { return Clock::now() >= at_; }
   Clock::time_point at() const { return at_; }
+  // This deadline, or `d` from now if that comes first: one attempt's share of an overall wait.
+  Deadline Sooner(std::chrono::milliseconds d) const {
+    const Clock::time_point soon = Clock::now() + d;
+    return Deadline(soon < at_ ? soon : at_);
+  }
   // Milliseconds left, clamped to [0, cap]; for poll(2).
   int RemainingMs(int cap = 1 << 30) const {
     if (at_ == Clock::time_point::max()) return cap;

@@ -352,8 +352,9 @@ StatusOr<HorovodJobStatus> ParseStatus(const json& value, const std::string& pat
   if (elastic) {
     ElasticStatus& e = s.elastic.emplace();
     KV_RETURN_IF_ERROR(
-        elastic->OnlyKnown({"epoch", "resets", "world", "workerIds", "rendezvousPort"}));
+        elastic->OnlyKnown({"epoch", "resets", "version", "world", "workerIds", "rendezvousPort"}));
     KV_RETURN_IF_ERROR(elastic->Int("epoch", e.epoch, 0));
+    KV_RETURN_IF_ERROR(elastic->Int("version", e.version, 0));
     KV_RETURN_IF_ERROR(elastic->Int("resets", e.resets, 0));
     KV_RETURN_IF_ERROR(elastic->Int("rendezvousPort", e.rendezvous_port, 0));
     for (const char* key : {"world", "workerIds"}) {
@@ -466,6 +467,7 @@ json ToJson(const HorovodJobStatus& s) {
   if (s.elastic) {
     out["elastic"] = json{{"epoch", s.elastic->epoch},
                           {"resets", s.elastic->resets},
+                          {"version", s.elastic->version},
                           {"world", s.elastic->world},
                           {"workerIds", s.elastic->worker_ids},
                           {"rendezvousPort", s.elastic->rendezvous_port}};

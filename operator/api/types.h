@@ -223,6 +223,7 @@ struct WorkerStatus {
 struct ElasticStatus {
   int64_t epoch = 0;  // the last membership epoch formed (0: none yet)
   int64_t resets = 0;
+  int64_t version = 0;                  // the membership version the epoch formed at
   std::vector<std::string> world;       // worker pod names by rank
   std::vector<std::string> worker_ids;  // the same workers' ids (pod name.uid), for a new leader
   int64_t rendezvous_port = 0;          // the membership server's port on the operator

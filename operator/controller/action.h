@@ -48,6 +48,7 @@ struct ElasticDirective {
   int64_t resume_epoch = 0;
   std::vector<std::string> resume_members;
   int64_t resume_resets = 0;
+  uint64_t resume_version = 0;
 };
 
 struct ReconcileResult {

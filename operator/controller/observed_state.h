@@ -35,6 +35,7 @@ struct ObservedState {
     int64_t epoch = 0;                 // the last membership epoch formed (0: none yet)
     std::vector<std::string> members;  // worker ids by rank
     int64_t resets = 0;
+    uint64_t formed_version = 0;    // the membership version that epoch formed at
     std::string failure;            // non-empty: the job cannot go on (below the minimum, ...)
     std::vector<std::string> lost;  // live workers that never joined within the timeout
   };

@@ -793,6 +793,7 @@ class JobReconciler {
         }
         es.epoch = server->epoch;
         es.resets = server->resets;
+        es.version = static_cast<int64_t>(server->formed_version);
         es.worker_ids = server->members;
         es.world.clear();
         for (const std::string& id : es.worker_ids) {
@@ -847,6 +848,7 @@ class JobReconciler {
       d.resume_epoch = es.epoch;
       d.resume_members = es.worker_ids;
       d.resume_resets = es.resets;
+      d.resume_version = static_cast<uint64_t>(es.version);
       out_.elastic = std::move(d);
       if (!server) Requeue(out_, 1);  // its server starts after this reconcile
     }

@@ -36,6 +36,7 @@ std::optional<ObservedState::ElasticServer> ElasticServers::Observe(const std::s
   out.epoch = s.epoch();
   out.members = s.members();
   out.resets = s.resets();
+  out.formed_version = s.formed_version();
   const Status failure = s.failure();
   if (!failure.ok()) out.failure = failure.message();
   out.lost = it->second.lost;
@@ -65,6 +66,7 @@ Status ElasticServers::Apply(const std::string& job_key, const std::string& uid,
     o.resume_epoch = static_cast<uint32_t>(d->resume_epoch);
     o.resume_members = d->resume_members;
     o.resume_resets = static_cast<int>(d->resume_resets);
+    o.resume_version = d->resume_version;
     o.port = static_cast<uint16_t>(d->port);
     auto server = ElasticRendezvousServer::Start(o);
     if (!server.ok() && o.port != 0) {

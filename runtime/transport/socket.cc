@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 namespace korovod {
 
@@ -35,6 +36,63 @@ StatusOr<sockaddr_storage> Resolve(const std::string& host, uint16_t port, sockl
   return ss;
 }
 
+struct SockAddr {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+};
+
+// Every address `host` resolves to (a headless Service: one per pod behind it).
+StatusOr<std::vector<SockAddr>> ResolveAll(const std::string& host, uint16_t port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res);
+  if (rc != 0) {
+    return Unavailable("cannot resolve host '" + host + "': " + gai_strerror(rc));
+  }
+  std::vector<SockAddr> out;
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    SockAddr s;
+    std::memcpy(&s.ss, a->ai_addr, a->ai_addrlen);
+    s.len = a->ai_addrlen;
+    out.push_back(s);
+  }
+  ::freeaddrinfo(res);
+  return out;
+}
+
+// One non-blocking connect bounded by `deadline`: the socket, or errno in *err.
+Fd TryConnect(const SockAddr& a, Deadline deadline, int* err) {
+  Fd fd(::socket(a.ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd.valid()) {
+    *err = errno;
+    return Fd();
+  }
+  int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&a.ss), a.len);
+  if (rc != 0 && errno == EINPROGRESS) {
+    pollfd p{fd.get(), POLLOUT, 0};
+    const int prc = ::poll(&p, 1, deadline.RemainingMs());
+    if (prc == 1) {
+      int e = 0;
+      socklen_t el = sizeof e;
+      ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &e, &el);
+      rc = e == 0 ? 0 : -1;
+      errno = e;
+    } else {
+      errno = prc == 0 ? ETIMEDOUT : errno;
+      rc = -1;
+    }
+  }
+  if (rc != 0) {
+    *err = errno;
+    return Fd();
+  }
+  *err = 0;
+  return fd;
+}
+
 }  // namespace
 
 StatusOr<Fd> ListenTcp(const std::string& host, uint16_t port, int backlog) {
@@ -53,33 +111,16 @@ StatusOr<Fd> ListenTcp(const std::string& host, uint16_t port, int backlog) {
 }
 
 StatusOr<Fd> ConnectTcp(const PeerAddress& addr, Deadline deadline) {
-  socklen_t len = 0;
-  KV_ASSIGN_OR_RETURN(sockaddr_storage ss, Resolve(addr.host, addr.port, &len));
+  SockAddr a;
+  KV_ASSIGN_OR_RETURN(a.ss, Resolve(addr.host, addr.port, &a.len));
   int backoff_ms = 5;
   int last_err = 0;
   while (true) {
-    Fd fd(::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (!fd.valid()) return ErrnoStatus(StatusCode::kInternal, "socket", errno);
-    int rc = ::connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len);
-    if (rc != 0 && errno == EINPROGRESS) {
-      pollfd p{fd.get(), POLLOUT, 0};
-      const int prc = ::poll(&p, 1, deadline.RemainingMs());
-      if (prc == 1) {
-        int err = 0;
-        socklen_t el = sizeof err;
-        ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &el);
-        rc = err == 0 ? 0 : -1;
-        errno = err;
-      } else {
-        errno = prc == 0 ? ETIMEDOUT : errno;
-        rc = -1;
-      }
-    }
-    if (rc == 0) {
+    Fd fd = TryConnect(a, deadline, &last_err);
+    if (fd.valid()) {
       KV_RETURN_IF_ERROR(SetNoDelay(fd.get()));
       return fd;
     }
-    last_err = errno;
     if (deadline.Expired()) break;
     std::this_thread::sleep_for(
         std::chrono::milliseconds(std::min(backoff_ms, std::max(1, deadline.RemainingMs()))));
@@ -87,6 +128,32 @@ StatusOr<Fd> ConnectTcp(const PeerAddress& addr, Deadline deadline) {
   }
   return DeadlineExceeded("could not connect to " + addr.ToString() + " before the deadline (" +
                           std::strerror(last_err ? last_err : ETIMEDOUT) + ")");
+}
+
+StatusOr<Fd> ConnectTcpAny(const PeerAddress& addr, Deadline deadline) {
+  int backoff_ms = 5;
+  std::string last = "no address";
+  while (true) {
+    // Resolved again each round: the address of the pod that now listens may be new.
+    auto all = ResolveAll(addr.host, addr.port);
+    if (!all.ok()) last = all.status().message();
+    for (const SockAddr& a : all.ok() ? *all : std::vector<SockAddr>{}) {
+      int err = 0;
+      // One second per address at most, so a silent one does not hide the others.
+      Fd fd = TryConnect(a, deadline.Sooner(std::chrono::milliseconds(1000)), &err);
+      if (fd.valid()) {
+        KV_RETURN_IF_ERROR(SetNoDelay(fd.get()));
+        return fd;
+      }
+      last = std::string(std::strerror(err));
+    }
+    if (deadline.Expired()) break;
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::min(backoff_ms, std::max(1, deadline.RemainingMs()))));
+    backoff_ms = std::min(backoff_ms * 2, 200);
+  }
+  return DeadlineExceeded("could not connect to any address of " + addr.ToString() +
+                          " before the deadline (" + last + ")");
 }
 
 StatusOr<Fd> AcceptTcp(int listen_fd, Deadline deadline) {

@@ -17,6 +17,10 @@ namespace korovod {
 StatusOr<Fd> ListenTcp(const std::string& host, uint16_t port, int backlog);
 // Dials `addr`, retrying refused/unreachable attempts with backoff until the deadline.
 StatusOr<Fd> ConnectTcp(const PeerAddress& addr, Deadline deadline);
+// Dials every address `addr.host` resolves to (resolved again each round), the first that accepts
+// wins: a name behind which one of several pods listens (the operator's leader among its
+// replicas), until the deadline.
+StatusOr<Fd> ConnectTcpAny(const PeerAddress& addr, Deadline deadline);
 // Accepts one connection or times out.
 StatusOr<Fd> AcceptTcp(int listen_fd, Deadline deadline);
 

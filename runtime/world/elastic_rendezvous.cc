@@ -18,10 +18,6 @@ constexpr uint32_t kMaxAnswer = 64 << 20;
 constexpr auto kPerConnection = std::chrono::milliseconds(5000);
 constexpr auto kPollSlice = std::chrono::milliseconds(100);
 
-Deadline Sooner(const Deadline& overall, std::chrono::milliseconds d) {
-  return Deadline(std::min(overall.at(), Clock::now() + d));
-}
-
 std::string Seconds(std::chrono::milliseconds d) {
   std::ostringstream out;
   out << d.count() / 1000.0 << " s";
@@ -104,6 +100,8 @@ ElasticRendezvousServer::ElasticRendezvousServer(ElasticServerOptions options, F
     : options_(std::move(options)), listener_(std::move(listener)), port_(port) {
   epoch_ = options_.resume_epoch;
   members_ = options_.resume_members;
+  live_.insert(members_.begin(), members_.end());
+  version_ = formed_version_ = options_.resume_version;
   if (epoch_ > 0) formations_ = 1 + std::max(0, options_.resume_resets);
 }
 
@@ -129,6 +127,11 @@ void ElasticRendezvousServer::SetLiveWorkers(const std::vector<std::string>& wor
 uint32_t ElasticRendezvousServer::epoch() const {
   std::lock_guard<std::mutex> lock(mu_);
   return epoch_;
+}
+
+uint64_t ElasticRendezvousServer::formed_version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return formed_version_;
 }
 
 std::vector<std::string> ElasticRendezvousServer::members() const {
@@ -316,6 +319,7 @@ void ElasticRendezvousServer::Form(const std::vector<std::string>& order) {
   ++epoch_;
   ++formations_;
   members_ = chosen;
+  formed_version_ = version_;
   std::vector<RankEntry> table;
   for (const std::string& m : chosen) table.push_back(waiting_[m]->entry);
   ApplyLoopbackRule(table);
@@ -355,14 +359,14 @@ StatusOr<ElasticAssignment> JoinElasticEpoch(const ElasticJoinOptions& o) {
   std::string last_error = "no attempt finished";
   auto backoff = std::chrono::milliseconds(50);
   while (!deadline.Expired()) {
-    auto conn = ConnectTcp(o.server, deadline);
+    auto conn = ConnectTcpAny(o.server, deadline);
     if (!conn.ok()) {
       last_error = conn.status().message();
       break;
     }
     Fd fd = std::move(conn).value();
     Status s = DialHandshake(fd.get(), o.job_key, -1, 0, kRendezvousStream, 0, 0,
-                             Sooner(deadline, kPerConnection), server);
+                             deadline.Sooner(kPerConnection), server);
     if (s.code() == StatusCode::kPermissionDenied) return s.WithContext(me);
     if (s.ok()) s = WriteFrame(fd.get(), FrameType::kRegistration, registration, deadline, server);
     if (s.ok()) {
@@ -408,7 +412,7 @@ StatusOr<ElasticAssignment> JoinElasticEpoch(const ElasticJoinOptions& o) {
 StatusOr<MembershipVersion> QueryMembership(const PeerAddress& server, const std::string& job_key,
                                             uint64_t since, Deadline deadline) {
   const std::string who = "the elastic rendezvous server at " + server.ToString();
-  KV_ASSIGN_OR_RETURN(Fd fd, ConnectTcp(server, deadline));
+  KV_ASSIGN_OR_RETURN(Fd fd, ConnectTcpAny(server, deadline));
   KV_RETURN_IF_ERROR(
       DialHandshake(fd.get(), job_key, -1, 0, kRendezvousStream, 0, 0, deadline, who));
   KV_RETURN_IF_ERROR(

@@ -59,10 +59,14 @@ struct ElasticServerOptions {
   uint16_t port = 0;   // 0: any free port
   // A driver that took over a running job (a new operator leader) resumes where the last server
   // stopped: epoch `resume_epoch` (0: a new job) formed with `resume_members` by rank after
-  // `resume_resets` resets. Its members keep their ranks and may register from that epoch.
+  // `resume_resets` resets, at membership version `resume_version`. Its members keep their ranks
+  // and may register from that epoch; they count as live until the driver says otherwise, so the
+  // first SetLiveWorkers bumps the version past the one they formed at exactly when the membership
+  // moved meanwhile.
   uint32_t resume_epoch = 0;
   std::vector<std::string> resume_members;
   int resume_resets = 0;
+  uint64_t resume_version = 0;
 };
 
 class ElasticRendezvousServer {
@@ -78,6 +82,7 @@ class ElasticRendezvousServer {
   void SetLiveWorkers(const std::vector<std::string>& workers);
 
   uint32_t epoch() const;                    // the last epoch formed (0: none yet)
+  uint64_t formed_version() const;           // the membership version it formed at
   std::vector<std::string> members() const;  // its workers, by rank
   int resets() const;                        // formations after the first
   Status failure() const;                    // set once the job cannot go on
@@ -106,6 +111,7 @@ class ElasticRendezvousServer {
   std::vector<std::string> members_;
   int formations_ = 0;
   uint64_t version_ = 0;
+  uint64_t formed_version_ = 0;
   std::vector<std::pair<uint64_t, int>> updates_;  // (version, HostUpdate bits)
   std::optional<Clock::time_point> below_min_since_;
   std::optional<Clock::time_point> first_registered_;

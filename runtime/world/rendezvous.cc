@@ -16,10 +16,6 @@ constexpr uint32_t kMaxRegistration = 64 << 10;
 constexpr uint32_t kMaxTable = 64 << 20;
 constexpr auto kPerConnection = std::chrono::milliseconds(5000);
 
-Deadline Sooner(const Deadline& overall, std::chrono::milliseconds d) {
-  return Deadline(std::min(overall.at(), Clock::now() + d));
-}
-
 std::string Ms(std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; }
 
 // Rank 0: collects every registration, then answers every rank with the table.
@@ -65,7 +61,7 @@ StatusOr<std::vector<RankEntry>> Serve(const RendezvousOptions& o, Deadline dead
                               " did not register (registered: " + present + ")" + rejections);
     }
     Fd fd = std::move(accepted).value();
-    const Deadline hs = Sooner(deadline, kPerConnection);
+    const Deadline hs = deadline.Sooner(kPerConnection);
     auto hello = ReadHello(fd.get(), hs);
     if (!hello.ok()) {
       if (hello.status().code() == StatusCode::kInvalidArgument) {
@@ -106,7 +102,7 @@ StatusOr<std::vector<RankEntry>> Serve(const RendezvousOptions& o, Deadline dead
   for (int r = 1; r < o.size; ++r) {
     // A rank that vanished after registering finds out when the mesh does not form; the others
     // must not wait for it here.
-    (void)WriteFrame(clients[r].get(), FrameType::kTable, text, Sooner(deadline, kPerConnection),
+    (void)WriteFrame(clients[r].get(), FrameType::kTable, text, deadline.Sooner(kPerConnection),
                      DescribeRank(table, r));
   }
   return table;
@@ -128,7 +124,7 @@ StatusOr<std::vector<RankEntry>> Join(const RendezvousOptions& o, Deadline deadl
     }
     Fd fd = std::move(conn).value();
     Status s = DialHandshake(fd.get(), o.job_key, o.rank, 0, kRendezvousStream, o.size, 0,
-                             Sooner(deadline, kPerConnection), coord);
+                             deadline.Sooner(kPerConnection), coord);
     if (s.code() == StatusCode::kPermissionDenied) return s.WithContext(me);
     if (s.ok()) s = WriteFrame(fd.get(), FrameType::kRegistration, registration, deadline, coord);
     if (s.ok()) {

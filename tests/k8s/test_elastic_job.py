@@ -9,7 +9,8 @@ Three workers (minReplicas 2), then, each once training runs on 3 again:
   2. an eviction of another through the eviction API (policy/v1 Eviction: DisruptionTarget);
   3. node-b goes NotReady: its agent stops answering and its worker's processes are frozen
      (SIGSTOP, connections left open, as a partitioned host), and its Node reports Ready=False.
-Each time the survivors go on without a restart (the operator's membership server forms a new
+Between 1 and 2 the operator is killed and a new one resumes the job's membership server from the
+status. Each time the survivors go on without a restart (the operator's membership server forms a new
 epoch), a replacement pod joins, and at the end the job has Succeeded with restartCount 0 and the
 weights match. The time from each fault to the next training step is printed (recovery)."""
 import json
@@ -167,6 +168,21 @@ def test_elastic_job_survives_delete_evict_and_unready_node(crd, ns, tmp_path): 
             recoveries["pod deleted"] = _recovery(logs, t, step[2])
             step = logs.last()
             world = _world(crd, ns, 3, without=deleted)
+
+            # The operator dies (SIGKILL: no goodbye) and a new one takes over: it resumes the
+            # job's membership server from the status (its epoch, members and version) on the
+            # same port, which the sidecars keep dialing; training goes on meanwhile.
+            before = _elastic(crd, ns)
+            operator.proc.kill()
+            operator.proc.wait()
+            operator = OperatorProcess(crd, str(tmp_path), "operator-elastic-2",
+                                       args=("--elastic-rendezvous-host", "127.0.0.1")).start()
+            crd.wait_for(lambda: "membership server of %s/%s on port %d (epoch %d)" % (
+                ns, NAME, before["rendezvousPort"], before["epoch"]) in operator.log(),
+                "the new operator resuming the membership server", 60)
+            step = logs.last()
+            crd.wait_for(lambda: logs.last()[0] > step[0] + 5, "training past the takeover", 60)
+            assert logs.last()[2] == before["epoch"], (logs.last(), before)  # no reset
 
             # 2. Eviction API: another node-a worker that is not rank 0.
             evicted = next(p for p in world[1:] if p != victim)

@@ -68,7 +68,7 @@ CASES = {
 
 COMMON = {("ServiceAccount", FULL), ("Deployment", FULL),
           ("Role", FULL + "-leader-election"), ("RoleBinding", FULL + "-leader-election"),
-          ("NetworkPolicy", FULL), ("Service", FULL + "-metrics")}
+          ("NetworkPolicy", FULL), ("Service", FULL + "-metrics"), ("Service", FULL + "-elastic")}
 WEBHOOK = {("Service", FULL + "-webhook"), ("MutatingWebhookConfiguration", FULL)}
 # The operator's own webhook certificate (no cert-manager): rules for its Secret and for the
 # caBundle, and no Secret rendered (the operator creates it).
@@ -149,9 +149,16 @@ def test_deployment_defaults(rendered):
               "--webhook-cert-secret=%s/%s-webhook-cert" % (NS, FULL),
               "--webhook-dns-names=%s,%s.%s,%s.%s.svc,%s.%s.svc.cluster.local"
               % (svc, svc, NS, svc, NS, svc, NS),
-              "--webhook-configuration=" + FULL, "--webhook-setup-timeout=120"):
+              "--webhook-configuration=" + FULL, "--webhook-setup-timeout=120",
+              "--elastic-rendezvous-host=%s-elastic.%s.svc.cluster.local" % (FULL, NS)):
         assert a in args, (a, args)
     assert not any(a.startswith("--namespace") for a in args), args
+    # Elastic jobs' sidecars dial that name: headless over every replica (only the leader
+    # listens, and they try each address), so a new leader is found under it.
+    elastic = rendered["default"][("Service", FULL + "-elastic")]["spec"]
+    assert elastic["clusterIP"] == "None" and elastic["publishNotReadyAddresses"] is True
+    assert elastic["selector"] == d["spec"]["selector"]["matchLabels"], elastic
+    assert "ports" not in elastic
     # The operator writes the serving pair it keeps in its Secret here (the root is read-only).
     assert c["volumeMounts"] == [{"name": "webhook-tls", "mountPath": "/etc/korovod/webhook",
                                   "readOnly": False}]
@@ -480,7 +487,8 @@ def test_service_monitor_accepted_by_the_api_server(cluster, tmp_path):
     docs = [d for d in template(None, NS, extra=["--api-versions",
                                                  "monitoring.coreos.com/v1/ServiceMonitor"])
             if d["kind"] in ("ServiceMonitor", "Service", "NetworkPolicy")]
-    assert sorted(d["kind"] for d in docs) == ["NetworkPolicy", "Service", "Service",
+    # Services: the webhook's, the metrics', the elastic membership name (headless, no ports).
+    assert sorted(d["kind"] for d in docs) == ["NetworkPolicy", "Service", "Service", "Service",
                                               "ServiceMonitor"]
     path = tmp_path / "monitoring.yaml"
     path.write_text(yaml.safe_dump_all(docs))

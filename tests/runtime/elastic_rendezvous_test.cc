@@ -223,6 +223,23 @@ TEST(ElasticRendezvous, NoServerIsADeadlineNamingIt) {
       << r.status().ToString();
 }
 
+// The server is dialed by name, every address the name resolves to in turn (a headless Service in
+// front of the operator's replicas: only the leader listens); nobody listening is a deadline
+// error naming the name.
+TEST(ElasticRendezvous, ServerIsDialedByNameUntilTheDeadline) {
+  auto server = Serve(1, milliseconds(20000));
+  auto v = QueryMembership({"localhost", server->port()}, kKey, 0,
+                           Deadline::After(milliseconds(5000)));
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  const uint16_t port = server->port();
+  server.reset();  // nobody listens there now
+  auto none = QueryMembership({"localhost", port}, kKey, 0, Deadline::After(milliseconds(600)));
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(Contains(none.status().message(), "any address of localhost:" + std::to_string(port)))
+      << none.status().ToString();
+}
+
 // A new driver (an operator's new leader) resumes a running job: the members of the epoch it was
 // told keep their ranks and register from that epoch; a member from an older one is stale.
 TEST(ElasticRendezvous, ResumedServerContinuesTheEpochItWasGiven) {
@@ -233,17 +250,34 @@ TEST(ElasticRendezvous, ResumedServerContinuesTheEpochItWasGiven) {
   o.resume_epoch = 7;
   o.resume_members = {"b", "a"};
   o.resume_resets = 6;
+  o.resume_version = 40;
   auto server = ElasticRendezvousServer::Start(o);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   EXPECT_EQ((*server)->epoch(), 7u);
   EXPECT_EQ((*server)->resets(), 6);
+  EXPECT_EQ((*server)->formed_version(), 40u);
+  // The members formed at version 40 (with the last server): the same live set moves nothing,
+  // a newcomer moves the version past theirs, so their next commit sees it.
+  (*server)->SetLiveWorkers({"a", "b"});
+  auto same = QueryMembership({"127.0.0.1", (*server)->port()}, kKey, 40,
+                              Deadline::After(milliseconds(5000)));
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  EXPECT_EQ(same->update, kNoHostUpdate);
+  EXPECT_EQ(same->version, 40u);
   (*server)->SetLiveWorkers({"a", "b", "c"});
+  auto added = QueryMembership({"127.0.0.1", (*server)->port()}, kKey, 40,
+                               Deadline::After(milliseconds(5000)));
+  ASSERT_TRUE(added.ok());
+  EXPECT_EQ(added->update, kHostsAdded);
+  EXPECT_EQ(added->version, 41u);
   auto next = JoinAll(**server, {{"c", 0}, {"a", 7}, {"b", 7}});
   for (const auto& [w, a] : next) ASSERT_TRUE(a.ok()) << w << ": " << a.status().ToString();
   EXPECT_EQ(next.at("b")->rank, 0);
   EXPECT_EQ(next.at("a")->rank, 1);
   EXPECT_EQ(next.at("c")->rank, 2);
   EXPECT_EQ(next.at("c")->epoch, 8u);
+  EXPECT_EQ(next.at("c")->version, 41u);
+  EXPECT_EQ((*server)->formed_version(), 41u);
   EXPECT_EQ((*server)->resets(), 7);
   auto stale = JoinElasticEpoch(JoinOptions(**server, "a", 6, 30100));
   ASSERT_FALSE(stale.ok());
