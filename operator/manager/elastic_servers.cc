@@ -45,10 +45,15 @@ std::optional<ObservedState::ElasticServer> ElasticServers::Observe(const std::s
 
 Status ElasticServers::Apply(const std::string& job_key, const std::string& uid,
                              const std::optional<ElasticDirective>& d) {
-  std::unique_ptr<ElasticRendezvousServer> stopped;  // destroyed outside the lock
+  std::unique_ptr<ElasticRendezvousServer> stopped;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(job_key);
-  if (it != jobs_.end() && (!d || it->second.uid != uid)) {
+  const auto settings = d ? std::make_tuple(d->min_workers, d->max_workers, d->timeout_seconds,
+                                            d->reset_limit)
+                          : std::tuple<int64_t, int64_t, int64_t, int64_t>{};
+  // Settings changed: the server starts again from the state the directive carries (the status
+  // this reconcile wrote from it), on its port.
+  if (it != jobs_.end() && (!d || it->second.uid != uid || it->second.settings != settings)) {
     KV_LOG(kInfo, kOperator, "elastic: stopping the membership server of %s (port %d)",
            job_key.c_str(), it->second.server->port());
     stopped = std::move(it->second.server);
@@ -56,6 +61,7 @@ Status ElasticServers::Apply(const std::string& job_key, const std::string& uid,
     it = jobs_.end();
   }
   if (!d) return OkStatus();
+  stopped.reset();  // its port free before a successor binds it
   if (it == jobs_.end()) {
     ElasticServerOptions o;
     o.job_key = d->job_key;
@@ -82,6 +88,7 @@ Status ElasticServers::Apply(const std::string& job_key, const std::string& uid,
            job_key.c_str(), (*server)->port(), (*server)->epoch());
     Hosted h;
     h.uid = uid;
+    h.settings = settings;
     h.server = std::move(server).value();
     h.seen_epoch = h.server->epoch();
     it = jobs_.emplace(job_key, std::move(h)).first;

@@ -21,6 +21,7 @@
 #include <stop_token>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "common/status.h"
@@ -54,6 +55,8 @@ class ElasticServers {
  private:
   struct Hosted {
     std::string uid;
+    // The settings it was started with: a change (spec.elastic edited) restarts it where it is.
+    std::tuple<int64_t, int64_t, int64_t, int64_t> settings;
     std::unique_ptr<ElasticRendezvousServer> server;
     std::vector<std::string> lost;  // every worker given up on (kept: the pods go by themselves)
     // What the watcher last reported.
