@@ -10,6 +10,7 @@ sidecar join the next membership epoch.
 import copy
 import enum
 import functools
+import os
 
 from korovod.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
@@ -144,7 +145,8 @@ def run_fn(func, reset):
     """Wraps func(state, ...) in Horovod's elastic loop: sync the state, run; on
     HorovodInternalError restore the last commit, on HostsUpdatedInterrupt keep it; then reset
     (re-initialize), run the reset callbacks and go again (syncing unless only hosts were
-    removed)."""
+    removed). Outside an elastic job (HOROVOD_ELASTIC unset) HorovodInternalError propagates: a
+    static world has no next epoch."""
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
@@ -155,6 +157,11 @@ def run_fn(func, reset):
                     state.sync()
                 return func(state, *args, **kwargs)
             except HorovodInternalError:
+                if os.environ.get("HOROVOD_ELASTIC") != "1":
+                    # A static world cannot form again without the lost rank: retrying would spin
+                    # on a broken world for ever. The error ends this trainer; its launcher (or
+                    # the operator) restarts the world.
+                    raise
                 state.restore()
                 skip_sync = False
             except HostsUpdatedInterrupt as e:

@@ -13,6 +13,9 @@ Environment:
                      allreduce), "sidecar" kills its sidecar at that point
   ELASTIC_SPARE_HOSTS  hosts rank 0 adds to the host file, one per epoch that has run 3 steps
                      below ELASTIC_FULL_SIZE (default 4) ranks
+  ELASTIC_ASYNC      1: each step submits its allreduces asynchronously (the gradient, then a
+                     second op) and synchronizes them in order, as DistributedOptimizer does, so
+                     a failure leaves an op of the broken epoch never synchronized
 
 The script runs on Horovod itself too (bench/elastic/recovery.py --engine horovod): the worker's
 host is then HOROVOD_HOSTNAME, and the epoch is counted by the script (one per reset).
@@ -36,6 +39,7 @@ DIR = os.environ["ELASTIC_TEST_DIR"]
 STEPS = int(os.environ.get("ELASTIC_STEPS", "60"))
 SLEEP = float(os.environ.get("ELASTIC_STEP_SLEEP", "0.1"))
 FULL = int(os.environ.get("ELASTIC_FULL_SIZE", "4"))
+ASYNC = os.environ.get("ELASTIC_ASYNC") == "1"
 if "KOROVOD_WORKER_ID" in os.environ:
     WORKER = os.environ["KOROVOD_WORKER_ID"]
     HOST = WORKER.rsplit(":", 1)[0]
@@ -157,8 +161,16 @@ def train(state):
         opt.zero_grad()
         local_loss(model, state.step, hvd.rank(), hvd.size()).backward()
         maybe_fault(state.step)
-        for name, p in model.named_parameters():
-            p.grad.copy_(hvd.allreduce(p.grad, op=hvd.Sum, name="grad." + name))
+        if ASYNC:
+            handles = [(p, hvd.allreduce_async(p.grad, op=hvd.Sum, name="grad." + name))
+                       for name, p in model.named_parameters()]
+            spare = hvd.allreduce_async(torch.ones(1), op=hvd.Sum, name="spare")
+            for p, h in handles:
+                p.grad.copy_(hvd.synchronize(h))  # a failure here leaves `spare` pending
+            hvd.synchronize(spare)
+        else:
+            for name, p in model.named_parameters():
+                p.grad.copy_(hvd.allreduce(p.grad, op=hvd.Sum, name="grad." + name))
         opt.step()
         if hvd.rank() == 0:
             print("step %d size %d epoch %d at %.3f" %

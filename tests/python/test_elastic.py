@@ -93,6 +93,27 @@ def test_training_survives_a_killed_trainer_and_a_killed_sidecar(tmp_path):
     print("recovery (kill -> training again): trainer %.3f s, sidecar %.3f s" % tuple(gaps))
 
 
+def test_ops_left_unsynchronized_by_a_failure_do_not_block_the_reset(tmp_path):
+    """Each step submits its allreduces asynchronously and synchronizes them in order (as
+    DistributedOptimizer does): when a trainer dies, the survivors' first synchronize raises and
+    the second op of the broken epoch is never synchronized. The reset (shutdown, init) must not
+    be refused for it ("arena ... already has a client attached"): the survivors go on at 2.
+    Horovod's own pytorch_synthetic_benchmark_elastic.py hit this."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost\n127.0.0.2\n127.0.0.3\n")
+    p = korovodrun(
+        ["--min-np", "2", "--max-np", "3", "--host-discovery-script", "cat %s" % hosts,
+         "--elastic-timeout", "60"],
+        [WORKER],
+        {"ELASTIC_TEST_DIR": str(tmp_path), "ELASTIC_STEPS": "30", "ELASTIC_FULL_SIZE": "3",
+         "ELASTIC_ASYNC": "1", "ELASTIC_FAULTS": "trainer@127.0.0.3@6"})
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-6000:]
+    assert "already has a client attached" not in out, out[-4000:]
+    assert "final weights match the single-process reference" in out, out[-4000:]
+    assert sizes_in_order(steps(p.stdout)) == [3, 2], out[-4000:]
+
+
 def test_below_min_np_the_survivors_wait_then_fail_naming_the_counts(tmp_path):
     """3 workers, --min-np 3: a trainer dies and no other host is discovered (its own is
     blacklisted): the survivors wait --elastic-timeout for one, then the job fails with how many

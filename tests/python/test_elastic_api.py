@@ -184,7 +184,26 @@ class Recorder(kelastic.ObjectState):
         self.log.append("reset_state")
 
 
-def test_run_fn_internal_error_restores_resets_and_syncs():
+@pytest.fixture
+def elastic_job(monkeypatch):
+    monkeypatch.setenv("HOROVOD_ELASTIC", "1")
+
+
+def test_run_fn_in_a_static_job_lets_the_internal_error_end_the_trainer(monkeypatch):
+    # No next epoch can form without the lost rank: retrying would spin on a broken world.
+    monkeypatch.delenv("HOROVOD_ELASTIC", raising=False)
+    state = Recorder(step=0)
+    resets = []
+
+    def train(state):
+        raise HorovodInternalError("rank 1 died")
+
+    with pytest.raises(HorovodInternalError, match="rank 1 died"):
+        kelastic.run_fn(train, lambda: resets.append(1))(state)
+    assert resets == []
+
+
+def test_run_fn_internal_error_restores_resets_and_syncs(elastic_job):
     state = Recorder(step=0)
     state.register_reset_callbacks([lambda: state.log.append("callback")])
     resets = []
@@ -225,7 +244,7 @@ def test_run_fn_removed_hosts_reset_without_sync():
                          "sync", "train"]
 
 
-def test_run_fn_failed_sync_is_retried():
+def test_run_fn_failed_sync_is_retried(elastic_job):
     state = Recorder()
     failures = [HorovodInternalError("sync broke")]
     real_sync = state.sync

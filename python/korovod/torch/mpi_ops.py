@@ -157,10 +157,19 @@ def shutdown():
     global _client_obj
     with _lock:
         client, _client_obj = _client_obj, None
+        # The ops of this session: they hold the client's arena, which stays attached (and a
+        # later init() refused: "already has a client attached") until they go. An elastic
+        # reset leaves them behind when an op failed before synchronize() (a DistributedOptimizer
+        # step), so they go with the session: synchronize() of their handles returns None.
+        pending = list(_handles.values()) + list(_orphans)
+        _handles.clear()
+        _names.clear()
+        _orphans.clear()
     # Dropping the client stops its completion thread (the pending ops finish as aborted) before
     # anything else goes: the handles keep their tensors until synchronized, so the client never
     # copies a result into freed memory (which crashed the trainer when handles went first).
     del client
+    del pending
     # Arena tensors hold the arena mapping (and so the sidecar's session) until they die: move
     # them off it, as nothing will reduce them in place any more.
     _move_off_arena()
