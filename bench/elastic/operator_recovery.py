@@ -71,11 +71,11 @@ def job(name, mode, build, workdir, steps):
             "metadata": {"name": name}, "spec": spec}
 
 
-def steps_of(agent, uids=None):
-    """(step, size, epoch, time, pod uid) of every trainer's step lines (rank 0 prints them)."""
+def steps_of(agent, job_name):
+    """(step, size, epoch, time, pod uid) of the job's trainers' step lines (rank 0 prints them)."""
     out = []
     for uid, run in list(agent.runs.items()):
-        if uids is not None and uid not in uids:
+        if not run.name.startswith(job_name + "-worker-"):
             continue
         try:
             with open(os.path.join(run.dir, "trainer.log"), errors="replace") as f:
@@ -104,25 +104,25 @@ def run_once(cluster, agent, ns, mode, build, steps, index):
         raise RuntimeError("create %s: %s %s" % (name, code, body))
     try:
         wait_for("20 steps on 3 workers", lambda: any(
-            s[0] >= 20 and s[1] == 3 for s in steps_of(agent)), 180)
+            s[0] >= 20 and s[1] == 3 for s in steps_of(agent, name)), 180)
         pods = cluster.get("/api/v1/namespaces/%s/pods?labelSelector=korovod.dev/job-name=%s"
                            % (ns, name))["items"]
-        rank0_uid = steps_of(agent)[-1][4]
+        rank0_uid = steps_of(agent, name)[-1][4]
         victim = next(p["metadata"]["name"] for p in pods
                       if p["metadata"]["uid"] != rank0_uid and not p["metadata"].get(
                           "deletionTimestamp"))
-        before = steps_of(agent)[-1]
+        before = steps_of(agent, name)[-1]
         old_uids = set(agent.runs)
         t = time.time()
         cluster.kubectl("-n", ns, "delete", "pod", victim, "--wait=false")
         if mode == "elastic":
             back = wait_for("training on 3 in a later epoch", lambda: next(
-                (s for s in steps_of(agent) if s[3] > t and s[2] > before[2] and s[1] == 3),
+                (s for s in steps_of(agent, name) if s[3] > t and s[2] > before[2] and s[1] == 3),
                 None), 180)
-            first = next(s for s in steps_of(agent) if s[3] > t and s[2] > before[2])
+            first = next(s for s in steps_of(agent, name) if s[3] > t and s[2] > before[2])
         else:
             first = wait_for("the new epoch's first step", lambda: next(
-                (s for s in steps_of(agent) if s[3] > t and s[4] not in old_uids), None), 240)
+                (s for s in steps_of(agent, name) if s[3] > t and s[4] not in old_uids), None), 240)
             back = first
         result = {"to_training": first[3] - t, "to_full_size": back[3] - t,
                   "steps_lost": max(0, before[0] - first[0] + 1)}
@@ -151,6 +151,7 @@ def main():
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     require_binaries()
+    os.environ.setdefault("KOROVOD_BUILD_DIR", os.path.abspath(a.build))
     modes = [m for m in a.modes.split(",") if m]
     samples, errors = {}, {}
     with tempfile.TemporaryDirectory(prefix="korovod-op-bench-") as d:
