@@ -5,6 +5,12 @@
 #include "common/log.h"
 
 namespace korovod::sidecar {
+namespace {
+
+// A membership answer this young stands for a fresh one (the watch asks every second).
+constexpr auto kFreshAnswer = std::chrono::milliseconds(2000);
+
+}  // namespace
 
 void ServedEpoch::End() {
   if (engine != nullptr) engine->Shutdown();
@@ -32,13 +38,17 @@ void RankEpochs::Watch(std::stop_token stop, std::chrono::milliseconds every) {
   std::unique_lock<std::mutex> sleep(sleep_mu);
   while (!watch_cv_.wait_for(sleep, stop, every, [&stop] { return stop.stop_requested(); })) {
     std::shared_ptr<ServedEpoch> e = current();
-    if (e == nullptr || e->engine == nullptr || e->epoch == aborted) continue;
+    if (e == nullptr || e->epoch == aborted) continue;
     auto v = query_(e->formed_version, Deadline::After(std::chrono::milliseconds(2000)));
     if (!v.ok()) {
       KV_LOG(kDebug, kSidecar, "membership watch: %s", v.status().ToString().c_str());
       continue;  // a server that does not answer ends nothing: the next formation will tell
     }
-    if (v->epoch != e->epoch || v->gone.empty()) continue;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      last_answer_ = Answer{e->epoch, Clock::now(), *v};
+    }
+    if (v->epoch != e->epoch || v->gone.empty() || e->engine == nullptr) continue;
     std::string who;
     for (const std::string& g : v->gone) who += (who.empty() ? "" : ", ") + g;
     const std::string why = "elastic: epoch " + std::to_string(e->epoch) + " lost " + who +
@@ -84,9 +94,44 @@ StatusOr<RankEpochs::Membership> RankEpochs::QueryMembership(Deadline deadline) 
   if (!elastic() || e == nullptr) return m;
   m.epoch = e->epoch;
   m.formed_version = e->formed_version;
-  KV_ASSIGN_OR_RETURN(MembershipVersion v, query_(e->formed_version, deadline));
-  m.version = v.version;
-  m.update = v.update;
+  m.version = e->formed_version;  // "no change" unless an answer says otherwise
+  std::optional<Answer> known;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (last_answer_ && last_answer_->epoch == e->epoch) known = last_answer_;
+  }
+  Status unreachable;
+  if (known && Clock::now() - known->at < kFreshAnswer) {
+    m.version = known->v.version;
+    m.update = known->v.update;
+    return m;
+  }
+  if (known) {
+    // The watch has asked in vain for a while: the server is away. No commit waits for it.
+    unreachable = Unavailable("no answer for " + std::to_string(std::chrono::duration_cast<
+                                  std::chrono::seconds>(Clock::now() - known->at).count()) +
+                              " s");
+  } else {
+    // The epoch's first question: ask now (the server formed the epoch a moment ago).
+    auto v = query_(e->formed_version, deadline.Sooner(kFreshAnswer));
+    if (v.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!last_answer_ || last_answer_->epoch != e->epoch) {
+        last_answer_ = Answer{e->epoch, Clock::now(), *v};
+      }
+      m.version = v->version;
+      m.update = v->update;
+      return m;
+    }
+    unreachable = v.status();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (unreachable_said_ != e->epoch) {
+    unreachable_said_ = e->epoch;
+    KV_LOG(kWarning, kSidecar,
+           "membership server unreachable (%s): commits read \"no change\" until it answers",
+           unreachable.ToString().c_str());
+  }
   return m;
 }
 

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <thread>
@@ -70,7 +71,11 @@ class RankEpochs {
   // epoch and forms the next (one Hello at a time; the wait ends at `deadline`).
   StatusOr<std::shared_ptr<ServedEpoch>> ForSession(Deadline deadline);
 
-  // Whether the membership moved since the current epoch formed. Static: all zeros.
+  // Whether the membership moved since the current epoch formed. Static: all zeros. Elastic: the
+  // membership watch's last answer when it is under 2 s old, so a commit costs no round trip to
+  // the server (the epoch's first commit asks itself); a server that does not answer (an
+  // operator failing over) reads as "no change", said once per epoch, so training goes on and
+  // the next answer tells.
   struct Membership {
     uint32_t epoch = 0;
     uint64_t formed_version = 0;
@@ -90,6 +95,14 @@ class RankEpochs {
   std::mutex form_mu_;  // one formation at a time
   mutable std::mutex mu_;
   std::shared_ptr<ServedEpoch> current_;
+  // The watch's last answer, for the epoch it asked about (under mu_).
+  struct Answer {
+    uint32_t epoch = 0;
+    Clock::time_point at;
+    MembershipVersion v;
+  };
+  mutable std::optional<Answer> last_answer_;
+  mutable uint32_t unreachable_said_ = 0;  // the epoch whose unreachable server was logged
   std::condition_variable_any watch_cv_;
   std::jthread watch_;  // last: stops before the members it reads go
 };
