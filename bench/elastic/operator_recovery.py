@@ -159,8 +159,7 @@ def main():
         cluster.start()
         try:
             cluster.kubectl("apply", "-f", CRD)
-            cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                            "crd/horovodjobs.korovod.dev")
+            cluster.wait_established("crd/horovodjobs.korovod.dev")
             ns = "default"
             images = {"korovod/sidecar": [os.path.join(a.build, "bin", "korovod-sidecar")]}
             operator = OperatorProcess(cluster, d, "operator-bench", args=(

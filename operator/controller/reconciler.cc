@@ -859,6 +859,14 @@ class JobReconciler {
            "membership epoch " + std::to_string(es.epoch) + " trains on " +
                std::to_string(es.world.size()) + " workers");
     }
+    // WorkersNotStarting over the pods that count toward spec.replicas (a replacement's index
+    // may lie above it).
+    current_.clear();
+    for (const auto& [s, pod] : pods) {
+      if (std::find(present.begin(), present.end(), pod) != present.end()) {
+        current_.emplace(*s.index, std::make_pair(s, pod));
+      }
+    }
     ReportNotStarting();
     RequeueForDeadline();
   }

@@ -259,6 +259,22 @@ class Cluster:
                                                                 r.stderr))
         return r
 
+    def wait_established(self, *crds, deadline_s=60):
+        """`kubectl wait --for=condition=Established` on `crds` ("crd/<name>"), asked again while a
+        CRD has no status yet: right after its create kubectl fails at once on the null
+        .status.conditions ("accessor error") instead of waiting."""
+        end = time.monotonic() + deadline_s
+        while True:
+            left = max(1, int(end - time.monotonic()))
+            r = self.kubectl("wait", "--for=condition=Established", "--timeout=%ds" % left, *crds,
+                             check=False, timeout=left + 10)
+            if r.returncode == 0:
+                return
+            if "accessor error" not in r.stderr or time.monotonic() >= end:
+                raise AssertionError("kubectl wait Established %s failed (%d): %s" % (
+                    " ".join(crds), r.returncode, r.stderr))
+            time.sleep(0.2)
+
     def request(self, method, path, body=None, content_type="application/json", timeout=30):
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.server + path, data=data, method=method, headers={

@@ -15,8 +15,7 @@ JOBS = "/apis/korovod.dev/v1alpha1/namespaces/%s/horovodjobs"
 @pytest.fixture(scope="module")
 def crd(cluster):
     cluster.kubectl("apply", "-f", CRD)
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                    "crd/horovodjobs.korovod.dev")
+    cluster.wait_established("crd/horovodjobs.korovod.dev")
     return cluster
 
 

@@ -97,8 +97,8 @@ def apply_crds(cluster, deadline_s=60):
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=korovod-test",
                     "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
                                                  "items": docs}))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=%ds" % deadline_s,
-                    *["crd/" + d["metadata"]["name"] for d in docs], timeout=deadline_s + 10)
+    cluster.wait_established(*["crd/" + d["metadata"]["name"] for d in docs],
+                             deadline_s=deadline_s)
     return [d["metadata"]["name"] for d in docs]
 
 

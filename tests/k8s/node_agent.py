@@ -294,6 +294,8 @@ class NodeAgent(KubeletLoop):
         }
         code, body = self.cluster.request("PUT", "/api/v1/namespaces/%s/pods/%s/status" % (
             self.ns, run.name), pod)
+        if code == 404:
+            return  # deleted between the read and the write: nothing left to report on
         if code != 200:
             run.reported = None  # try again on the next change
             self.errors.append("pod %s: status %s: %s" % (run.name, code, body))

@@ -523,8 +523,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         """The scheduler-plugins CRDs, its PodGroup controller and its kube-scheduler with a
         Coscheduling profile (see coscheduling in __init__)."""
         self.kubectl("apply", "--server-side", "-f", SCHEDULER_PLUGINS_CRDS)
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                     "crd/podgroups.scheduling.x-k8s.io", "crd/elasticquotas.scheduling.x-k8s.io")
+        self.wait_established("crd/podgroups.scheduling.x-k8s.io",
+                              "crd/elasticquotas.scheduling.x-k8s.io")
         # controller-runtime's --kubeconfig; its metrics and probes on ports of their own.
         self._spawn("kube-scheduler-plugins-controller", [
             self.scheduler_plugins_paths["kube-scheduler-plugins-controller"],

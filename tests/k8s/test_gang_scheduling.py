@@ -76,8 +76,7 @@ def node():
                      permit_waiting_s=PERMIT_WAIT_S) as c:
             print("\nreal node with Coscheduling Ready in %.1f s" % c.start_seconds)
             c.kubectl("apply", "--server-side", "-f", CRD)
-            c.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                      "crd/horovodjobs.korovod.dev")
+            c.wait_established("crd/horovodjobs.korovod.dev")
             op = OperatorProcess(c, d, "operator-gang").start()
             try:
                 c.wait_for(lambda: op.http("/readyz")[0] == 200, "operator ready", 60)

@@ -449,8 +449,7 @@ def test_rendered_manifests_accepted_by_the_api_server(cluster, values_files, ca
     with open(CRD) as f:
         assert crds == [yaml.safe_load(f)]  # what the API server gets is crds/, the one source
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(crds))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                    "crd/horovodjobs.korovod.dev")
+    cluster.wait_established("crd/horovodjobs.korovod.dev")
     for ns in (NS, "team-a"):
         if cluster.kubectl("get", "namespace", ns, check=False).returncode != 0:
             cluster.kubectl("create", "namespace", ns)
@@ -480,8 +479,7 @@ SERVICE_MONITOR_CRD = {
 
 def test_service_monitor_accepted_by_the_api_server(cluster, tmp_path):
     cluster.kubectl("apply", "-f", "-", input=json.dumps(SERVICE_MONITOR_CRD))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                    "crd/servicemonitors.monitoring.coreos.com")
+    cluster.wait_established("crd/servicemonitors.monitoring.coreos.com")
     if cluster.kubectl("get", "namespace", NS, check=False).returncode != 0:
         cluster.kubectl("create", "namespace", NS)
     docs = [d for d in template(None, NS, extra=["--api-versions",

@@ -200,8 +200,7 @@ VOLCANO_PODGROUP_CRD = {
 
 def test_gang_job_gets_a_volcano_pod_group(operator, crd, ns):
     crd.kubectl("apply", "-f", "-", input=json.dumps(VOLCANO_PODGROUP_CRD))
-    crd.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                "crd/podgroups.scheduling.volcano.sh")
+    crd.wait_established("crd/podgroups.scheduling.volcano.sh")
     with FakeKubelet(crd, ns):
         apply(crd, ns, job_doc("gang", replicas=3, schedulingPolicy={
             "gang": {"enabled": True, "provider": "volcano", "minAvailable": 3}}))

@@ -22,8 +22,7 @@ def bare_cluster():
         try:
             c.start()
             c.kubectl("apply", "-f", CRD)
-            c.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                      "crd/horovodjobs.korovod.dev")
+            c.wait_established("crd/horovodjobs.korovod.dev")
             yield c
         finally:
             c.stop()

@@ -160,9 +160,10 @@ def shutdown():
         # The ops of this session: they hold the client's arena, which stays attached (and a
         # later init() refused: "already has a client attached") until they go. An elastic
         # reset leaves them behind when an op failed before synchronize() (a DistributedOptimizer
-        # step), so they go with the session: synchronize() of their handles returns None.
-        pending = list(_handles.values()) + list(_orphans)
-        _handles.clear()
+        # step). Their handles stay known, abandoned: synchronize() raises HorovodInternalError.
+        pending = [e for e in _handles.values() if e is not None] + list(_orphans)
+        for hid in list(_handles):
+            _handles[hid] = _ABANDONED
         _names.clear()
         _orphans.clear()
     # Dropping the client stops its completion thread (the pending ops finish as aborted) before
@@ -452,6 +453,9 @@ class _Pending:
         self.handle, self.finish, self.keys = handle, finish, keys
 
 
+# An op hvd.shutdown() abandoned: its client handle (and with it the session's arena) is gone.
+_ABANDONED = _Pending(None, None, ())
+
 _names = {}  # (process set id, op name) -> the handle of the unfinished op holding it
 # Ops started by a grouped call that failed part way: never synchronized, but the sidecar may
 # still copy results into their tensors, so those stay referenced here.
@@ -467,7 +471,7 @@ def _name_free(key):
     entry = _handles.get(hid, False)
     if entry is None:  # still being submitted
         return False
-    if entry is False or entry.handle.poll():
+    if entry is False or entry is _ABANDONED or entry.handle.poll():
         del _names[key]
         return True
     return False
@@ -528,6 +532,8 @@ def poll(handle):
         entry = _handles.get(handle)
     if entry is None:
         raise ValueError("korovod: handle %r was not created or has been cleared" % (handle,))
+    if entry is _ABANDONED:
+        return True  # synchronize() raises at once
     return entry.handle.poll()
 
 
@@ -540,6 +546,11 @@ def synchronize(handle):
         entry = _handles.get(handle)
     if entry is None:
         return None
+    if entry is _ABANDONED:
+        with _lock:
+            _handles.pop(handle, None)
+        raise HorovodInternalError("korovod: the op was abandoned by hvd.shutdown() (the session "
+                                   "ended before it completed)")
     try:
         entry.handle.wait()
         return entry.finish(entry.handle)

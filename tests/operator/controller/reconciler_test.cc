@@ -1373,6 +1373,22 @@ TEST(ReconcileElastic, TheServersFailureFailsTheJob) {
   EXPECT_FALSE(r.elastic);
 }
 
+TEST(ReconcileElastic, AReplacementThatCannotStartIsNamed) {
+  using namespace elastic;
+  FakeCluster c = Running();
+  // A crashed trainer's pod stays (its logs): the replacement takes index 3, above replicas.
+  c.SetTrainerExit("j-worker-2", 1, "Error");
+  ReconcileResult r = Step(c, kT0 + 10, Server(1, {Id(c, "j-worker-0"), Id(c, "j-worker-1")}));
+  ASSERT_EQ(Names(r, Action::Kind::kCreate, "Pod"), std::vector<std::string>{"j-worker-3"});
+  c.SetContainerWaiting("j-worker-3", "trainer", "ImagePullBackOff", "Back-off pulling image");
+  Step(c, kT0 + 11, Server(1, {Id(c, "j-worker-0"), Id(c, "j-worker-1")}));
+  EXPECT_EQ(Condition(c.status(), "WorkersNotStarting")["status"], "True");
+  EXPECT_NE(Condition(c.status(), "WorkersNotStarting")["message"].get<std::string>().find(
+                "j-worker-3"),
+            std::string::npos)
+      << Condition(c.status(), "WorkersNotStarting").dump();
+}
+
 TEST(ReconcileElastic, AWorkerThatNeverJoinedIsDeletedAndReplaced) {
   using namespace elastic;
   FakeCluster c = Running();
