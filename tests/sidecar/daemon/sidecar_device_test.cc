@@ -28,9 +28,12 @@ const std::vector<std::string> kHostDevices = {"KOROVOD_DEVICE_BACKEND=host"};
 
 std::string TrainerPrefix() { return "/kvsdtdev-" + std::to_string(::getppid()) + "-"; }
 
-// Removes what killed trainers' host "device" allocations left in /dev/shm.
+// Removes what killed trainers' host "device" allocations left in /dev/shm: this test process's
+// trainers' only (TrainerPrefix: the trainers are its children). ctest runs other tests of this
+// file at the same time, whose trainers' allocations are alive.
 void SweepTrainerAllocations() {
-  for (const std::string& name : ListShmNames("/kvsdtdev-")) ::shm_unlink(name.c_str());
+  const std::string mine = "/kvsdtdev-" + std::to_string(::getpid()) + "-";
+  for (const std::string& name : ListShmNames(mine)) ::shm_unlink(name.c_str());
 }
 
 // A trainer's view of its device: the same 8 host devices (and UUIDs) as the sidecar's backend.
