@@ -649,12 +649,14 @@ class JobReconciler {
 
   static std::string WorkerId(const WorkerPodState& s) { return s.name + "." + s.uid; }
 
-  // Why a member left the world, from its pod (empty: its pod is still active).
-  std::string LeaveCause(const std::string& id, const std::map<std::string, std::string>& why) {
+  // The pod name in a worker id ("<pod>.<uid>"; a uid has no '.', a job name may).
+  static std::string PodOfId(const std::string& id) { return id.substr(0, id.rfind('.')); }
+
+  // Why a member left the world, from its pod.
+  static std::string LeaveCause(const std::string& id,
+                                const std::map<std::string, std::string>& why) {
     auto it = why.find(id);
-    if (it != why.end()) return it->second;
-    const size_t dot = id.find('.');
-    return "worker pod " + id.substr(0, dot) + " is gone";
+    return it != why.end() ? it->second : "worker pod " + PodOfId(id) + " is gone";
   }
 
   std::optional<std::string> ElasticJobKey() const {
@@ -695,7 +697,7 @@ class JobReconciler {
     const std::set<std::string> given_up =
         server ? std::set<std::string>(server->lost.begin(), server->lost.end())
                : std::set<std::string>();
-    std::map<std::string, std::string> pod_of, gone_why;  // by worker id
+    std::map<std::string, std::string> gone_why;  // by worker id
     std::vector<std::string> live;
     std::vector<const json*> present;  // active pods that count toward spec.replicas
     std::string first_failure, first_success;
@@ -704,7 +706,6 @@ class JobReconciler {
     status_.succeeded_workers = status_.failed_workers = 0;
     for (const auto& [s, pod] : pods) {
       const std::string id = WorkerId(s);
-      pod_of[id] = s.name;
       const std::string node = StringAt(*pod, {"spec", "nodeName"});
       if (s.ready) ++status_.ready_workers;
       if (s.outcome == WorkerOutcome::kSucceeded) {
@@ -788,7 +789,7 @@ class JobReconciler {
         }
         for (const std::string& id : server->members) {
           if (std::find(es.worker_ids.begin(), es.worker_ids.end(), id) == es.worker_ids.end()) {
-            joined.push_back(pod_of.count(id) ? pod_of[id] : id.substr(0, id.find('.')));
+            joined.push_back(PodOfId(id));
           }
         }
         es.epoch = server->epoch;
@@ -796,9 +797,7 @@ class JobReconciler {
         es.version = static_cast<int64_t>(server->formed_version);
         es.worker_ids = server->members;
         es.world.clear();
-        for (const std::string& id : es.worker_ids) {
-          es.world.push_back(pod_of.count(id) ? pod_of[id] : id.substr(0, id.find('.')));
-        }
+        for (const std::string& id : es.worker_ids) es.world.push_back(PodOfId(id));
         std::string message = "membership epoch " + std::to_string(es.epoch) + ": " +
                               std::to_string(es.world.size()) + " workers";
         std::string ranks;

@@ -289,8 +289,11 @@ ObservedState JobController::Observe(const nlohmann::json& job) const {
   observed.now_unix = static_cast<int64_t>(std::time(nullptr));
   observed.settings = options_.settings;
   observed.elastic_server = elastic_.Observe(JobKey(ns, meta.value("name", "")), uid);
-  for (const nlohmann::json& node : nodes_ ? nodes_->List() : std::vector<nlohmann::json>{}) {
-    if (!NodeReady(node)) observed.unready_nodes.insert(StringAt(node, {"metadata", "name"}));
+  // Only an elastic job reads the nodes: no copy of the node cache for every other reconcile.
+  if (nodes_ != nullptr && Has(job, {"spec", "elastic"})) {
+    for (const nlohmann::json& node : nodes_->List()) {
+      if (!NodeReady(node)) observed.unready_nodes.insert(StringAt(node, {"metadata", "name"}));
+    }
   }
   return observed;
 }

@@ -19,23 +19,6 @@ namespace korovod {
 
 namespace {
 
-StatusOr<sockaddr_storage> Resolve(const std::string& host, uint16_t port, socklen_t* len) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  const std::string service = std::to_string(port);
-  int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res);
-  if (rc != 0) {
-    return Unavailable("cannot resolve host '" + host + "': " + gai_strerror(rc));
-  }
-  sockaddr_storage ss{};
-  std::memcpy(&ss, res->ai_addr, res->ai_addrlen);
-  *len = res->ai_addrlen;
-  ::freeaddrinfo(res);
-  return ss;
-}
-
 struct SockAddr {
   sockaddr_storage ss{};
   socklen_t len = 0;
@@ -61,6 +44,12 @@ StatusOr<std::vector<SockAddr>> ResolveAll(const std::string& host, uint16_t por
   }
   ::freeaddrinfo(res);
   return out;
+}
+
+// The first address `host` resolves to.
+StatusOr<SockAddr> Resolve(const std::string& host, uint16_t port) {
+  KV_ASSIGN_OR_RETURN(std::vector<SockAddr> all, ResolveAll(host, port));
+  return all.front();  // getaddrinfo succeeds with at least one
 }
 
 // One non-blocking connect bounded by `deadline`: the socket, or errno in *err.
@@ -96,13 +85,12 @@ Fd TryConnect(const SockAddr& a, Deadline deadline, int* err) {
 }  // namespace
 
 StatusOr<Fd> ListenTcp(const std::string& host, uint16_t port, int backlog) {
-  socklen_t len = 0;
-  KV_ASSIGN_OR_RETURN(sockaddr_storage ss, Resolve(host, port, &len));
-  Fd fd(::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  KV_ASSIGN_OR_RETURN(const SockAddr a, Resolve(host, port));
+  Fd fd(::socket(a.ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return ErrnoStatus(StatusCode::kInternal, "socket", errno);
   int one = 1;
   ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&a.ss), a.len) != 0) {
     return ErrnoStatus(StatusCode::kUnavailable, "bind " + host + ":" + std::to_string(port),
                        errno);
   }
@@ -111,8 +99,7 @@ StatusOr<Fd> ListenTcp(const std::string& host, uint16_t port, int backlog) {
 }
 
 StatusOr<Fd> ConnectTcp(const PeerAddress& addr, Deadline deadline) {
-  SockAddr a;
-  KV_ASSIGN_OR_RETURN(a.ss, Resolve(addr.host, addr.port, &a.len));
+  KV_ASSIGN_OR_RETURN(const SockAddr a, Resolve(addr.host, addr.port));
   int backoff_ms = 5;
   int last_err = 0;
   while (true) {

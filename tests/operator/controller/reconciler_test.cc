@@ -1436,6 +1436,25 @@ TEST(ReconcileElastic, ReplicasResizeTheWorldWithinItsBounds) {
   EXPECT_EQ(Condition(c.status(), "SpecValid")["reason"], "ElasticReplicasOutOfRange");
 }
 
+TEST(ReconcileElastic, PodsOfADottedJobNameAreNamedWhole) {
+  using namespace elastic;
+  json job = ElasticJob(2, 1);
+  job["metadata"]["name"] = "team.exp";
+  FakeCluster c(job);
+  Step(c, kT0, std::nullopt);
+  Step(c, kT0 + 1, Server());
+  c.SetAllPodsPhase("Running");
+  const std::string gone = Id(c, "team.exp-worker-1");
+  Step(c, kT0 + 2, Server(1, {Id(c, "team.exp-worker-0"), gone}));
+  EXPECT_EQ(c.status()["elastic"]["world"], json({"team.exp-worker-0", "team.exp-worker-1"}));
+  c.RemovePod("team.exp-worker-1");
+  const ReconcileResult r = Step(c, kT0 + 3, Server(2, {Id(c, "team.exp-worker-0")}));
+  const Action* formed = FindEvent(r, "MembershipChanged");
+  ASSERT_NE(formed, nullptr);
+  EXPECT_NE(formed->message.find("left: worker pod team.exp-worker-1 is gone"), std::string::npos)
+      << formed->message;
+}
+
 TEST(ReconcileElastic, WithoutARendezvousHostTheJobFailsNamingTheFlag) {
   using namespace elastic;
   FakeCluster c(ElasticJob(2, 1));
