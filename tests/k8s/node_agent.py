@@ -274,9 +274,23 @@ class NodeAgent(KubeletLoop):
         if run.reported == phase:
             return
         run.reported = phase
+        # Read-modify-write, as the kubelet does: another writer (the operator's deletion, an
+        # eviction) may move the pod's resourceVersion between the read and the write; a 409
+        # Conflict means read again and retry, not a failure.
+        for _ in range(5):
+            code, body = self._write_status(run, phase, message)
+            if code != 409:
+                break
+        if code == 404:
+            return  # deleted between the read and the write: nothing left to report on
+        if code != 200:
+            run.reported = None  # try again on the next change
+            self.errors.append("pod %s: status %s: %s" % (run.name, code, body))
+
+    def _write_status(self, run, phase, message):
         pod = self.cluster.get("/api/v1/namespaces/%s/pods/%s" % (self.ns, run.name))
         if pod is None or pod["metadata"]["uid"] != run.uid:
-            return
+            return 404, "pod gone"
         spec = pod["spec"]
         running = phase == "Running"
         mains = []
@@ -292,13 +306,8 @@ class NodeAgent(KubeletLoop):
                                                          "running" if running else "terminated"),
             "containerStatuses": mains,
         }
-        code, body = self.cluster.request("PUT", "/api/v1/namespaces/%s/pods/%s/status" % (
+        return self.cluster.request("PUT", "/api/v1/namespaces/%s/pods/%s/status" % (
             self.ns, run.name), pod)
-        if code == 404:
-            return  # deleted between the read and the write: nothing left to report on
-        if code != 200:
-            run.reported = None  # try again on the next change
-            self.errors.append("pod %s: status %s: %s" % (run.name, code, body))
 
     @staticmethod
     def _signal(p, sig):
