@@ -38,6 +38,9 @@ install(TARGETS ${_korovod_programs} RUNTIME DESTINATION "${_korovod_bin_dir}")
 
 if(_korovod_py_dir AND TARGET korovod_python_client)
   install(TARGETS korovod_python_client LIBRARY DESTINATION "${_korovod_py_dir}/korovod")
+  if(TARGET korovod_tf_ops)  # built against the TensorFlow of the interpreter being installed for
+    install(TARGETS korovod_tf_ops LIBRARY DESTINATION "${_korovod_py_dir}/korovod/tensorflow")
+  endif()
   if(NOT SKBUILD)
     # scikit-build-core copies these itself (wheel.packages); cmake --install has to.
     install(DIRECTORY "${PROJECT_SOURCE_DIR}/python/korovod" "${PROJECT_SOURCE_DIR}/python/horovod"

@@ -6,6 +6,10 @@
 #                                      index for Debian's torch, CPU + Gloo, into
 #                                      $KOROVOD_DEPS_DIR/horovod-venv; ~15 min on 2 cores, once)
 #   scripts/install-deps.sh --cuda     also CUDA runtime + NCCL, for the optional GPU backend
+#   scripts/install-deps.sh --tensorflow  also TensorFlow (CPU), Keras 3 and tf_keras from the
+#                                      Python package index into $KOROVOD_DEPS_DIR/tf-venv, a
+#                                      virtualenv that also sees Debian's torch (korovod.tensorflow
+#                                      is built against it; ~600 MB, once)
 #   scripts/install-deps.sh --k8s      also etcd, for the operator's API-server tests (the API
 #                                      server and kubectl come from scripts/build-testinfra.sh),
 #                                      and containerd, runc, the CNI plugins, iptables and
@@ -32,12 +36,14 @@ WITH_BENCH=0
 WITH_CUDA=0
 WITH_K8S=0
 WITH_IMAGES=0
+WITH_TENSORFLOW=0
 for a in "$@"; do
   case "$a" in
     --bench) WITH_BENCH=1 ;;
     --cuda) WITH_CUDA=1 ;;
     --k8s) WITH_K8S=1 ;;
     --images) WITH_IMAGES=1 ;;
+    --tensorflow) WITH_TENSORFLOW=1 ;;
     *) echo "install-deps.sh: unknown flag $a" >&2; exit 2 ;;
   esac
 done
@@ -112,6 +118,29 @@ install_horovod() {
   echo "$HOROVOD_VERSION" >"$venv/.korovod-stamp"
 }
 if [ "$WITH_BENCH" = 1 ]; then install_horovod; fi
+
+# ---- TensorFlow, for korovod.tensorflow ----------------------------------------------------------
+# Debian has no TensorFlow. The venv sees Debian's site packages (torch, sklearn, grpc) but has its
+# own numpy: TensorFlow needs numpy >= 1.26, and Debian's torch (built for numpy 1.x) loads with
+# 1.26 but not 2.x. Its own protobuf too (TensorFlow's, newer than Debian's). tf_keras is Keras 2
+# for TF_USE_LEGACY_KERAS=1. Pinned; bump together. The stamp names the set.
+TENSORFLOW_SET="tensorflow-cpu==2.21.0 tf_keras==2.21.0 numpy==1.26.4"
+install_tensorflow() {
+  local venv="$DEPS/tf-venv"
+  if [ -f "$venv/.korovod-stamp" ] && [ "$(cat "$venv/.korovod-stamp")" = "$TENSORFLOW_SET" ]; then
+    echo "install-deps.sh: TensorFlow already in $venv ($TENSORFLOW_SET)"
+    return 0
+  fi
+  rm -rf "$venv"
+  /usr/bin/python3 -m venv --system-site-packages "$venv"
+  echo "install-deps.sh: installing $TENSORFLOW_SET into $venv"
+  # shellcheck disable=SC2086  # the set is a list of requirements
+  "$venv/bin/pip" install --quiet --disable-pip-version-check $TENSORFLOW_SET
+  "$venv/bin/python" -c 'import tensorflow, torch, keras, tf_keras, numpy; assert numpy.__version__.startswith("1.")' \
+    2>/dev/null
+  echo "$TENSORFLOW_SET" >"$venv/.korovod-stamp"
+}
+if [ "$WITH_TENSORFLOW" = 1 ]; then install_tensorflow; fi
 
 [ "$WITH_CUDA" = 1 ] || exit 0
 

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 JOBS="${JOBS:-2}"
 
-bash scripts/install-deps.sh --cuda --k8s --images
+bash scripts/install-deps.sh --cuda --k8s --images --tensorflow
 
 step() { printf '\n==== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
 

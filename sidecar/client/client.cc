@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -145,11 +146,19 @@ struct HandleState {
   ~HandleState() {
     if (result_block && core) core->Release(result_offset);
   }
+  // Run once, on the thread that completes the op, after `done` is set (ClientHandle::OnDone).
+  std::vector<std::function<void()>> on_done;
+
   void Finish(Status s) {
-    std::lock_guard<std::mutex> lock(mu);
-    status = std::move(s);
-    done = true;
-    cv.notify_all();
+    std::vector<std::function<void()>> callbacks;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      status = std::move(s);
+      done = true;
+      callbacks.swap(on_done);
+      cv.notify_all();
+    }
+    for (auto& cb : callbacks) cb();
   }
 };
 
@@ -272,6 +281,23 @@ void ArenaBuffer::Reset() {
 bool ClientHandle::Poll() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->done;
+}
+
+void ClientHandle::OnDone(std::function<void()> callback) const {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (!state_->done) {
+      state_->on_done.push_back(std::move(callback));
+      return;
+    }
+  }
+  callback();
+}
+
+Status ClientHandle::status() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (!state_->done) return FailedPrecondition("op " + state_->name + " has not completed");
+  return state_->status;
 }
 
 Status ClientHandle::Wait(Deadline deadline) const {

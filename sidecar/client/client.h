@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -64,8 +65,14 @@ class ClientHandle {
   explicit ClientHandle(std::shared_ptr<HandleState> s) : state_(std::move(s)) {}
 
   bool Poll() const;
+  // Runs `callback` once the op has completed (at once, on this thread, if it has): on the
+  // client's completion thread, a waiting thread, or the one closing the client. It must be short
+  // and must not wait on other handles (hand longer work to another thread).
+  void OnDone(std::function<void()> callback) const;
   // The op's status, or DeadlineExceeded (the op stays in flight).
   Status Wait(Deadline deadline = Deadline::Infinite()) const;
+  // Once Poll() is true (or in an OnDone callback): the op's status.
+  Status status() const;
   // After a successful Wait:
   const TensorShape& shape() const;                     // output shape
   std::span<const std::byte> output() const;            // result-heap or staged output bytes

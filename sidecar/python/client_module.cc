@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "sidecar/client/c_api.h"
 #include "sidecar/client/client.h"
 
 namespace py = pybind11;
@@ -189,6 +190,13 @@ void BindClient(py::module_& m) {
       .def_property_readonly("epoch", &Client::epoch)
       .def_property_readonly("device_backend", &Client::device_backend)
       .def_property_readonly("nccl_version", &Client::nccl_version)
+      // (address of the C function table, address of this client), for op libraries of other
+      // frameworks (korovod.tensorflow's) that share this session: sidecar/client/c_api.h.
+      .def("c_api",
+           [](Client& c) {
+             return py::make_tuple(reinterpret_cast<uintptr_t>(korovod_client_api()),
+                                   reinterpret_cast<uintptr_t>(&c));
+           })
       .def(
           "allocate",
           [](Client& c, uint64_t nbytes) { return Unlocked([&] { return c.Allocate(nbytes); }); },

@@ -64,6 +64,9 @@ RULES: Dict[str, Optional[Tuple[str, ...]]] = {
     "sidecar/control": ("common",),
     "sidecar/client": ("common", "sidecar/arena", "sidecar/control"),
     "sidecar/python": ("common", "sidecar/client"),
+    # TensorFlow's op library: only the client's C table (sidecar/client/c_api.h), as it is built
+    # with TensorFlow's compiler settings, apart from the rest.
+    "sidecar/tensorflow": ("sidecar/client",),
     "sidecar/daemon": _ALL_RUNTIME + ("common/http", "sidecar/arena", "sidecar/control"),
     # Elastic jobs: korovodrun hosts the membership server of runtime/world (ADR 0014), which
     # speaks the transport's handshake; no engine, no tensors.

@@ -13,6 +13,7 @@ import torch
 
 import horovod.torch as hvd
 import korovod.torch
+from korovod import session
 from korovod.torch import mpi_ops
 
 hvd.init()
@@ -141,17 +142,17 @@ def train(client, tag, steps=4, groups=None, set_to_none=False, drop_grad_at=Non
 
 
 GRAD_BYTES = 4 * (8 * 16 + 16 + 16 * 4 + 4)  # the model's four float32 gradients
-real = mpi_ops._client_obj
+real = session._client_obj
 real_arena_copy = mpi_ops._arena_copy
 for kwargs in (dict(arena=False), dict(), dict(set_to_none=True), dict(drop_grad_at=2),
                dict(groups=2), dict(groups=2, arena=False)):
-    counting = mpi_ops._client_obj = CountingClient(real)
+    counting = session._client_obj = CountingClient(real)
     if not kwargs.get("arena", True):  # as before gradients moved into the arena: all staged
         mpi_ops._arena_copy = lambda *args, **kw: None
     try:
         per_step, calls = train(counting, "zc%s." % "_".join(sorted(kwargs)), **kwargs)
     finally:
-        mpi_ops._client_obj = real
+        session._client_obj = real
         mpi_ops._arena_copy = real_arena_copy
     for d in per_step:
         if kwargs.get("arena", True):

@@ -1,0 +1,81 @@
+"""Variables and Python objects across ranks: broadcast_variables, broadcast_object,
+allgather_object (Horovod's horovod.tensorflow.functions)."""
+import io
+
+import cloudpickle
+import numpy as np
+import tensorflow as tf
+
+from korovod.tensorflow import mpi_ops
+from korovod.tensorflow.mpi_ops import allgather, broadcast, global_process_set, rank, size
+
+_broadcast_fns = {}
+
+
+def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):
+    """Assigns root_rank's values to `variables` on every rank of the set. Eagerly, the
+    broadcasts run as one graph (traced once per list of variables), so they are in flight
+    together and fused, not one round trip per variable."""
+    variables = list(variables)
+    if not variables:
+        return None
+    if not tf.executing_eagerly():
+        return tf.group(*[v.assign(broadcast(v, root_rank, process_set=process_set))
+                          for v in variables])
+    key = (tuple(id(v) for v in variables), int(root_rank), mpi_ops._psid(process_set))
+    fn = _broadcast_fns.get(key)
+    if fn is None:
+        @tf.function(autograph=False)
+        def fn():
+            for v in variables:
+                v.assign(broadcast(v, root_rank, process_set=process_set))
+        _broadcast_fns[key] = fn
+    fn()
+    return None
+
+
+def _to_bytes(obj):
+    b = io.BytesIO()
+    cloudpickle.dump(obj, b)
+    return np.frombuffer(b.getvalue(), dtype=np.uint8)
+
+
+def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):
+    """root_rank's `obj` (any picklable object) on every rank of the set."""
+    name = name or type(obj).__name__
+    if mpi_ops._set_rank(process_set) == mpi_ops._set_rank_of_root(root_rank, process_set):
+        payload = _to_bytes(obj)
+    else:
+        payload = np.zeros([0], dtype=np.uint8)
+    n = broadcast(tf.constant([payload.size], dtype=tf.int64), root_rank,
+                  name=name + ".sz", process_set=process_set)
+    n = int(n.numpy()[0])
+    if payload.size != n:
+        payload = np.zeros([n], dtype=np.uint8)
+    data = broadcast(tf.constant(payload), root_rank, name=name + ".t", process_set=process_set)
+    return cloudpickle.loads(data.numpy().tobytes())
+
+
+def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
+    """A function broadcasting its argument from root_rank (Horovod's broadcast_object_fn)."""
+    def fn(obj):
+        return broadcast_object(obj, root_rank, session, name, process_set)
+    return fn
+
+
+def allgather_object(obj, session=None, name=None, process_set=global_process_set):
+    """Every rank's `obj`, as a list in rank order of the set."""
+    name = name or type(obj).__name__
+    payload = _to_bytes(obj)
+    sizes = allgather(tf.constant([payload.size], dtype=tf.int64), name=name + ".sz",
+                      process_set=process_set).numpy()
+    data = allgather(tf.constant(payload), name=name + ".t", process_set=process_set).numpy()
+    out, off = [], 0
+    for s in sizes:
+        out.append(cloudpickle.loads(data[off:off + s].tobytes()))
+        off += s
+    return out
+
+
+__all__ = ["broadcast_variables", "broadcast_object", "broadcast_object_fn", "allgather_object",
+           "rank", "size"]
