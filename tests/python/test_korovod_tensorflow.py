@@ -51,3 +51,55 @@ def test_collectives(np_):
     DistributedGradientTape, Horovod's error types, ops that need no thread each."""
     out = run(np_, os.path.join(HERE, "tf_collectives_worker.py"))
     assert_each_rank(out, np_, "tf collectives OK")
+
+
+KERAS = [("0", "horovod.tensorflow.keras"), ("1", "horovod.tensorflow.keras"),
+         ("0", "horovod.keras"), ("1", "horovod.keras")]
+
+
+@pytest.mark.parametrize("legacy,module", KERAS)
+def test_keras_api(legacy, module):
+    """DistributedOptimizer, the callbacks, BestModelCheckpoint, load_model, the elastic
+    KerasState: Keras 3 (TF_USE_LEGACY_KERAS=0) and tf_keras (=1), both modules."""
+    out = run(2, os.path.join(HERE, "tf_keras_worker.py"), module,
+              env={"TF_USE_LEGACY_KERAS": legacy})
+    assert_each_rank(out, 2, "keras OK")
+
+
+@pytest.mark.parametrize("legacy,module", [("0", "horovod.tensorflow.keras"),
+                                           ("1", "horovod.tensorflow.keras"),
+                                           ("0", "horovod.keras")])
+def test_keras_digits_matches_single_process(tmp_path, legacy, module):
+    """4 ranks of the Keras digits example reach the test accuracy (and loss) of one process
+    with the same global batch."""
+    example = os.path.join(REPO, "examples", "tensorflow2_keras_digits.py")
+    ref_json, dist_json = tmp_path / "ref.json", tmp_path / "dist.json"
+    env = {"TF_USE_LEGACY_KERAS": legacy}
+    p = subprocess.run([PYTHON, example, "--module", module, "--ranks-emulated", "4",
+                        "--metrics-json", str(ref_json)], env=_env(env), capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = run(4, example, "--module", module, "--metrics-json", dist_json,
+              "--save", tmp_path / "digits.keras", env=env)
+    assert "[1] " not in out, "only rank 0 prints: " + out
+    ref, dist = json.loads(ref_json.read_text()), json.loads(dist_json.read_text())
+    assert ref["test_accuracy"] > 0.9, ref
+    assert abs(ref["test_accuracy"] - dist["test_accuracy"]) <= 0.01, (ref, dist)
+    assert abs(ref["final_train_loss"] - dist["final_train_loss"]) <= 1e-3, (ref, dist)
+
+
+@pytest.mark.parametrize("example,legacy,np_", [
+    ("tensorflow2_synthetic_benchmark.py", "0", 2),
+    ("tensorflow2_synthetic_benchmark.py", "1", 4),
+    ("tensorflow2_keras_synthetic_benchmark.py", "1", 2),
+    ("tensorflow2_keras_synthetic_benchmark.py", "0", 4)])
+def test_synthetic_benchmark_examples(example, legacy, np_):
+    """Horovod's TF2 synthetic benchmarks' flags and printout (ours run on Keras 3 and tf_keras;
+    Horovod's own files need tf_keras, docs/converting.md), a small model, few steps."""
+    out = run(np_, os.path.join(REPO, "examples", example), "--model", "MobileNetV2",
+              "--image-size", "32", "--batch-size", "4", "--num-batches-per-iter", "2",
+              "--num-iters", "3", "--fp16-allreduce", env={"TF_USE_LEGACY_KERAS": legacy})
+    assert "[0] Number of CPUs: %d" % np_ in out, out
+    assert len(re.findall(r"^\[0\] Iter #\d: [0-9.]+ img/sec per CPU$", out, re.M)) == 3, out
+    total = re.search(r"^\[0\] Total img/sec on %d CPU\(s\): ([0-9.]+) \+-" % np_, out, re.M)
+    assert total and float(total.group(1)) > 0, out

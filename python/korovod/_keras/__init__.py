@@ -10,6 +10,9 @@ from korovod.tensorflow.mpi_ops import Average, global_process_set
 
 
 def keras_major(keras):
+    """3 for Keras 3, 2 for tf_keras (whose tf.keras module has no __version__)."""
+    if keras.__name__.startswith("tf_keras"):
+        return 2
     return int(str(getattr(keras, "__version__", "3")).split(".")[0])
 
 

@@ -34,6 +34,10 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
     return None
 
 
+def _suffixed(name, suffix):
+    return None if name is None else name + suffix
+
+
 def _to_bytes(obj):
     b = io.BytesIO()
     cloudpickle.dump(obj, b)
@@ -41,18 +45,20 @@ def _to_bytes(obj):
 
 
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):
-    """root_rank's `obj` (any picklable object) on every rank of the set."""
-    name = name or type(obj).__name__
+    """root_rank's `obj` (any picklable object) on every rank of the set. Unnamed, the ops are
+    named by their order (not by the object's type, which may differ between the root and the
+    others)."""
     if mpi_ops._set_rank(process_set) == mpi_ops._set_rank_of_root(root_rank, process_set):
         payload = _to_bytes(obj)
     else:
         payload = np.zeros([0], dtype=np.uint8)
     n = broadcast(tf.constant([payload.size], dtype=tf.int64), root_rank,
-                  name=name + ".sz", process_set=process_set)
+                  name=_suffixed(name, ".sz"), process_set=process_set)
     n = int(n.numpy()[0])
     if payload.size != n:
         payload = np.zeros([n], dtype=np.uint8)
-    data = broadcast(tf.constant(payload), root_rank, name=name + ".t", process_set=process_set)
+    data = broadcast(tf.constant(payload), root_rank, name=_suffixed(name, ".t"),
+                     process_set=process_set)
     return cloudpickle.loads(data.numpy().tobytes())
 
 
@@ -65,11 +71,11 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global
 
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
     """Every rank's `obj`, as a list in rank order of the set."""
-    name = name or type(obj).__name__
     payload = _to_bytes(obj)
-    sizes = allgather(tf.constant([payload.size], dtype=tf.int64), name=name + ".sz",
+    sizes = allgather(tf.constant([payload.size], dtype=tf.int64), name=_suffixed(name, ".sz"),
                       process_set=process_set).numpy()
-    data = allgather(tf.constant(payload), name=name + ".t", process_set=process_set).numpy()
+    data = allgather(tf.constant(payload), name=_suffixed(name, ".t"),
+                     process_set=process_set).numpy()
     out, off = [], 0
     for s in sizes:
         out.append(cloudpickle.loads(data[off:off + s].tobytes()))

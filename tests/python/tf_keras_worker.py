@@ -1,0 +1,139 @@
+"""Horovod's Keras API on korovod (argv[1]: the module, horovod.tensorflow.keras or
+horovod.keras; TF_USE_LEGACY_KERAS picks Keras 3 or tf_keras): DistributedOptimizer keeps the
+replicas identical, the learning-rate callbacks set Horovod's rates, MetricAverageCallback averages
+the logs, BestModelCheckpoint keeps the best model, load_model gives back a distributed optimizer
+with its state, the elastic KerasState restores and syncs. Prints "[r] rank r keras OK"."""
+import importlib
+import os
+import sys
+import tempfile
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+module = sys.argv[1]
+hvd = importlib.import_module(module)
+if module == "horovod.tensorflow.keras":
+    keras = tf.keras
+else:
+    keras = importlib.import_module(
+        "tf_keras" if os.environ.get("TF_USE_LEGACY_KERAS") == "1" else "keras")
+keras3 = not keras.__name__.startswith("tf_keras")
+hvd.init()
+r, n = hvd.rank(), hvd.size()
+
+
+def model_fn(seed):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential([keras.Input(shape=(4,)), keras.layers.Dense(8, activation="relu"),
+                             keras.layers.Dense(1)])
+
+
+def weights_digest(model):
+    return [float(np.sum(w)) for w in model.get_weights()]
+
+
+rng = np.random.RandomState(r)  # every rank its own data
+x = rng.rand(32, 4).astype(np.float32)
+y = rng.rand(32, 1).astype(np.float32)
+
+# ---- replicas stay identical (different initial weights: the broadcast callback aligns them) ----
+model = model_fn(seed=100 + r)
+opt = hvd.DistributedOptimizer(keras.optimizers.SGD(learning_rate=0.05, momentum=0.9))
+model.compile(loss="mse", optimizer=opt)
+lr_seen = []
+
+
+class RecordLR(keras.callbacks.Callback):
+    def on_batch_begin(self, batch, logs=None):
+        lr = self.model.optimizer.learning_rate
+        lr_seen.append(float(lr.numpy() if hasattr(lr, "numpy") else lr))
+
+
+logs_seen = []
+
+
+class RecordLogs(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        logs_seen.append(dict(logs))
+
+
+warmup = hvd.callbacks.LearningRateWarmupCallback(initial_lr=0.05, warmup_epochs=2,
+                                                  steps_per_epoch=4)
+hist = model.fit(x, y, batch_size=8, epochs=3, shuffle=False, verbose=0,
+                 callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+                            hvd.callbacks.MetricAverageCallback(), warmup, RecordLR(),
+                            RecordLogs()])
+digests = hvd.allgather_object(weights_digest(model))
+assert all(np.allclose(d, digests[0]) for d in digests), digests
+# Warmup: 1/size at the first batch, then linearly to the full rate at warmup_epochs.
+assert abs(lr_seen[0] - 0.05 / n) < 1e-7, lr_seen
+want = [0.05 / n * ((e + b / 4.0) * (n - 1) / 2 + 1) for e in range(2) for b in range(4)]
+assert np.allclose(lr_seen[:8], want, rtol=1e-5), (lr_seen[:8], want)
+# After warmup_epochs the rate stays where the last warmup batch set it (Horovod's behaviour: its
+# examples follow with a LearningRateScheduleCallback from warmup_epochs on).
+assert np.allclose(lr_seen[8:], want[-1]), lr_seen
+# MetricAverageCallback: every rank's epoch logs are the average.
+losses = hvd.allgather_object([l["loss"] for l in logs_seen])
+assert all(np.allclose(ls, losses[0]) for ls in losses), losses
+
+# ---- LearningRateScheduleCallback: a multiplier per epoch, staircase ----
+model2 = model_fn(seed=7)
+model2.compile(loss="mse", optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)))
+lr_seen.clear()
+sched = hvd.callbacks.LearningRateScheduleCallback(initial_lr=0.1, multiplier=lambda e: 0.5 ** e,
+                                                   start_epoch=1, end_epoch=3)
+model2.fit(x, y, batch_size=16, epochs=4, shuffle=False, verbose=0,
+           callbacks=[sched, RecordLR()])
+assert np.allclose(lr_seen, [0.1, 0.1, 0.05, 0.05, 0.025, 0.025, 0.025, 0.025]), lr_seen
+
+# ---- BestModelCheckpoint on rank 0, load_model ----
+tmp = tempfile.mkdtemp(prefix="korovod-keras-")
+path = os.path.join(tmp, "best.keras" if keras3 else "best.h5")
+cbs = [hvd.callbacks.BestModelCheckpoint(monitor="loss", filepath=path)] if r == 0 else []
+model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0, callbacks=cbs)
+path = hvd.broadcast_object(path if r == 0 and os.path.exists(path) else None, root_rank=0)
+assert path is not None, "BestModelCheckpoint wrote nothing"
+hvd.barrier()
+loaded = hvd.load_model(path)
+assert getattr(loaded.optimizer, "_korovod_allreduce", None) is not None, type(loaded.optimizer)
+loaded.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+digests = hvd.allgather_object(weights_digest(loaded))
+assert all(np.allclose(d, digests[0]) for d in digests), digests
+
+# ---- backward_passes_per_step (Keras 3: the optimizer's gradient accumulation) ----
+if keras3:
+    m3 = model_fn(seed=3)
+    m3.compile(loss="mse", optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01),
+                                                              backward_passes_per_step=2))
+    before = weights_digest(m3)
+    m3.fit(x[:8], y[:8], batch_size=8, epochs=1, verbose=0)  # one pass: no update yet
+    assert np.allclose(weights_digest(m3), before)
+    m3.fit(x[:8], y[:8], batch_size=8, epochs=1, verbose=0)  # the second pass applies
+    assert not np.allclose(weights_digest(m3), before)
+    digests = hvd.allgather_object(weights_digest(m3))
+    assert all(np.allclose(d, digests[0]) for d in digests), digests
+
+# ---- the elastic KerasState: restore the commit, sync from rank 0 ----
+state = hvd.elastic.KerasState(model, batch=0, epoch=0)
+committed = model.get_weights()
+state.commit()
+model.set_weights([w + 1.0 for w in committed])
+state.epoch = 5
+state.restore()
+assert all(np.allclose(a, b) for a, b in zip(model.get_weights(), committed))
+assert state.epoch == 0
+model.set_weights([w + r for w in committed])
+state.sync()
+digests = hvd.allgather_object(weights_digest(model))
+assert all(np.allclose(d, digests[0]) for d in digests), digests
+
+# ---- bad input ----
+try:
+    hvd.DistributedOptimizer(opt)
+    raise AssertionError("a distributed optimizer was wrapped twice")
+except ValueError:
+    pass
+print("rank %d keras OK" % r, flush=True)
