@@ -53,6 +53,9 @@ def parse_args():
     p.add_argument("--python", default=os.environ.get("PYTHON", "/usr/bin/python3"))
     p.add_argument("--json", help="write the per-test results here")
     p.add_argument("-k", dest="only", help="run only the tests whose id contains this")
+    p.add_argument("--file", default="test_torch.py",
+                   help="the suite's file in parallel/ (test_tensorflow.py: Horovod's TensorFlow "
+                        "suite, run with a --python that has TensorFlow)")
     return p.parse_args()
 
 
@@ -69,12 +72,12 @@ def suite_env(args):
 
 def collect(args, env, parallel_dir):
     p = subprocess.run([args.python, "-m", "pytest", "--collect-only", "-q", "-p",
-                        "no:cacheprovider", "test_torch.py"], cwd=parallel_dir, env=env,
+                        "no:cacheprovider", args.file], cwd=parallel_dir, env=env,
                        capture_output=True, text=True, timeout=300)
     ids = [line.strip() for line in p.stdout.splitlines() if "::" in line]
     if not ids:
-        raise SystemExit("collecting %s/test_torch.py found no tests:\n%s%s" % (
-            parallel_dir, p.stdout[-3000:], p.stderr[-3000:]))
+        raise SystemExit("collecting %s/%s found no tests:\n%s%s" % (
+            parallel_dir, args.file, p.stdout[-3000:], p.stderr[-3000:]))
     return ids
 
 
@@ -133,7 +136,7 @@ def run_attempt(args, env, parallel_dir, test_id):
 def main():
     args = parse_args()
     parallel_dir = os.path.join(args.suite, "parallel")
-    if not os.path.isfile(os.path.join(parallel_dir, "test_torch.py")):
+    if not os.path.isfile(os.path.join(parallel_dir, args.file)):
         print("Horovod's PyTorch suite is not at %s (set KOROVOD_HOROVOD_TESTS or --suite): "
               "NOT RUN" % parallel_dir, flush=True)
         return SKIP_CODE
@@ -141,8 +144,8 @@ def main():
     ids = collect(args, env, parallel_dir)
     if args.only:
         ids = [i for i in ids if args.only in i]
-    print("Horovod's test_torch.py from %s: %d tests, %d ranks each, %d at a time" % (
-        parallel_dir, len(ids), args.np, args.jobs), flush=True)
+    print("Horovod's %s from %s: %d tests, %d ranks each, %d at a time" % (
+        args.file, parallel_dir, len(ids), args.np, args.jobs), flush=True)
     start = time.monotonic()
     results = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
@@ -172,7 +175,7 @@ def main():
               if r["attempts"] > 1 and r["result"] == "passed"]
     if reruns:
         print("passed only on a rerun (wall-clock tests): " + ", ".join(reruns))
-    print("Horovod test_torch.py at %d ranks: %.0f s" % (args.np, elapsed))
+    print("Horovod %s at %d ranks: %.0f s" % (args.file, args.np, elapsed))
     print("%d passed, %d failed, %d skipped" % (
         counts["passed"], counts["failed"] + counts["hung"], counts["skipped"]), flush=True)
     return 0 if counts["failed"] == 0 and counts["hung"] == 0 else 1

@@ -119,6 +119,8 @@ out, recv = hvd.alltoall(send, splits=splits)
 check(recv, [r + 1] * n, "alltoall received splits")
 check(out, np.concatenate([np.full([r + 1, 2], float(q * 10 + r)) for q in range(n)]),
       "alltoall")
+even = hvd.alltoall(tf.fill([n, 2], float(r)))  # no splits: the output alone, as Horovod
+check(even, [[float(q)] * 2 for q in range(n)], "alltoall even")
 rs = hvd.reducescatter(value(r, [2 * n, 3], tf.float32), op=hvd.Sum)
 check(rs, sum(every([2 * n, 3], tf.float32))[2 * r:2 * r + 2], "reducescatter")
 hvd.barrier()
@@ -187,6 +189,23 @@ with tf.GradientTape() as tape:
     loss = tf.reduce_sum(wt * wt) * float(r + 1)
 got = hvd.DistributedGradientTape(tape, gradient_predivide_factor=2.0).gradient(loss, [wt])[0]
 check(got, np.mean([local_grad(q) for q in range(n)], axis=0), "tape predivide", 1e-6)
+
+# Sparse gradients (an embedding lookup's IndexedSlices): gathered and averaged, or dense.
+emb = tf.Variable(tf.ones([n + 1, 2]))
+want = np.array([[(q + 1.0) / n] * 2 for q in range(n)] + [[0.0, 0.0]])
+for sparse_as_dense in (False, True):
+    for predivide in (1.0, 2.0):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.gather(emb, [r])) * float(r + 1)
+        g = hvd.DistributedGradientTape(tape, sparse_as_dense=sparse_as_dense,
+                                        gradient_predivide_factor=predivide).gradient(loss, [emb])[0]
+        assert isinstance(g, tf.IndexedSlices) != sparse_as_dense, type(g)
+        check(tf.convert_to_tensor(g), want, "sparse grads %s" % sparse_as_dense, 1e-6)
+try:
+    hvd.allreduce(sl, prescale_factor=0.5)
+    raise AssertionError("a scaled IndexedSlices allreduce was accepted")
+except NotImplementedError:
+    pass
 
 # ---- bad input: Horovod's error types, and the ranks go on ----
 try:

@@ -3,8 +3,9 @@ The ops run eagerly and inside tf.function graphs, asynchronously (korovod's Ten
 library, built against the installed TensorFlow)."""
 from korovod.exceptions import HorovodInternalError  # noqa: F401
 from korovod.tensorflow.compression import Compression
-from korovod.tensorflow.functions import (allgather_object, broadcast_object,
-                                          broadcast_object_fn, broadcast_variables)
+from korovod.tensorflow.functions import (allgather_object, broadcast_global_variables,
+                                          broadcast_object, broadcast_object_fn,
+                                          broadcast_variables)
 from korovod.tensorflow.gradient_aggregation import allreduce, grouped_allreduce
 from korovod.tensorflow.gradient_tape import (DistributedGradientTape,
                                               PartialDistributedGradientTape)
@@ -17,6 +18,7 @@ from korovod.tensorflow.mpi_ops import (
     mpi_enabled, mpi_threads_supported, nccl_built, process_set_included_op, rank, rank_op,
     reducescatter, remove_process_set, rocm_built, shutdown, size, size_op, start_timeline,
     stop_timeline, sycl_built)
-from korovod.tensorflow import elastic  # noqa: E402  hvd.elastic, after what it uses
+from korovod.tensorflow import elastic, util  # noqa: E402  hvd.elastic, after what it uses
+from korovod.tensorflow.util import _cache, _executing_eagerly, _make_subgraph  # noqa: F401
 
 __all__ = [n for n in dir() if not n.startswith("_")]

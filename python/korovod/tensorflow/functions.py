@@ -34,8 +34,30 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
     return None
 
 
+def _value(t, session):
+    """A tensor's value: eagerly its numpy(); in a TensorFlow 1 graph, run in `session` or the
+    default session."""
+    if tf.executing_eagerly():
+        return t.numpy()
+    sess = session or tf.compat.v1.get_default_session()
+    if sess is None:
+        raise ValueError("korovod: broadcast_object/allgather_object in a TensorFlow 1 graph need "
+                         "session= or a default session")
+    return sess.run(t)
+
+
 def _suffixed(name, suffix):
     return None if name is None else name + suffix
+
+
+def broadcast_global_variables(root_rank):
+    """TensorFlow 1 graphs: broadcasts every global variable from root_rank (an op to run).
+    Eagerly there are no global variables: RuntimeError, as in Horovod."""
+    if tf.executing_eagerly():
+        raise RuntimeError("hvd.broadcast_global_variables() does not support eager execution. "
+                           "Please use `hvd.broadcast_variables(<model/optimizer variables>)` "
+                           "instead.")
+    return broadcast_variables(tf.compat.v1.global_variables(), root_rank)
 
 
 def _to_bytes(obj):
@@ -54,12 +76,12 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=glob
         payload = np.zeros([0], dtype=np.uint8)
     n = broadcast(tf.constant([payload.size], dtype=tf.int64), root_rank,
                   name=_suffixed(name, ".sz"), process_set=process_set)
-    n = int(n.numpy()[0])
+    n = int(_value(n, session)[0])
     if payload.size != n:
         payload = np.zeros([n], dtype=np.uint8)
     data = broadcast(tf.constant(payload), root_rank, name=_suffixed(name, ".t"),
                      process_set=process_set)
-    return cloudpickle.loads(data.numpy().tobytes())
+    return cloudpickle.loads(_value(data, session).tobytes())
 
 
 def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
@@ -72,10 +94,10 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
     """Every rank's `obj`, as a list in rank order of the set."""
     payload = _to_bytes(obj)
-    sizes = allgather(tf.constant([payload.size], dtype=tf.int64), name=_suffixed(name, ".sz"),
-                      process_set=process_set).numpy()
-    data = allgather(tf.constant(payload), name=_suffixed(name, ".t"),
-                     process_set=process_set).numpy()
+    sizes = _value(allgather(tf.constant([payload.size], dtype=tf.int64),
+                             name=_suffixed(name, ".sz"), process_set=process_set), session)
+    data = _value(allgather(tf.constant(payload), name=_suffixed(name, ".t"),
+                            process_set=process_set), session)
     out, off = [], 0
     for s in sizes:
         out.append(cloudpickle.loads(data[off:off + s].tobytes()))
@@ -83,5 +105,5 @@ def allgather_object(obj, session=None, name=None, process_set=global_process_se
     return out
 
 
-__all__ = ["broadcast_variables", "broadcast_object", "broadcast_object_fn", "allgather_object",
-           "rank", "size"]
+__all__ = ["broadcast_variables", "broadcast_global_variables", "broadcast_object",
+           "broadcast_object_fn", "allgather_object", "rank", "size"]

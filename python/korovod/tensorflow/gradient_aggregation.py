@@ -24,6 +24,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
         if op not in (Sum, Average):
             raise NotImplementedError("korovod: a sparse (IndexedSlices) allreduce takes op=Sum "
                                       "or op=Average")
+        if prescale_factor != 1.0 or postscale_factor != 1.0:
+            raise NotImplementedError("Pre/postscaling is not supported with tf.IndexedSlices")
         with tf.device(device_sparse):
             values = mpi_ops.allgather(tensor.values, name=None if name is None else name + ".v",
                                        process_set=process_set,
@@ -34,10 +36,6 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
                                         ignore_name_scope=ignore_name_scope)
             if op == Average:
                 values = values / tf.cast(mpi_ops._set_size(process_set), values.dtype)
-            if prescale_factor != 1.0:
-                values = values * tf.cast(prescale_factor, values.dtype)
-            if postscale_factor != 1.0:
-                values = values * tf.cast(postscale_factor, values.dtype)
         return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
     with tf.device(device_dense):
         compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
@@ -106,12 +104,21 @@ def make_allreduce_grads_fn(name, device_dense, device_sparse, compression, spar
             out = list(grads)
             if groups is None:
                 for i in present:
+                    if isinstance(grads[i], tf.IndexedSlices):  # gathered: no scaling to split
+                        out[i] = allreduce(grads[i], device_sparse=device_sparse, op=op,
+                                           process_set=process_set)
+                        continue
                     out[i] = allreduce(grads[i], device_dense=device_dense,
                                        device_sparse=device_sparse, compression=compression,
                                        op=engine_op, prescale_factor=prescale,
                                        postscale_factor=postscale, process_set=process_set)
                 return out
-            for members in _group_indices(groups, present, variables):
+            for i in present:
+                if isinstance(grads[i], tf.IndexedSlices):  # gathered, outside the groups
+                    out[i] = allreduce(grads[i], device_sparse=device_sparse, op=op,
+                                       process_set=process_set)
+            dense = [i for i in present if not isinstance(grads[i], tf.IndexedSlices)]
+            for members in _group_indices(groups, dense, variables):
                 reduced = grouped_allreduce([grads[i] for i in members],
                                             device_dense=device_dense,
                                             device_sparse=device_sparse,

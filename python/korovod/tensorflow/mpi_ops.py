@@ -320,22 +320,24 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
              process_set=global_process_set):
     """Sends splits[i] rows of the first dimension to rank i of the set (even split: None);
-    returns (output, received_splits)."""
+    returns (output, received_splits) when splits were given, else the output, as Horovod."""
     _check_member(process_set)
+    given = splits is not None
     if splits is None:
         splits = tf.zeros([0], dtype=tf.int32)
     else:
         splits = tf.cast(tf.convert_to_tensor(splits), tf.int32)
-    return MPI_LIB.korovod_alltoall(
+    output, received = MPI_LIB.korovod_alltoall(
         tensor, splits, **_naming("Alltoall", name, tensor, ignore_name_scope, process_set),
         process_set_id=_psid(process_set))
+    return (output, received) if given else output
 
 
 @_ops.RegisterGradient("KorovodAlltoall")
 def _alltoall_grad(op, grad_wrt_output, grad_wrt_received_splits):
     ps = _set_of(op.get_attr("process_set_id"))
     recvsplits = op.outputs[1]
-    grad_wrt_tensor, _ = alltoall(grad_wrt_output, splits=recvsplits, process_set=ps)
+    grad_wrt_tensor, _ = alltoall(grad_wrt_output, splits=recvsplits, process_set=ps)  # given
     return [grad_wrt_tensor, None]
 
 
