@@ -103,3 +103,42 @@ def test_synthetic_benchmark_examples(example, legacy, np_):
     assert len(re.findall(r"^\[0\] Iter #\d: [0-9.]+ img/sec per CPU$", out, re.M)) == 3, out
     total = re.search(r"^\[0\] Total img/sec on %d CPU\(s\): ([0-9.]+) \+-" % np_, out, re.M)
     assert total and float(total.group(1)) > 0, out
+
+
+@pytest.mark.parametrize("legacy", ["0", "1"])
+def test_elastic_tensorflow_benchmark_survives_a_killed_worker(tmp_path, legacy):
+    """Horovod's elastic TF2 synthetic benchmark (our copy: same flags and state) with
+    hvd.elastic.TensorFlowKerasState under korovodrun --min-np 2: a worker's trainer is killed
+    after the first iteration (its in-flight ops fail with UnknownError, which hvd.elastic.run
+    turns into HorovodInternalError); the other two restore the commit and finish on 2."""
+    sys.path.insert(0, HERE)
+    from test_elastic import _pids_of_worker
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:2\n127.0.0.2:1\n")
+    cmd = [KOROVODRUN, "--min-np", "2", "--max-np", "3", "--host-discovery-script",
+           "cat %s" % hosts, "--elastic-timeout", "60", PYTHON,
+           os.path.join(REPO, "examples", "tensorflow2_synthetic_benchmark_elastic.py"),
+           "--model", "MobileNetV2", "--image-size", "32", "--batch-size", "4",
+           "--num-warmup-batches", "1", "--num-batches-per-iter", "2", "--num-iters", "6"]
+    p = subprocess.Popen(cmd, env=_env({"TF_USE_LEGACY_KERAS": legacy}), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    lines, killed = [], False
+    try:
+        for line in p.stdout:
+            lines.append(line)
+            if not killed and "Iter #1:" in line:
+                victims = _pids_of_worker(p.pid, "127.0.0.2:", "python")
+                assert victims, "".join(lines)
+                for pid in victims:
+                    os.kill(pid, 9)
+                killed = True
+        p.wait(timeout=600)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    out = "".join(lines)
+    assert killed, out[-4000:]
+    assert p.returncode == 0, out[-6000:]
+    assert re.search(r"Iter #5: [0-9.]+ img/sec per CPU \(2 CPUs\)", out), out[-4000:]
+    assert re.search(r"Total img/sec on 2 CPU\(s\): [0-9.]+", out), out[-4000:]
+    assert "dropped; host 127.0.0.2 blacklisted" in out, out[-4000:]
