@@ -481,7 +481,9 @@ void Engine::Impl::ApplyControlResponse(SetState& s, const Response& head) {
   std::unique_ptr<PendingOp> op = node.empty() ? nullptr : std::move(node.mapped());
   if (op && timeline) timeline->End(name);
   if (!head.error.empty()) {
-    if (op) Complete(std::move(op), InvalidArgument(head.error));
+    // The ranks disagree on the op (shape, dtype, a joined rank): a failed precondition of the
+    // collective, not a bad argument of this rank's (admission refuses those as InvalidArgument).
+    if (op) Complete(std::move(op), FailedPrecondition(head.error));
     return;
   }
   if (head.type == OpType::kJoin) {

@@ -59,17 +59,13 @@ int KorovodDtype(DataType t) {
 constexpr int kInvalidArgument = 1;
 constexpr int kFailedPrecondition = 6;
 
-// Horovod's TensorFlow error types: a refused submission is InvalidArgument; an op the ranks
-// disagree on (shape, dtype, operation) fails with FailedPrecondition; a lost peer, a closed
-// session or a deadline with UnknownError (hvd.elastic turns it into HorovodInternalError).
-absl::Status SubmitError(int code, const std::string& what, const char* msg) {
+// Horovod's TensorFlow error types: a request this rank's sidecar refuses (bad splits, an
+// unknown process set) is InvalidArgument; an op the ranks disagree on (shape, dtype, operation,
+// a joined rank) FailedPrecondition; a lost peer, a closed session or a deadline UnknownError
+// (hvd.elastic turns it into HorovodInternalError).
+absl::Status StatusOf(int code, const std::string& what, const char* msg) {
   if (code == kInvalidArgument) return absl::InvalidArgumentError(absl::StrCat(what, ": ", msg));
-  if (code == kFailedPrecondition)
-    return absl::FailedPreconditionError(absl::StrCat(what, ": ", msg));
-  return absl::UnknownError(absl::StrCat(what, ": ", msg));
-}
-absl::Status CompletionError(int code, const std::string& what, const char* msg) {
-  if (code == kInvalidArgument || code == kFailedPrecondition) {
+  if (code == kFailedPrecondition) {
     return absl::FailedPreconditionError(absl::StrCat(what, ": ", msg));
   }
   return absl::UnknownError(absl::StrCat(what, ": ", msg));
@@ -105,7 +101,7 @@ struct Invocation {
     for (KorovodOp* op : ops) {
       const int code = api->status(op, msg, sizeof(msg));
       if (code != 0) {
-        s = CompletionError(code, what, msg);
+        s = StatusOf(code, what, msg);
         break;
       }
     }
@@ -184,7 +180,7 @@ class KorovodKernel : public AsyncOpKernel {
       int code = 0;
       KorovodOp* op = api->submit(lease.client(), specs, &code, err, sizeof(err));
       if (op == nullptr) {
-        ctx->SetStatus(SubmitError(code, inv->what, err));
+        ctx->SetStatus(StatusOf(code, inv->what, err));
         done();
         return;
       }
@@ -195,7 +191,7 @@ class KorovodKernel : public AsyncOpKernel {
                                                      sizeof(err));
       if (code != 0) {
         inv->ops.clear();
-        ctx->SetStatus(SubmitError(code, inv->what, err));
+        ctx->SetStatus(StatusOf(code, inv->what, err));
         done();
         return;
       }

@@ -309,12 +309,11 @@ def _broadcast_grad(op, grad):
 
 
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
-    """Broadcasts variables in place from root_rank (Horovod 0.28's inplace broadcast)."""
-    variables = list(variables)
-    for i, v in enumerate(variables):
-        v.assign(broadcast(v, root_rank, name=None if name is None else "%s.%d" % (name, i),
-                           process_set=process_set))
-    return variables
+    """Broadcasts variables in place from root_rank (Horovod 0.28's inplace broadcast); returns
+    what each assignment returns (eagerly the variables; in a graph the assignments to run)."""
+    return [v.assign(broadcast(v, root_rank, name=None if name is None else "%s.%d" % (name, i),
+                               process_set=process_set))
+            for i, v in enumerate(variables)]
 
 
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
