@@ -53,6 +53,14 @@ def test_collectives(np_):
     assert_each_rank(out, np_, "tf collectives OK")
 
 
+
+def test_tensorflow1_graph():
+    """horovod.tensorflow with eager execution off: ops run in a Session,
+    broadcast_global_variables, the TF1 DistributedOptimizer, objects through the session."""
+    out = run(2, os.path.join(HERE, "tf1_graph_worker.py"))
+    assert_each_rank(out, 2, "tf1 graph OK")
+
+
 KERAS = [("0", "horovod.tensorflow.keras"), ("1", "horovod.tensorflow.keras"),
          ("0", "horovod.keras"), ("1", "horovod.keras")]
 

@@ -207,6 +207,12 @@ try:
 except NotImplementedError:
     pass
 
+# hvd.DistributedOptimizer of a Keras optimizer: apply_gradients applies the average.
+kv = tf.Variable([0.0, 0.0])
+kopt = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(1.0))
+kopt.apply_gradients([(tf.constant([float(r), 1.0]), kv)])
+check(kv, [-(n - 1) / 2.0, -1.0], "DistributedOptimizer(keras)", 1e-6)
+
 # ---- bad input: Horovod's error types, and the ranks go on ----
 try:
     hvd.allreduce(tf.ones([r + 1]), name="mismatched.shape")

@@ -130,6 +130,19 @@ state.sync()
 digests = hvd.allgather_object(weights_digest(model))
 assert all(np.allclose(d, digests[0]) for d in digests), digests
 
+# ---- SyncBatchNormalization (horovod.tensorflow's, a tf.keras layer): the statistics of the
+# global batch, as one BatchNormalization over every rank's rows ----
+if module == "horovod.tensorflow.keras":
+    import horovod.tensorflow as hvd_tf
+    xs = tf.constant(np.stack([np.arange(8, dtype=np.float32).reshape(4, 2) * (q + 1)
+                               for q in range(n)]))
+    bn = keras.layers.BatchNormalization(axis=-1)
+    ref = bn(tf.reshape(xs, [-1, 2]), training=True).numpy().reshape(n, 4, 2)
+    sbn = hvd_tf.SyncBatchNormalization(axis=-1)
+    assert np.allclose(sbn(xs[r], training=True).numpy(), ref[r], atol=1e-4)
+    assert np.allclose(sbn.moving_mean.numpy(), bn.moving_mean.numpy(), atol=1e-5)
+    assert np.allclose(sbn.moving_variance.numpy(), bn.moving_variance.numpy(), atol=1e-4)
+
 # ---- bad input ----
 try:
     hvd.DistributedOptimizer(opt)

@@ -18,6 +18,8 @@ from korovod.tensorflow.mpi_ops import (
     mpi_enabled, mpi_threads_supported, nccl_built, process_set_included_op, rank, rank_op,
     reducescatter, remove_process_set, rocm_built, shutdown, size, size_op, start_timeline,
     stop_timeline, sycl_built)
+from korovod.tensorflow.optimizer import DistributedOptimizer
+from korovod.tensorflow.sync_batch_norm import SyncBatchNormalization
 from korovod.tensorflow import elastic, util  # noqa: E402  hvd.elastic, after what it uses
 from korovod.tensorflow.util import _cache, _executing_eagerly, _make_subgraph  # noqa: F401
 
