@@ -190,6 +190,23 @@ with tf.GradientTape() as tape:
 got = hvd.DistributedGradientTape(tape, gradient_predivide_factor=2.0).gradient(loss, [wt])[0]
 check(got, np.mean([local_grad(q) for q in range(n)], axis=0), "tape predivide", 1e-6)
 
+# Local sources and PartialDistributedGradientTape: those gradients stay this rank's (/ size).
+wl = tf.Variable([1.0, 2.0])
+with tf.GradientTape() as tape:
+    loss = (tf.reduce_sum(wt * wt) + tf.reduce_sum(wl * wl)) * float(r + 1)
+dt = hvd.DistributedGradientTape(tape)
+dt.register_local_source(wl)
+local, shared = dt.get_local_and_global_gradients(loss, [wt, wl])
+check(local[0][1], 2 * np.array([1.0, 2.0]) * (r + 1) / n, "local source", 1e-6)
+check(shared[0][1], np.mean([local_grad(q) for q in range(n)], axis=0), "global source", 1e-6)
+layer = tf.keras.layers.Dense(1, kernel_initializer="ones", bias_initializer="zeros")
+with tf.GradientTape() as tape:
+    loss = tf.reduce_sum(layer(tf.fill([1, 2], float(r + 1)))) + tf.reduce_sum(wt) * float(r)
+grads = hvd.PartialDistributedGradientTape(tape, local_layers=[layer]).gradient(
+    loss, [wt] + layer.trainable_weights)
+check(grads[0], [np.mean(range(n))] * 3, "partial: shared", 1e-6)
+check(grads[1], [[(r + 1.0) / n]] * 2, "partial: local kernel", 1e-6)
+
 # Sparse gradients (an embedding lookup's IndexedSlices): gathered and averaged, or dense.
 emb = tf.Variable(tf.ones([n + 1, 2]))
 want = np.array([[(q + 1.0) / n] * 2 for q in range(n)] + [[0.0, 0.0]])

@@ -129,6 +129,10 @@ model.set_weights([w + r for w in committed])
 state.sync()
 digests = hvd.allgather_object(weights_digest(model))
 assert all(np.allclose(d, digests[0]) for d in digests), digests
+synced = model.get_weights()
+model.set_weights([w + 5.0 for w in synced])
+state.restore()  # back to the synced weights, not this rank's own from before
+assert all(np.allclose(a, b) for a, b in zip(model.get_weights(), synced))
 
 # ---- SyncBatchNormalization (horovod.tensorflow's, a tf.keras layer): the statistics of the
 # global batch, as one BatchNormalization over every rank's rows ----

@@ -73,6 +73,7 @@ class TensorFlowState(ObjectState):
     def sync(self):
         if self.variables:
             functions.broadcast_variables(self.variables, root_rank=0)
+        self._saved_values = _values(self.variables)  # restore() goes back to the synced values
         super().sync()
 
 
@@ -111,6 +112,8 @@ class TensorFlowKerasState(ObjectState):
     def sync(self):
         functions.broadcast_variables(list(self.model.variables) + self._optimizer_variables(),
                                       root_rank=0)
+        self._saved_model = self.model.get_weights()  # restore() goes back to the synced values
+        self._saved_optimizer = self._optimizer_values()
         super().sync()
 
 
