@@ -16,6 +16,12 @@ using ::tensorflow::shape_inference::ShapeHandle;
 
 #define KOROVOD_TYPES \
   "{uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}"
+// How every rank names the op, and its process set (collective_kernels.cc reads them).
+#define KOROVOD_NAMING_ATTRS                   \
+  .Attr("tensor_name: string = ''")            \
+      .Attr("use_node_name: bool = false")     \
+      .Attr("ignore_name_scope: bool = false") \
+      .Attr("process_set_id: int = 0")
 
 // The first dimension is known only once every rank's has been seen.
 absl::Status UnknownFirstDim(InferenceContext* c) {
@@ -31,15 +37,14 @@ absl::Status UnknownFirstDimOfVector(InferenceContext* c) {
   return UnknownFirstDim(c);
 }
 
+// The attribute macro is one link of each builder chain: laid out by hand.
+// clang-format off
 REGISTER_OP("KorovodAllreduce")
     .Attr("T: " KOROVOD_TYPES)
     .Attr("reduce_op: int")
     .Attr("prescale_factor: float")
     .Attr("postscale_factor: float")
-    .Attr("tensor_name: string = ''")
-    .Attr("use_node_name: bool = false")
-    .Attr("ignore_name_scope: bool = false")
-    .Attr("process_set_id: int = 0")
+    KOROVOD_NAMING_ATTRS
     .Input("tensor: T")
     .Output("sum: T")
     .SetShapeFn(::tensorflow::shape_inference::UnchangedShape);
@@ -50,10 +55,7 @@ REGISTER_OP("KorovodGroupedAllreduce")
     .Attr("reduce_op: int")
     .Attr("prescale_factor: float")
     .Attr("postscale_factor: float")
-    .Attr("tensor_name: string = ''")
-    .Attr("use_node_name: bool = false")
-    .Attr("ignore_name_scope: bool = false")
-    .Attr("process_set_id: int = 0")
+    KOROVOD_NAMING_ATTRS
     .Input("tensors: num_tensors * T")
     .Output("sum: num_tensors * T")
     .SetShapeFn([](InferenceContext* c) {
@@ -63,10 +65,7 @@ REGISTER_OP("KorovodGroupedAllreduce")
 
 REGISTER_OP("KorovodAllgather")
     .Attr("T: " KOROVOD_TYPES)
-    .Attr("tensor_name: string = ''")
-    .Attr("use_node_name: bool = false")
-    .Attr("ignore_name_scope: bool = false")
-    .Attr("process_set_id: int = 0")
+    KOROVOD_NAMING_ATTRS
     .Input("tensor: T")
     .Output("output: T")
     .SetShapeFn(UnknownFirstDimOfVector);
@@ -74,20 +73,14 @@ REGISTER_OP("KorovodAllgather")
 REGISTER_OP("KorovodBroadcast")
     .Attr("T: " KOROVOD_TYPES)
     .Attr("root_rank: int")
-    .Attr("tensor_name: string = ''")
-    .Attr("use_node_name: bool = false")
-    .Attr("ignore_name_scope: bool = false")
-    .Attr("process_set_id: int = 0")
+    KOROVOD_NAMING_ATTRS
     .Input("tensor: T")
     .Output("output: T")
     .SetShapeFn(::tensorflow::shape_inference::UnchangedShape);
 
 REGISTER_OP("KorovodAlltoall")
     .Attr("T: " KOROVOD_TYPES)
-    .Attr("tensor_name: string = ''")
-    .Attr("use_node_name: bool = false")
-    .Attr("ignore_name_scope: bool = false")
-    .Attr("process_set_id: int = 0")
+    KOROVOD_NAMING_ATTRS
     .Input("tensor: T")
     .Input("splits: int32")
     .Output("output: T")
@@ -103,13 +96,12 @@ REGISTER_OP("KorovodReducescatter")
     .Attr("reduce_op: int")
     .Attr("prescale_factor: float = 1.0")
     .Attr("postscale_factor: float = 1.0")
-    .Attr("tensor_name: string = ''")
-    .Attr("use_node_name: bool = false")
-    .Attr("ignore_name_scope: bool = false")
-    .Attr("process_set_id: int = 0")
+    KOROVOD_NAMING_ATTRS
     .Input("tensor: T")
     .Output("output: T")
     .SetShapeFn(UnknownFirstDimOfVector);
+
+// clang-format on
 
 REGISTER_OP("KorovodBarrier")
     .Attr("process_set_id: int = 0")

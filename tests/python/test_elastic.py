@@ -186,6 +186,29 @@ def _pids_of_worker(parent, prefix, comm_prefix):
     return pids
 
 
+def run_killing_a_worker(cmd, env, marker, prefix, timeout=300):
+    """Runs korovodrun `cmd`; at the first output line containing `marker` SIGKILLs the trainers
+    of the workers whose id starts with `prefix`. Returns (output, returncode, killed)."""
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+    lines = []
+    killed = False
+    try:
+        for line in p.stdout:
+            lines.append(line)
+            if not killed and marker in line:
+                victims = _pids_of_worker(p.pid, prefix, "python")
+                assert victims, "".join(lines)
+                for pid in victims:
+                    os.kill(pid, 9)
+                killed = True
+        p.wait(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    return "".join(lines), p.returncode, killed
+
+
 def test_the_elastic_synthetic_benchmark_runs_through_a_failure(tmp_path):
     """Horovod's elastic synthetic benchmark (our copy: same flags and state, a CPU-sized model)
     with hvd.DistributedOptimizer and hvd.elastic.TorchState: a worker's trainer is killed from
@@ -197,26 +220,9 @@ def test_the_elastic_synthetic_benchmark_runs_through_a_failure(tmp_path):
            os.path.join(REPO, "examples", "pytorch_synthetic_benchmark_elastic.py"),
            "--model", "mlp", "--batch-size", "8", "--num-warmup-batches", "2",
            "--num-batches-per-iter", "5", "--num-iters", "8"]
-    p = subprocess.Popen(cmd, env=_env({}), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True)
-    lines = []
-    killed = False
-    try:
-        for line in p.stdout:
-            lines.append(line)
-            if not killed and "Iter #1:" in line:
-                victims = _pids_of_worker(p.pid, "127.0.0.2:", "python")
-                assert victims, "".join(lines)
-                for pid in victims:
-                    os.kill(pid, 9)
-                killed = True
-        p.wait(timeout=300)
-    finally:
-        if p.poll() is None:
-            p.kill()
-    out = "".join(lines)
+    out, rc, killed = run_killing_a_worker(cmd, _env({}), "Iter #1:", "127.0.0.2:")
     assert killed, out[-4000:]
-    assert p.returncode == 0, out[-6000:]
+    assert rc == 0, out[-6000:]
     assert re.search(r"Iter #7: [0-9.]+ img/sec per CPU \(2 CPUs\)", out), out[-4000:]
     assert re.search(r"Total img/sec on 2 CPU\(s\): [0-9.]+", out), out[-4000:]
     assert "dropped; host 127.0.0.2 blacklisted" in out, out[-4000:]

@@ -14,35 +14,23 @@ import sys
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-BUILD = os.environ.get("KOROVOD_BUILD_DIR", os.path.join(REPO, "build"))
-KOROVODRUN = os.path.join(BUILD, "bin", "korovodrun")
-PYTHON = os.environ.get("PYTHON", sys.executable)
+sys.path.insert(0, HERE)
+from test_elastic import run_killing_a_worker  # noqa: E402
+from test_korovod_torch import KOROVODRUN, PYTHON, REPO, assert_each_rank  # noqa: E402
+from test_korovod_torch import _env as _torch_env  # noqa: E402
+from test_korovod_torch import run as _torch_run  # noqa: E402
 
 
 def _env(extra=None):
-    env = dict(os.environ)
-    paths = [os.path.join(REPO, "python"), os.path.join(BUILD, "python")]
-    if env.get("PYTHONPATH"):
-        paths.append(env["PYTHONPATH"])
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    env.setdefault("OMP_NUM_THREADS", "1")
+    env = _torch_env()
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     env.update(extra or {})
     return env
 
 
 def run(np_, script, *args, timeout=600, env=None):
-    cmd = [KOROVODRUN, "-np", str(np_), PYTHON, str(script)] + [str(a) for a in args]
-    p = subprocess.run(cmd, env=_env(env), capture_output=True, text=True, timeout=timeout)
-    assert p.returncode == 0, "exit %d\nstdout:\n%s\nstderr:\n%s" % (
-        p.returncode, p.stdout[-4000:], p.stderr[-4000:])
-    return p.stdout
-
-
-def assert_each_rank(out, np_, what):
-    for r in range(np_):
-        assert "[%d] rank %d %s" % (r, r, what) in out, out
+    return _torch_run(np_, script, *args, timeout=timeout,
+                      env=dict({"TF_CPP_MIN_LOG_LEVEL": "3"}, **(env or {})))
 
 
 @pytest.mark.parametrize("np_", [2, 3, 4])
@@ -51,7 +39,6 @@ def test_collectives(np_):
     DistributedGradientTape, Horovod's error types, ops that need no thread each."""
     out = run(np_, os.path.join(HERE, "tf_collectives_worker.py"))
     assert_each_rank(out, np_, "tf collectives OK")
-
 
 
 def test_tensorflow1_graph():
@@ -119,8 +106,6 @@ def test_elastic_tensorflow_benchmark_survives_a_killed_worker(tmp_path, legacy)
     hvd.elastic.TensorFlowKerasState under korovodrun --min-np 2: a worker's trainer is killed
     after the first iteration (its in-flight ops fail with UnknownError, which hvd.elastic.run
     turns into HorovodInternalError); the other two restore the commit and finish on 2."""
-    sys.path.insert(0, HERE)
-    from test_elastic import _pids_of_worker
     hosts = tmp_path / "hosts"
     hosts.write_text("localhost:2\n127.0.0.2:1\n")
     cmd = [KOROVODRUN, "--min-np", "2", "--max-np", "3", "--host-discovery-script",
@@ -128,25 +113,10 @@ def test_elastic_tensorflow_benchmark_survives_a_killed_worker(tmp_path, legacy)
            os.path.join(REPO, "examples", "tensorflow2_synthetic_benchmark_elastic.py"),
            "--model", "MobileNetV2", "--image-size", "32", "--batch-size", "4",
            "--num-warmup-batches", "1", "--num-batches-per-iter", "2", "--num-iters", "6"]
-    p = subprocess.Popen(cmd, env=_env({"TF_USE_LEGACY_KERAS": legacy}), stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
-    lines, killed = [], False
-    try:
-        for line in p.stdout:
-            lines.append(line)
-            if not killed and "Iter #1:" in line:
-                victims = _pids_of_worker(p.pid, "127.0.0.2:", "python")
-                assert victims, "".join(lines)
-                for pid in victims:
-                    os.kill(pid, 9)
-                killed = True
-        p.wait(timeout=600)
-    finally:
-        if p.poll() is None:
-            p.kill()
-    out = "".join(lines)
+    out, rc, killed = run_killing_a_worker(cmd, _env({"TF_USE_LEGACY_KERAS": legacy}),
+                                           "Iter #1:", "127.0.0.2:", timeout=600)
     assert killed, out[-4000:]
-    assert p.returncode == 0, out[-6000:]
+    assert rc == 0, out[-6000:]
     assert re.search(r"Iter #5: [0-9.]+ img/sec per CPU \(2 CPUs\)", out), out[-4000:]
     assert re.search(r"Total img/sec on 2 CPU\(s\): [0-9.]+", out), out[-4000:]
     assert "dropped; host 127.0.0.2 blacklisted" in out, out[-4000:]

@@ -1,25 +1,7 @@
 """Gradient compression (Horovod's hvd.Compression for TensorFlow)."""
 import tensorflow as tf
 
-
-class Compressor:
-    @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
+from korovod.compression import Compressor, NoneCompressor  # noqa: F401
 
 
 class FP16Compressor(Compressor):

@@ -13,20 +13,14 @@ from tensorflow.python.framework import ops as _ops
 
 import korovod
 from korovod import session as _session
-from korovod.session import _client
+from korovod.reduce_ops import (  # noqa: F401
+    Adasum, Average, Max, Min, Product, Sum, check_op as _check_op,
+    handle_average_backwards_compatibility)
 from korovod.session import (  # noqa: F401
     ProcessSet, _c, _client_or_none, _membership, add_process_set, ccl_built, cross_rank,
     cross_size, ddl_built, gloo_built, gloo_enabled, global_process_set, init, is_homogeneous,
     is_initialized, local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported, rank,
     remove_process_set, rocm_built, shutdown, size, start_timeline, stop_timeline, sycl_built)
-
-Average = _client.AVERAGE
-Sum = _client.SUM
-Min = _client.MIN
-Max = _client.MAX
-Product = _client.PRODUCT
-# As in korovod.torch: a real op constant; combined in Python over an allgather.
-Adasum = max(Sum, Average, Min, Max, Product) + 1
 
 
 def _library_path():
@@ -134,26 +128,6 @@ def _set_rank(process_set):
 
 def _set_size(process_set):
     return size() if process_set is None else process_set.size()
-
-
-def _check_op(op):
-    if op not in (Sum, Average, Min, Max, Product, Adasum):
-        raise ValueError("korovod: unknown reduction op %r" % (op,))
-    return op
-
-
-def handle_average_backwards_compatibility(op, average):
-    """Horovod's rule: `average` is the deprecated spelling of op=Average/Sum; both is an error;
-    neither means Average."""
-    if op is not None:
-        if average is not None:
-            raise ValueError("The op parameter supersedes average. Please provide only one of "
-                             "them.")
-    elif average is not None:
-        op = Average if average else Sum
-    else:
-        op = Average
-    return _check_op(op)
 
 
 def check_num_rank_power_of_2(num_rank):

@@ -1,10 +1,12 @@
 """Horovod's torch collectives over the korovod sidecar client (korovod._client)."""
-import warnings
 import weakref
 
 import torch
 
 from korovod import session as _session
+from korovod.reduce_ops import (  # noqa: F401
+    Adasum, Average, Max, Min, Product, Sum, check_op as _check_op,
+    handle_average_backwards_compatibility)
 from korovod.session import _client
 # The session (shared with korovod.tensorflow): Horovod's names for it live on here too.
 from korovod.session import (  # noqa: F401
@@ -16,15 +18,6 @@ from korovod.session import (  # noqa: F401
 from korovod.exceptions import HorovodInternalError
 from korovod.torch import cuda_ipc
 from korovod.torch.compression import Compression
-
-Average = _client.AVERAGE
-Sum = _client.SUM
-Min = _client.MIN
-Max = _client.MAX
-Product = _client.PRODUCT
-# A real op constant, as in Horovod. Adasum runs in this package (_adasum_combine) over an
-# allgather: the engine itself reduces with Sum, Average, Min, Max and Product.
-Adasum = max(Sum, Average, Min, Max, Product) + 1
 
 _DTYPES = {
     torch.uint8: _client.DataType.uint8,
@@ -297,28 +290,7 @@ def synchronize(handle):
 
 # ---- reduction ops and names ----
 
-def _check_op(op):
-    if op not in (Sum, Average, Min, Max, Product, Adasum):
-        raise ValueError("korovod: unknown reduction op %r" % (op,))
-    return op
-
-
-def _reduce_op(op, average):
-    """Horovod's handle_average_backwards_compatibility: `average` is the deprecated spelling of
-    op=Average/Sum; giving both is an error; neither means Average."""
-    if op is not None:
-        if average is not None:
-            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
-    elif average is not None:
-        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
-                      DeprecationWarning)
-        op = Average if average else Sum
-    else:
-        op = Average
-    return _check_op(op)
-
-
-handle_average_backwards_compatibility = _reduce_op
+_reduce_op = handle_average_backwards_compatibility
 
 
 def _psid(process_set):
