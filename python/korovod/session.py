@@ -340,6 +340,17 @@ def remove_process_set(process_set):
     return bool(removed)
 
 
+def set_root(root_rank, process_set):
+    """Horovod's root_rank is a global rank; the engine takes the root's rank in the set."""
+    root = int(root_rank)
+    if process_set is None or process_set is global_process_set or process_set.ranks is None:
+        return root
+    if root not in process_set.ranks:
+        raise ValueError("korovod: broadcast root rank %d is not a member of %s"
+                         % (root, process_set))
+    return process_set.ranks.index(root)
+
+
 def start_timeline(file_path, mark_cycles=False):
     _c().start_timeline(file_path, mark_cycles)
 

@@ -16,6 +16,7 @@ from korovod import session as _session
 from korovod.reduce_ops import (  # noqa: F401
     Adasum, Average, Max, Min, Product, Sum, check_op as _check_op,
     handle_average_backwards_compatibility)
+from korovod.session import set_root as _set_root
 from korovod.session import (  # noqa: F401
     ProcessSet, _c, _client_or_none, _membership, add_process_set, ccl_built, cross_rank,
     cross_size, ddl_built, gloo_built, gloo_enabled, global_process_set, init, is_homogeneous,
@@ -110,16 +111,6 @@ def _psid(process_set):
 def _check_member(process_set):
     if process_set is not None and process_set.included() is False:
         raise ValueError("korovod: rank %d is not a member of %s" % (rank(), process_set))
-
-
-def _set_root(root_rank, process_set):
-    root = int(root_rank)
-    if process_set is None or process_set is global_process_set or process_set.ranks is None:
-        return root
-    if root not in process_set.ranks:
-        raise ValueError("korovod: broadcast root rank %d is not a member of %s"
-                         % (root, process_set))
-    return process_set.ranks.index(root)
 
 
 def _set_rank(process_set):

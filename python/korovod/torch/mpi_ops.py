@@ -9,6 +9,7 @@ from korovod.reduce_ops import (  # noqa: F401
     handle_average_backwards_compatibility)
 from korovod.session import _client
 # The session (shared with korovod.tensorflow): Horovod's names for it live on here too.
+from korovod.session import set_root as _set_root
 from korovod.session import (  # noqa: F401
     ProcessSet, _c, _client_or_none, _env_true, _lock, _membership, add_process_set, ccl_built,
     cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, global_process_set,
@@ -860,17 +861,6 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
 
 # ---- broadcast ----
-
-def _set_root(root_rank, process_set):
-    """Horovod's root_rank is a global rank; the engine takes the root's rank in the set."""
-    root = int(root_rank)
-    if process_set is None or process_set is global_process_set or process_set.ranks is None:
-        return root
-    if root not in process_set.ranks:
-        raise ValueError("korovod: broadcast root rank %d is not a member of %s"
-                         % (root, process_set))
-    return process_set.ranks.index(root)
-
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts broadcasting root_rank's `tensor` into `tensor` on every rank of process_set
