@@ -340,6 +340,19 @@ def remove_process_set(process_set):
     return bool(removed)
 
 
+def psid(process_set):
+    """The id the engine knows a process set by (None: the world)."""
+    return 0 if process_set is None else process_set._id()
+
+
+def set_size(process_set):
+    return size() if process_set is None else process_set.size()
+
+
+def set_rank(process_set):
+    return rank() if process_set is None else process_set.rank()
+
+
 def set_root(root_rank, process_set):
     """Horovod's root_rank is a global rank; the engine takes the root's rank in the set."""
     root = int(root_rank)

@@ -70,7 +70,7 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=glob
     """root_rank's `obj` (any picklable object) on every rank of the set. Unnamed, the ops are
     named by their order (not by the object's type, which may differ between the root and the
     others)."""
-    if mpi_ops._set_rank(process_set) == mpi_ops._set_rank_of_root(root_rank, process_set):
+    if mpi_ops._set_rank(process_set) == mpi_ops._set_root(root_rank, process_set):
         payload = _to_bytes(obj)
     else:
         payload = np.zeros([0], dtype=np.uint8)

@@ -16,7 +16,10 @@ from korovod import session as _session
 from korovod.reduce_ops import (  # noqa: F401
     Adasum, Average, Max, Min, Product, Sum, check_op as _check_op,
     handle_average_backwards_compatibility)
+from korovod.session import psid as _psid
+from korovod.session import set_rank as _set_rank
 from korovod.session import set_root as _set_root
+from korovod.session import set_size as _set_size
 from korovod.session import (  # noqa: F401
     ProcessSet, _c, _client_or_none, _membership, add_process_set, ccl_built, cross_rank,
     cross_size, ddl_built, gloo_built, gloo_enabled, global_process_set, init, is_homogeneous,
@@ -104,21 +107,9 @@ def _naming(kind, name, tensor, ignore_name_scope=False, process_set=global_proc
             "ignore_name_scope": bool(ignore_name_scope)}
 
 
-def _psid(process_set):
-    return 0 if process_set is None else process_set._id()
-
-
 def _check_member(process_set):
     if process_set is not None and process_set.included() is False:
         raise ValueError("korovod: rank %d is not a member of %s" % (rank(), process_set))
-
-
-def _set_rank(process_set):
-    return rank() if process_set is None else process_set.rank()
-
-
-def _set_size(process_set):
-    return size() if process_set is None else process_set.size()
 
 
 def check_num_rank_power_of_2(num_rank):
@@ -392,7 +383,3 @@ def nccl_built():
 
 def cuda_built():
     return False
-
-
-def _set_rank_of_root(root_rank, process_set):
-    return _set_root(root_rank, process_set)

@@ -9,7 +9,10 @@ from korovod.reduce_ops import (  # noqa: F401
     handle_average_backwards_compatibility)
 from korovod.session import _client
 # The session (shared with korovod.tensorflow): Horovod's names for it live on here too.
+from korovod.session import psid as _psid
+from korovod.session import set_rank as _set_rank
 from korovod.session import set_root as _set_root
+from korovod.session import set_size as _set_size
 from korovod.session import (  # noqa: F401
     ProcessSet, _c, _client_or_none, _env_true, _lock, _membership, add_process_set, ccl_built,
     cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, global_process_set,
@@ -292,14 +295,6 @@ def synchronize(handle):
 # ---- reduction ops and names ----
 
 _reduce_op = handle_average_backwards_compatibility
-
-
-def _psid(process_set):
-    return 0 if process_set is None else process_set._id()
-
-
-def _set_size(process_set):
-    return size() if process_set is None else process_set.size()
 
 
 _auto_names = {}
@@ -809,10 +804,6 @@ def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenates every rank's tensor along dimension 0 (first dimensions may differ).
     Differentiable."""
     return HorovodAllgather.apply(tensor, name, process_set)
-
-
-def _set_rank(process_set):
-    return rank() if process_set is None else process_set.rank()
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
