@@ -133,6 +133,82 @@ int ApiSubmitGrouped(void* client, const KorovodOpSpec* specs, int n, KorovodOp*
   }
 }
 
+DeviceTensorRef RefOf(const unsigned char (&uuid)[16], const KorovodDeviceBuffer& b) {
+  DeviceTensorRef r;
+  std::memcpy(r.device_uuid.data(), uuid, r.device_uuid.size());
+  std::memcpy(r.mem_handle.data(), b.mem_handle, r.mem_handle.size());
+  r.allocation_base = b.allocation_base;
+  r.allocation_bytes = b.allocation_bytes;
+  r.offset = b.offset;
+  return r;
+}
+
+StatusOr<ClientHandle> SubmitDevice(Client& c, const KorovodOpSpec& spec,
+                                    const KorovodDeviceSpec& dev) {
+  auto options = OptionsOf(spec);
+  if (!options.ok()) return options.status();
+  auto dtype = TypeOf(spec.dtype);
+  if (!dtype.ok()) return dtype.status();
+  const TensorShape shape = ShapeOf(spec);
+  const DeviceTensorRef in = RefOf(dev.device_uuid, dev.input);
+  const DeviceTensorRef out = RefOf(dev.device_uuid, dev.output);
+  DeviceEventHandle event;
+  const DeviceEventHandle* ready = nullptr;
+  if (dev.ready_event != nullptr) {
+    std::memcpy(event.data(), dev.ready_event, event.size());
+    ready = &event;
+  }
+  switch (spec.kind) {
+    case KOROVOD_ALLREDUCE:
+      return c.DeviceAllreduce(in, out, *dtype, shape, ready, *options);
+    case KOROVOD_BROADCAST:
+      return c.DeviceBroadcast(in, *dtype, shape, ready, *options);
+    case KOROVOD_ALLGATHER:
+      return c.DeviceAllgather(in, out, dev.output_bytes, *dtype, shape, ready, *options);
+    case KOROVOD_ALLTOALL: {
+      std::vector<int64_t> splits;
+      if (spec.splits != nullptr && spec.num_splits > 0) {
+        splits.assign(spec.splits, spec.splits + spec.num_splits);
+      }
+      return c.DeviceAlltoall(in, out, dev.output_bytes, *dtype, shape, splits, ready, *options);
+    }
+    case KOROVOD_REDUCESCATTER:
+      return c.DeviceReduceScatter(in, out, dev.output_bytes, *dtype, shape, ready, *options);
+    default:
+      return InvalidArgument("op kind " + std::to_string(spec.kind) + " has no device form");
+  }
+}
+
+KorovodOp* ApiSubmitDevice(void* client, const KorovodOpSpec* spec, const KorovodDeviceSpec* dev,
+                           int* code, char* err, size_t err_len) {
+  try {
+    auto h = SubmitDevice(*static_cast<Client*>(client), *spec, *dev);
+    if (!h.ok()) {
+      *code = Fail(h.status(), err, err_len);
+      return nullptr;
+    }
+    auto op = std::make_unique<KorovodOp>();
+    op->handle = std::move(h).value();
+    *code = 0;
+    return op.release();  // owned by the caller until release()
+  } catch (const std::exception& e) {
+    *code = Fail(Internal(std::string("korovod client: ") + e.what()), err, err_len);
+    return nullptr;
+  }
+}
+
+const char* ApiDeviceBackend(void* client) {
+  return static_cast<Client*>(client)->device_backend().c_str();
+}
+
+int ApiSetPosition(void* client, int process_set, int* rank, int* size, char* err, size_t err_len) {
+  auto p = static_cast<const Client*>(client)->ProcessSetPosition(process_set);
+  if (!p.ok()) return Fail(p.status(), err, err_len);
+  *rank = p->rank;
+  *size = p->size;
+  return 0;
+}
+
 void ApiOnDone(KorovodOp* op, KorovodDoneFn fn, void* arg) {
   op->handle.OnDone([fn, arg] { fn(arg); });
 }
@@ -177,6 +253,9 @@ constexpr KorovodClientApi kApi = {
     ApiRelease,
     ApiRank,
     ApiSize,
+    ApiSubmitDevice,
+    ApiDeviceBackend,
+    ApiSetPosition,
 };
 
 }  // namespace

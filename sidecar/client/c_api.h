@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define KOROVOD_C_API_VERSION 1
+#define KOROVOD_C_API_VERSION 2
 
 /* Op kinds. */
 enum {
@@ -31,8 +31,8 @@ enum {
   KOROVOD_JOIN = 6,
 };
 
-/* Status codes: korovod's StatusCode values (0 is OK, 1 an invalid argument). */
-enum { KOROVOD_OK = 0, KOROVOD_INVALID_ARGUMENT = 1 };
+/* Status codes: korovod's StatusCode values (0 is OK, 1 an invalid argument, 5 internal). */
+enum { KOROVOD_OK = 0, KOROVOD_INVALID_ARGUMENT = 1, KOROVOD_INTERNAL = 5 };
 
 typedef struct KorovodOp KorovodOp;
 typedef void (*KorovodDoneFn)(void* arg);
@@ -54,6 +54,28 @@ typedef struct {
   const int64_t* splits; /* alltoall: rows to each set rank; NULL: even */
   int num_splits;
 } KorovodOpSpec;
+
+/* A tensor in device (GPU) memory as its owner exports it (client.h's DeviceTensorRef): the IPC
+ * handle of the allocation it lies in (cuIpcGetMemHandle), that allocation's base address and
+ * size in this process, and the tensor's offset from the base. */
+typedef struct {
+  unsigned char mem_handle[64];
+  uint64_t allocation_base;
+  uint64_t allocation_bytes;
+  uint64_t offset;
+} KorovodDeviceBuffer;
+
+/* The device half of a device op; the KorovodOpSpec beside it gives the rest (its input and
+ * output pointers are ignored). */
+typedef struct {
+  unsigned char device_uuid[16]; /* cuDeviceGetUuid: ordinals differ between processes */
+  KorovodDeviceBuffer input;     /* broadcast: the tensor, in place */
+  KorovodDeviceBuffer output;    /* allreduce: may be the input's */
+  uint64_t output_bytes;         /* allgather, alltoall, reducescatter: the output's capacity */
+  /* 64 bytes (cuIpcGetEventHandle) of an event recorded after the work that produces the input
+   * and that last used the output: the collective starts once it has completed. NULL: none. */
+  const unsigned char* ready_event;
+} KorovodDeviceSpec;
 
 typedef struct {
   uint32_t version; /* KOROVOD_C_API_VERSION */
@@ -77,6 +99,17 @@ typedef struct {
   void (*release)(KorovodOp* op);
   int (*rank)(void* client);
   int (*size)(void* client);
+  /* A device op (allreduce, broadcast, allgather, alltoall, reducescatter) on tensors that stay
+   * in device memory; it completes once the result is there. As submit otherwise. */
+  KorovodOp* (*submit_device)(void* client, const KorovodOpSpec* spec,
+                              const KorovodDeviceSpec* device, int* code, char* err,
+                              size_t err_len);
+  /* The sidecar's device backend: "nccl", "host" (device memory emulated on the host, for
+   * tests), "none", or "" from a sidecar that predates it. Valid while the client is. */
+  const char* (*device_backend)(void* client);
+  /* This process's rank in the process set and the set's size: 0, or a status code (and err). */
+  int (*process_set_position)(void* client, int process_set, int* rank, int* size, char* err,
+                              size_t err_len);
 } KorovodClientApi;
 
 /* The table (static storage). */

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -319,6 +320,8 @@ struct Client::Impl {
   std::atomic<bool> stop{false};
   std::thread completion_thread;
   std::atomic<int64_t> allocation_timeout_ms{kDefaultAllocationTimeout.count()};
+  mutable std::mutex sets_mu;
+  std::map<int, std::vector<int>> sets;  // process sets this client added: id -> ranks
 
   void RunCompletions();
   // Waits for heap space up to the allocation timeout (Client::Allocate).
@@ -928,6 +931,10 @@ StatusOr<int> Client::AddProcessSet(const std::vector<int>& ranks) {
   grpc::Status s =
       impl_->stub->AddProcessSet(impl_->Context(ctx, std::chrono::seconds(300)), req, &reply);
   if (!s.ok()) return FromGrpcStatus(s);
+  std::vector<int> sorted(ranks);
+  std::sort(sorted.begin(), sorted.end());
+  std::lock_guard<std::mutex> lock(impl_->sets_mu);
+  impl_->sets[reply.id()] = std::move(sorted);
   return reply.id();
 }
 
@@ -939,7 +946,26 @@ StatusOr<bool> Client::RemoveProcessSet(int id) {
   grpc::Status s =
       impl_->stub->RemoveProcessSet(impl_->Context(ctx, std::chrono::seconds(300)), req, &reply);
   if (!s.ok()) return FromGrpcStatus(s);
+  std::lock_guard<std::mutex> lock(impl_->sets_mu);
+  impl_->sets.erase(id);
   return reply.removed();
+}
+
+StatusOr<Client::SetPosition> Client::ProcessSetPosition(int id) const {
+  if (id == 0) return SetPosition{rank(), size()};
+  std::lock_guard<std::mutex> lock(impl_->sets_mu);
+  const auto it = impl_->sets.find(id);
+  if (it == impl_->sets.end()) {
+    return Status(StatusCode::kInvalidArgument,
+                  "process set " + std::to_string(id) + " is not registered by this client");
+  }
+  const auto at = std::find(it->second.begin(), it->second.end(), rank());
+  if (at == it->second.end()) {
+    return Status(StatusCode::kInvalidArgument, "rank " + std::to_string(rank()) +
+                                                    " is not in process set " + std::to_string(id));
+  }
+  return SetPosition{static_cast<int>(at - it->second.begin()),
+                     static_cast<int>(it->second.size())};
 }
 
 Status Client::StartTimeline(const std::string& path, bool mark_cycles) {

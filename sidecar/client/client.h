@@ -237,6 +237,13 @@ class Client {
   StatusOr<int> AddProcessSet(const std::vector<int>& ranks);
   // Collective like AddProcessSet; false when no set has that id (or it is 0, the world).
   StatusOr<bool> RemoveProcessSet(int id);
+  // This process's rank in process set `id` and the set's size, for sets this client added (and
+  // the world, 0); InvalidArgument otherwise. Device ops size their outputs with it (reducescatter).
+  struct SetPosition {
+    int rank = 0;
+    int size = 0;
+  };
+  StatusOr<SetPosition> ProcessSetPosition(int id) const;
   Status StartTimeline(const std::string& path, bool mark_cycles = false);
   Status StopTimeline();
   StatusOr<EngineStats> GetStats();

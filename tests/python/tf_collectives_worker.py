@@ -254,6 +254,25 @@ except ValueError:
 check(hvd.allreduce(x, op=hvd.Sum), sum(every([5], tf.float32)), "after errors")
 assert int(hvd.size_op()) == n and int(hvd.rank_op()) == r
 assert hvd.join() in range(n)
+
+# The GPU kernels are in the library wherever it is built (this tensorflow-cpu has no GPU to place
+# them on): each tensor op has a GPU kernel beside its CPU one, alltoall's splits in host memory.
+from tensorflow.python.framework import kernels  # noqa: E402
+from korovod.tensorflow import mpi_ops  # noqa: E402
+
+assert mpi_ops._GPU_KERNELS
+for op in ("KorovodAllreduce", "KorovodGroupedAllreduce", "KorovodAllgather", "KorovodBroadcast",
+           "KorovodAlltoall", "KorovodReducescatter", "KorovodJoin", "KorovodRank", "KorovodSize"):
+    devices = sorted(k.device_type for k in kernels.get_registered_kernels_for_op(op).kernel)
+    assert devices == ["CPU", "GPU"], (op, devices)
+alltoall_gpu = [k for k in kernels.get_registered_kernels_for_op("KorovodAlltoall").kernel
+                if k.device_type == "GPU"][0]
+assert sorted(alltoall_gpu.host_memory_arg) == ["received_splits", "splits"], alltoall_gpu
+# A sidecar without NCCL (here: none) takes no device tensors: the ops are placed on the CPU, and
+# hvd.cuda_built() says GPU tensors would be copied.
+assert not hvd.cuda_built() and hvd.nccl_built() == 0
+assert "CPU" in hvd.allreduce(tf.ones([2])).device
+
 hvd.shutdown()
 try:
     hvd.allreduce(x)

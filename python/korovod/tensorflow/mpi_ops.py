@@ -2,6 +2,7 @@
 library (sidecar/tensorflow, asynchronous kernels that submit to this process's sidecar client)
 and their gradients. The session (init, rank, process sets) is korovod.session's, shared with
 korovod.torch."""
+import contextlib
 import ctypes
 import glob
 import os
@@ -56,6 +57,24 @@ def _load():
 
 
 MPI_LIB, _LIB_HANDLE = _load()
+# The library has GPU kernels (built wherever TensorFlow's headers bring cuda.h): GPU tensors stay
+# on the GPU through CUDA IPC to the sidecar's NCCL (docs/adr/0015).
+_GPU_KERNELS = hasattr(_LIB_HANDLE, "korovod_tf_gpu_kernels")
+
+
+def _device_collectives():
+    """Whether GPU tensors may take the GPU kernels: built, and this rank's sidecar takes device
+    tensors (its NCCL backend)."""
+    return _GPU_KERNELS and _session.cuda_built()
+
+
+def _placed(op, *args, **kwargs):
+    """Creates a collective op; on the CPU when GPU tensors cannot stay on the GPU (the sidecar
+    has no device backend), where TensorFlow copies them to the host and back, as it does for
+    any op without a GPU kernel."""
+    scope = contextlib.nullcontext() if _device_collectives() else tf.device("/device:CPU:0")
+    with scope:
+        return op(*args, **kwargs)
 
 
 class _TensorFlowSession(_session.SessionHooks):
@@ -124,7 +143,8 @@ def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=
     if op == Adasum:
         return _adasum(tensor, name, prescale_factor, postscale_factor, process_set)
     _check_member(process_set)
-    return MPI_LIB.korovod_allreduce(
+    return _placed(
+        MPI_LIB.korovod_allreduce,
         tensor, reduce_op=int(op), prescale_factor=float(prescale_factor),
         postscale_factor=float(postscale_factor),
         **_naming("Allreduce", name, tensor, ignore_name_scope, process_set),
@@ -139,7 +159,8 @@ def _allreduce_grad(op, grad):
 
 def _allreduce_from_attrs(op, grad):
     ps = _set_of(op.get_attr("process_set_id"))
-    return MPI_LIB.korovod_allreduce(
+    return _placed(
+        MPI_LIB.korovod_allreduce,
         grad, reduce_op=op.get_attr("reduce_op"),
         prescale_factor=op.get_attr("prescale_factor"),
         postscale_factor=op.get_attr("postscale_factor"),
@@ -169,7 +190,8 @@ def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscal
     for n, (dtype, idx) in enumerate(by_dtype.items()):
         group = [tensors[i] for i in idx]
         gname = None if name is None else "%s.%d" % (name, n)
-        results = MPI_LIB.korovod_grouped_allreduce(
+        results = _placed(
+            MPI_LIB.korovod_grouped_allreduce,
             group, reduce_op=int(op), prescale_factor=float(prescale_factor),
             postscale_factor=float(postscale_factor),
             process_set_id=_psid(process_set),
@@ -182,7 +204,8 @@ def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscal
 @_ops.RegisterGradient("KorovodGroupedAllreduce")
 def _grouped_allreduce_grad(op, *grads):
     ps = _set_of(op.get_attr("process_set_id"))
-    return MPI_LIB.korovod_grouped_allreduce(
+    return _placed(
+        MPI_LIB.korovod_grouped_allreduce,
         list(grads), reduce_op=op.get_attr("reduce_op"),
         prescale_factor=op.get_attr("prescale_factor"),
         postscale_factor=op.get_attr("postscale_factor"),
@@ -220,7 +243,8 @@ def _adasum(tensor, name, prescale_factor, postscale_factor, process_set):
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Concatenates every rank's tensor on the first dimension (which may differ by rank)."""
     _check_member(process_set)
-    return MPI_LIB.korovod_allgather(
+    return _placed(
+        MPI_LIB.korovod_allgather,
         tensor, **_naming("Allgather", name, tensor, ignore_name_scope, process_set),
         process_set_id=_psid(process_set))
 
@@ -248,7 +272,8 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
               process_set=global_process_set):
     """root_rank's tensor on every rank of the set (root_rank is a global rank)."""
     _check_member(process_set)
-    return MPI_LIB.korovod_broadcast(
+    return _placed(
+        MPI_LIB.korovod_broadcast,
         tensor, root_rank=_set_root(root_rank, process_set),
         **_naming("Broadcast", name, tensor, ignore_name_scope, process_set),
         process_set_id=_psid(process_set))
@@ -282,7 +307,8 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
         splits = tf.zeros([0], dtype=tf.int32)
     else:
         splits = tf.cast(tf.convert_to_tensor(splits), tf.int32)
-    output, received = MPI_LIB.korovod_alltoall(
+    output, received = _placed(
+        MPI_LIB.korovod_alltoall,
         tensor, splits, **_naming("Alltoall", name, tensor, ignore_name_scope, process_set),
         process_set_id=_psid(process_set))
     return (output, received) if given else output
@@ -309,7 +335,8 @@ def reducescatter(tensor, device_dense="", compression=None, op=Average, name=No
     if compression is not None:
         tensor, ctx = compression.compress(tensor)
     with tf.device(device_dense):
-        out = MPI_LIB.korovod_reducescatter(
+        out = _placed(
+            MPI_LIB.korovod_reducescatter,
             tensor, reduce_op=int(op), prescale_factor=float(prescale_factor),
             postscale_factor=float(postscale_factor),
             **_naming("Reducescatter", name, tensor, ignore_name_scope, process_set),
@@ -377,9 +404,11 @@ def process_set_included_op(process_set_id=0, name=None):
 
 
 def nccl_built():
-    """0: TensorFlow tensors run on the host path here (tensorflow-cpu)."""
-    return 0
+    """NCCL's version code when GPU tensors run on the GPU (the GPU kernels are built and this
+    rank's sidecar runs NCCL), else 0."""
+    return _session.nccl_built() if _GPU_KERNELS else 0
 
 
 def cuda_built():
-    return False
+    """True when GPU tensors stay on the GPU (GPU kernels built, the sidecar's NCCL backend)."""
+    return _device_collectives()
