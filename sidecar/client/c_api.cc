@@ -85,10 +85,11 @@ StatusOr<ClientHandle> Submit(Client& c, const KorovodOpSpec& spec) {
   }
 }
 
-KorovodOp* ApiSubmit(void* client, const KorovodOpSpec* spec, int* code, char* err,
-                     size_t err_len) {
+// One op handed out: the caller owns it until release(); or null with the code and message.
+template <typename SubmitFn>
+KorovodOp* HandOut(SubmitFn submit, int* code, char* err, size_t err_len) {
   try {
-    auto h = Submit(*static_cast<Client*>(client), *spec);
+    auto h = submit();
     if (!h.ok()) {
       *code = Fail(h.status(), err, err_len);
       return nullptr;
@@ -96,11 +97,16 @@ KorovodOp* ApiSubmit(void* client, const KorovodOpSpec* spec, int* code, char* e
     auto op = std::make_unique<KorovodOp>();
     op->handle = std::move(h).value();
     *code = 0;
-    return op.release();  // owned by the caller until release()
+    return op.release();
   } catch (const std::exception& e) {
     *code = Fail(Internal(std::string("korovod client: ") + e.what()), err, err_len);
     return nullptr;
   }
+}
+
+KorovodOp* ApiSubmit(void* client, const KorovodOpSpec* spec, int* code, char* err,
+                     size_t err_len) {
+  return HandOut([&] { return Submit(*static_cast<Client*>(client), *spec); }, code, err, err_len);
 }
 
 int ApiSubmitGrouped(void* client, const KorovodOpSpec* specs, int n, KorovodOp** ops, char* err,
@@ -181,20 +187,8 @@ StatusOr<ClientHandle> SubmitDevice(Client& c, const KorovodOpSpec& spec,
 
 KorovodOp* ApiSubmitDevice(void* client, const KorovodOpSpec* spec, const KorovodDeviceSpec* dev,
                            int* code, char* err, size_t err_len) {
-  try {
-    auto h = SubmitDevice(*static_cast<Client*>(client), *spec, *dev);
-    if (!h.ok()) {
-      *code = Fail(h.status(), err, err_len);
-      return nullptr;
-    }
-    auto op = std::make_unique<KorovodOp>();
-    op->handle = std::move(h).value();
-    *code = 0;
-    return op.release();  // owned by the caller until release()
-  } catch (const std::exception& e) {
-    *code = Fail(Internal(std::string("korovod client: ") + e.what()), err, err_len);
-    return nullptr;
-  }
+  return HandOut([&] { return SubmitDevice(*static_cast<Client*>(client), *spec, *dev); }, code,
+                 err, err_len);
 }
 
 const char* ApiDeviceBackend(void* client) {

@@ -36,9 +36,7 @@ absl::Status OutputFromOp(OpKernelContext* ctx, int index, const KorovodClientAp
 class AllreduceKernel : public KorovodKernel {
  public:
   explicit AllreduceKernel(OpKernelConstruction* c) : KorovodKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op_));
-    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
-    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
+    OP_REQUIRES_OK(c, reduce_.Read(c));
   }
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const Tensor& in = ctx->input(0);
@@ -51,24 +49,18 @@ class AllreduceKernel : public KorovodKernel {
     s.dims = dims.data();
     s.input = in.data();
     s.output = out->data();
-    s.reduce_op = reduce_op_;
-    s.prescale = prescale_;
-    s.postscale = postscale_;
+    reduce_.Apply(&s);
     Submit(ctx, std::move(done), "allreduce", &s, 1, {in, *out}, nullptr);
   }
 
  private:
-  int64_t reduce_op_ = 0;
-  float prescale_ = 1.0f;
-  float postscale_ = 1.0f;
+  ReduceAttrs reduce_;
 };
 
 class GroupedAllreduceKernel : public KorovodKernel {
  public:
   explicit GroupedAllreduceKernel(OpKernelConstruction* c) : KorovodKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op_));
-    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
-    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
+    OP_REQUIRES_OK(c, reduce_.Read(c));
   }
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const int n = ctx->num_inputs();
@@ -86,9 +78,7 @@ class GroupedAllreduceKernel : public KorovodKernel {
       specs[i].dims = dims[i].data();
       specs[i].input = in.data();
       specs[i].output = out->data();
-      specs[i].reduce_op = static_cast<int>(reduce_op_);
-      specs[i].prescale = prescale_;
-      specs[i].postscale = postscale_;
+      reduce_.Apply(&specs[i]);
       keep.push_back(in);
       keep.push_back(*out);
     }
@@ -96,9 +86,7 @@ class GroupedAllreduceKernel : public KorovodKernel {
   }
 
  private:
-  int64_t reduce_op_ = 0;
-  float prescale_ = 1.0f;
-  float postscale_ = 1.0f;
+  ReduceAttrs reduce_;
 };
 
 class AllgatherKernel : public KorovodKernel {
@@ -190,9 +178,7 @@ class AlltoallKernel : public KorovodKernel {
 class ReducescatterKernel : public KorovodKernel {
  public:
   explicit ReducescatterKernel(OpKernelConstruction* c) : KorovodKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op_));
-    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
-    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
+    OP_REQUIRES_OK(c, reduce_.Read(c));
   }
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const Tensor& in = ctx->input(0);
@@ -206,9 +192,7 @@ class ReducescatterKernel : public KorovodKernel {
     s.ndims = static_cast<int>(dims.size());
     s.dims = dims.data();
     s.input = in.data();
-    s.reduce_op = static_cast<int>(reduce_op_);
-    s.prescale = prescale_;
-    s.postscale = postscale_;
+    reduce_.Apply(&s);
     Submit(ctx, std::move(done), "reducescatter", &s, 1, {in},
            [](OpKernelContext* c, const KorovodClientApi* api, KorovodOp* op) {
              return OutputFromOp(c, 0, api, op);
@@ -216,9 +200,7 @@ class ReducescatterKernel : public KorovodKernel {
   }
 
  private:
-  int64_t reduce_op_ = 0;
-  float prescale_ = 1.0f;
-  float postscale_ = 1.0f;
+  ReduceAttrs reduce_;
 };
 
 class BarrierKernel : public KorovodKernel {

@@ -132,9 +132,7 @@ template <int kKind>
 class GpuReduceKernel : public GpuKernel {
  public:
   explicit GpuReduceKernel(OpKernelConstruction* c) : GpuKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op_));
-    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
-    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
+    OP_REQUIRES_OK(c, reduce_.Read(c));
   }
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const int n = ctx->num_inputs();
@@ -145,9 +143,7 @@ class GpuReduceKernel : public GpuKernel {
     for (int i = 0; i < n; ++i) {
       inputs[i] = &ctx->input(i);
       specs[i] = WithDims(Spec(kKind), *inputs[i], &dims[i]);
-      specs[i].reduce_op = static_cast<int>(reduce_op_);
-      specs[i].prescale = prescale_;
-      specs[i].postscale = postscale_;
+      reduce_.Apply(&specs[i]);
       if (n > 1 && specs[i].name != nullptr) {  // a group's members, as the client names them
         names[i] = tensor_name_ + "." + std::to_string(i);
         specs[i].name = names[i].c_str();
@@ -158,9 +154,7 @@ class GpuReduceKernel : public GpuKernel {
   }
 
  private:
-  int64_t reduce_op_ = 0;
-  float prescale_ = 1.0f;
-  float postscale_ = 1.0f;
+  ReduceAttrs reduce_;
 };
 
 class GpuAllgatherKernel : public GpuKernel {

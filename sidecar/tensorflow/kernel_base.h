@@ -122,6 +122,24 @@ struct Invocation {
   }
 };
 
+// The reduce op and scaling attributes of allreduce, grouped allreduce and reducescatter.
+struct ReduceAttrs {
+  int64_t reduce_op = 0;
+  float prescale = 1.0f;
+  float postscale = 1.0f;
+
+  absl::Status Read(OpKernelConstruction* c) {
+    TF_RETURN_IF_ERROR(c->GetAttr("reduce_op", &reduce_op));
+    TF_RETURN_IF_ERROR(c->GetAttr("prescale_factor", &prescale));
+    return c->GetAttr("postscale_factor", &postscale);
+  }
+  void Apply(KorovodOpSpec* s) const {
+    s->reduce_op = static_cast<int>(reduce_op);
+    s->prescale = prescale;
+    s->postscale = postscale;
+  }
+};
+
 class KorovodKernel : public AsyncOpKernel {
  public:
   explicit KorovodKernel(OpKernelConstruction* c) : AsyncOpKernel(c) {
