@@ -115,6 +115,40 @@ if keras3:
     assert not np.allclose(weights_digest(m3), before)
     digests = hvd.allgather_object(weights_digest(m3))
     assert all(np.allclose(d, digests[0]) for d in digests), digests
+    # The gradients cross the ranks on update steps only: 4 passes, 2 reductions. Each applies
+    # the sum of its 2 passes' gradients averaged over the ranks (Horovod's rule), as one SGD
+    # step of lr on the sum of both batches' gradients on one process would.
+    m4 = model_fn(seed=4)
+    opt4 = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01), backward_passes_per_step=2)
+    reductions = []
+    reduce4 = opt4._korovod_allreduce
+    opt4._korovod_allreduce = lambda g, v: (reductions.append(len(g)), reduce4(g, v))[1]
+    m4.compile(loss="mse", optimizer=opt4, run_eagerly=True)
+    w0 = [w.copy() for w in m4.get_weights()]
+    m4.fit(x[:16], y[:16], batch_size=8, epochs=1, shuffle=False, verbose=0)
+    assert len(reductions) == 1, reductions
+    m4.fit(x[:16], y[:16], batch_size=8, epochs=1, shuffle=False, verbose=0)
+    assert len(reductions) == 2, reductions
+    # One update of the summed gradients: the reference on every rank's batches in one process.
+    ref = model_fn(seed=4)
+    ref.set_weights(w0)
+    xs = np.concatenate(hvd.allgather_object(x[:16]))
+    ys = np.concatenate(hvd.allgather_object(y[:16]))
+    with tf.GradientTape() as tape:
+        # Each rank's 2 batches of 8: the mean loss per batch, summed over the 2, averaged over
+        # the ranks.
+        per_rank = tf.reshape(tf.reduce_mean(tf.reshape(
+            tf.square(ref(xs) - ys), [n, 2, 8, -1]), axis=[2, 3]), [n, 2])
+        loss = tf.reduce_mean(tf.reduce_sum(per_rank, axis=1))
+    grads = tape.gradient(loss, ref.trainable_variables)
+    once = [w - 0.01 * g.numpy() for w, g in zip(w0, grads)]
+    m5 = model_fn(seed=4)
+    opt5 = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01), backward_passes_per_step=2)
+    m5.compile(loss="mse", optimizer=opt5)
+    m5.set_weights(w0)
+    m5.fit(x[:16], y[:16], batch_size=8, epochs=1, shuffle=False, verbose=0)  # graph mode
+    assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(m5.get_weights(), once)), \
+        [np.abs(a - b).max() for a, b in zip(m5.get_weights(), once)]
 
 # ---- the elastic KerasState: restore the commit, sync from rank 0 ----
 state = hvd.elastic.KerasState(model, batch=0, epoch=0)

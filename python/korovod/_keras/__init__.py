@@ -1,6 +1,8 @@
 """The Keras half of korovod, shared by horovod.tensorflow.keras (tf.keras) and horovod.keras
 (the keras package): DistributedOptimizer and load_model for a given Keras module, Keras 3 or
 tf_keras (Keras 2). Collectives come from korovod.tensorflow."""
+import types
+
 import tensorflow as tf
 
 from korovod.tensorflow import mpi_ops
@@ -26,11 +28,24 @@ def _distributed_class(keras, base):
     optimizers through apply_gradients()."""
     if keras_major(keras) >= 3:
         class _Distributed(base):
-            def apply(self, grads, trainable_variables=None):
-                variables = (trainable_variables if trainable_variables is not None
-                             else self._trainable_variables)
-                grads = self._korovod_reduce(list(grads), list(variables))
-                return super().apply(grads, trainable_variables)
+            # Keras 3's apply() filters empty gradients, unscales a loss-scaled one, then (in
+            # _backend_apply_gradients) clips and updates: every step, or with gradient
+            # accumulation (backward_passes_per_step) only on the update step, with the
+            # accumulated gradients. Reducing where they are clipped communicates on update steps
+            # only, and before clipping, as Horovod reduces before the optimizer transforms them.
+            def _backend_apply_gradients(self, grads, trainable_variables):
+                # In a plain object: a list set on the optimizer would become a tracked child.
+                self._korovod_applying.variables = list(trainable_variables)
+                try:
+                    return super()._backend_apply_gradients(grads, trainable_variables)
+                finally:
+                    self._korovod_applying.variables = None
+
+            def _clip_gradients(self, grads):
+                variables = self._korovod_applying.variables
+                if variables is not None:  # not called by an update: nothing to reduce
+                    grads = self._korovod_reduce(list(grads), variables)
+                return super()._clip_gradients(grads)
     else:
         class _Distributed(base):
             def apply_gradients(self, grads_and_vars, *args, **kwargs):
@@ -63,6 +78,7 @@ def _attach(optimizer, name, device_dense, device_sparse, compression, sparse_as
         compression, sparse_as_dense, op, gradient_predivide_factor, groups, process_set)
     optimizer._korovod_process_set = process_set
     optimizer._korovod_local_scale = local_scale
+    optimizer._korovod_applying = types.SimpleNamespace(variables=None)
 
 
 def create_distributed_optimizer(keras, optimizer, name=None, device_dense="", device_sparse="",
@@ -91,8 +107,9 @@ def create_distributed_optimizer(keras, optimizer, name=None, device_dense="", d
         if keras_major(keras) < 3:
             raise NotImplementedError("korovod: backward_passes_per_step > 1 needs a Keras 3 "
                                       "optimizer (its gradient_accumulation_steps)")
-        # Keras 3 accumulates and applies every n steps, with the mean of the n gradients;
-        # Horovod applies their sum unless average_aggregated_gradients.
+        # Keras 3 accumulates and applies every n steps, with the mean of the n gradients,
+        # reduced over the ranks on that step only; Horovod applies their sum unless
+        # average_aggregated_gradients.
         config["gradient_accumulation_steps"] = int(backward_passes_per_step)
         if not average_aggregated_gradients:
             local_scale = float(backward_passes_per_step)
