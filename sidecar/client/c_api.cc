@@ -56,6 +56,12 @@ TensorShape ShapeOf(const KorovodOpSpec& spec) {
   return TensorShape(spec.dims, spec.dims + spec.ndims);
 }
 
+// Alltoall's splits; empty: even.
+std::vector<int64_t> SplitsOf(const KorovodOpSpec& spec) {
+  if (spec.splits == nullptr || spec.num_splits <= 0) return {};
+  return std::vector<int64_t>(spec.splits, spec.splits + spec.num_splits);
+}
+
 StatusOr<ClientHandle> Submit(Client& c, const KorovodOpSpec& spec) {
   auto options = OptionsOf(spec);
   if (!options.ok()) return options.status();
@@ -71,13 +77,8 @@ StatusOr<ClientHandle> Submit(Client& c, const KorovodOpSpec& spec) {
       return c.Allgather(spec.input, *dtype, shape, *options);
     case KOROVOD_BROADCAST:
       return c.Broadcast(spec.output, *dtype, shape, *options);
-    case KOROVOD_ALLTOALL: {
-      std::vector<int64_t> splits;
-      if (spec.splits != nullptr && spec.num_splits > 0) {
-        splits.assign(spec.splits, spec.splits + spec.num_splits);
-      }
-      return c.Alltoall(spec.input, *dtype, shape, splits, *options);
-    }
+    case KOROVOD_ALLTOALL:
+      return c.Alltoall(spec.input, *dtype, shape, SplitsOf(spec), *options);
     case KOROVOD_REDUCESCATTER:
       return c.ReduceScatter(spec.input, *dtype, shape, *options);
     default:
@@ -171,13 +172,9 @@ StatusOr<ClientHandle> SubmitDevice(Client& c, const KorovodOpSpec& spec,
       return c.DeviceBroadcast(in, *dtype, shape, ready, *options);
     case KOROVOD_ALLGATHER:
       return c.DeviceAllgather(in, out, dev.output_bytes, *dtype, shape, ready, *options);
-    case KOROVOD_ALLTOALL: {
-      std::vector<int64_t> splits;
-      if (spec.splits != nullptr && spec.num_splits > 0) {
-        splits.assign(spec.splits, spec.splits + spec.num_splits);
-      }
-      return c.DeviceAlltoall(in, out, dev.output_bytes, *dtype, shape, splits, ready, *options);
-    }
+    case KOROVOD_ALLTOALL:
+      return c.DeviceAlltoall(in, out, dev.output_bytes, *dtype, shape, SplitsOf(spec), ready,
+                              *options);
     case KOROVOD_REDUCESCATTER:
       return c.DeviceReduceScatter(in, out, dev.output_bytes, *dtype, shape, ready, *options);
     default:

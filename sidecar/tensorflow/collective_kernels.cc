@@ -42,11 +42,8 @@ class AllreduceKernel : public KorovodKernel {
     const Tensor& in = ctx->input(0);
     Tensor* out = nullptr;
     OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, in.shape(), &out), done);
-    const auto dims = Dims(in.shape());
-    KorovodOpSpec s = Spec(KOROVOD_ALLREDUCE);
-    s.dtype = KorovodDtype(in.dtype());
-    s.ndims = static_cast<int>(dims.size());
-    s.dims = dims.data();
+    std::vector<int64_t> dims;
+    KorovodOpSpec s = WithDims(Spec(KOROVOD_ALLREDUCE), in, &dims);
     s.input = in.data();
     s.output = out->data();
     reduce_.Apply(&s);
@@ -71,11 +68,8 @@ class GroupedAllreduceKernel : public KorovodKernel {
       const Tensor& in = ctx->input(i);
       Tensor* out = nullptr;
       OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(i, in.shape(), &out), done);
-      dims[i] = Dims(in.shape());
-      specs[i] = Spec(KOROVOD_ALLREDUCE);  // the group's name: members are <name>.<i>
-      specs[i].dtype = KorovodDtype(in.dtype());
-      specs[i].ndims = static_cast<int>(dims[i].size());
-      specs[i].dims = dims[i].data();
+      // The group's name: members are <name>.<i>.
+      specs[i] = WithDims(Spec(KOROVOD_ALLREDUCE), in, &dims[i]);
       specs[i].input = in.data();
       specs[i].output = out->data();
       reduce_.Apply(&specs[i]);
@@ -98,11 +92,8 @@ class AllgatherKernel : public KorovodKernel {
                       absl::InvalidArgumentError(absl::StrCat(
                           What("allgather"), ": a tensor of rank 0 cannot be gathered")),
                       done);
-    const auto dims = Dims(in.shape());
-    KorovodOpSpec s = Spec(KOROVOD_ALLGATHER);
-    s.dtype = KorovodDtype(in.dtype());
-    s.ndims = static_cast<int>(dims.size());
-    s.dims = dims.data();
+    std::vector<int64_t> dims;
+    KorovodOpSpec s = WithDims(Spec(KOROVOD_ALLGATHER), in, &dims);
     s.input = in.data();
     Submit(ctx, std::move(done), "allgather", &s, 1, {in},
            [](OpKernelContext* c, const KorovodClientApi* api, KorovodOp* op) {
@@ -122,11 +113,8 @@ class BroadcastKernel : public KorovodKernel {
     OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, in.shape(), &out), done);
     // In place on the output: the root sends it, the others receive into it.
     if (in.TotalBytes() > 0) std::memcpy(out->data(), in.data(), in.TotalBytes());
-    const auto dims = Dims(in.shape());
-    KorovodOpSpec s = Spec(KOROVOD_BROADCAST);
-    s.dtype = KorovodDtype(in.dtype());
-    s.ndims = static_cast<int>(dims.size());
-    s.dims = dims.data();
+    std::vector<int64_t> dims;
+    KorovodOpSpec s = WithDims(Spec(KOROVOD_BROADCAST), in, &dims);
     s.output = out->data();
     s.root = static_cast<int>(root_);
     Submit(ctx, std::move(done), "broadcast", &s, 1, {*out}, nullptr);
@@ -141,36 +129,23 @@ class AlltoallKernel : public KorovodKernel {
   using KorovodKernel::KorovodKernel;
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const Tensor& in = ctx->input(0);
-    const Tensor& splits_t = ctx->input(1);
     OP_REQUIRES_ASYNC(ctx, in.dims() >= 1,
                       absl::InvalidArgumentError(
                           absl::StrCat(What("alltoall"), ": a tensor of rank 0 cannot be split")),
                       done);
-    OP_REQUIRES_ASYNC(
-        ctx, splits_t.dims() == 1,
-        absl::InvalidArgumentError(absl::StrCat(What("alltoall"), ": splits must be a vector")),
-        done);
-    auto splits = std::make_shared<std::vector<int64_t>>();
-    const auto flat = splits_t.flat<int32_t>();
-    for (int64_t i = 0; i < flat.size(); ++i) splits->push_back(flat(i));
-    const auto dims = Dims(in.shape());
-    KorovodOpSpec s = Spec(KOROVOD_ALLTOALL);
-    s.dtype = KorovodDtype(in.dtype());
-    s.ndims = static_cast<int>(dims.size());
-    s.dims = dims.data();
+    std::vector<int64_t> splits;
+    OP_REQUIRES_OK_ASYNC(ctx, ReadSplits(ctx->input(1), What("alltoall"), &splits), done);
+    std::vector<int64_t> dims;
+    KorovodOpSpec s = WithDims(Spec(KOROVOD_ALLTOALL), in, &dims);
     s.input = in.data();
-    s.splits = splits->empty() ? nullptr : splits->data();
-    s.num_splits = static_cast<int>(splits->size());
+    s.splits = splits.empty() ? nullptr : splits.data();
+    s.num_splits = static_cast<int>(splits.size());
     Submit(ctx, std::move(done), "alltoall", &s, 1, {in},
            [](OpKernelContext* c, const KorovodClientApi* api, KorovodOp* op) {
              TF_RETURN_IF_ERROR(OutputFromOp(c, 0, api, op));
              int n = 0;
              const int64_t* recv = api->received_splits(op, &n);
-             Tensor* out = nullptr;
-             TF_RETURN_IF_ERROR(c->allocate_output(1, TensorShape({n}), &out));
-             auto v = out->flat<int32_t>();
-             for (int i = 0; i < n; ++i) v(i) = static_cast<int32_t>(recv[i]);
-             return absl::OkStatus();
+             return OutputReceivedSplits(c, recv, n);
            });
   }
 };
@@ -186,11 +161,8 @@ class ReducescatterKernel : public KorovodKernel {
                       absl::InvalidArgumentError(absl::StrCat(
                           What("reducescatter"), ": a tensor of rank 0 cannot be scattered")),
                       done);
-    const auto dims = Dims(in.shape());
-    KorovodOpSpec s = Spec(KOROVOD_REDUCESCATTER);
-    s.dtype = KorovodDtype(in.dtype());
-    s.ndims = static_cast<int>(dims.size());
-    s.dims = dims.data();
+    std::vector<int64_t> dims;
+    KorovodOpSpec s = WithDims(Spec(KOROVOD_REDUCESCATTER), in, &dims);
     s.input = in.data();
     reduce_.Apply(&s);
     Submit(ctx, std::move(done), "reducescatter", &s, 1, {in},

@@ -14,6 +14,7 @@ constexpr int kInvalidArgument = KOROVOD_INVALID_ARGUMENT;
 constexpr int kInternal = KOROVOD_INTERNAL;
 constexpr int kFailedPrecondition = 6;
 constexpr int kInt64 = 3;  // korovod's DataType::kInt64
+constexpr char kNotInitialized[] = "korovod has not been initialized; use hvd.init().";
 
 // One op from its request to `done`: owned by whoever holds it next (the submitting call, then
 // the completion callback of the op in flight), freed by Finish.
@@ -33,8 +34,6 @@ struct Run {
   void* event = nullptr;    // the ready event, once recorded
   const void* event_on = nullptr;
   std::vector<int64_t> prelude;  // the host prelude's input: rows or splits
-  void* output = nullptr;
-  uint64_t output_bytes = 0;
 
   uint64_t RowBytes() const {
     uint64_t b = DeviceElementBytes(spec.dtype);
@@ -90,7 +89,7 @@ void SubmitThen(Run* run, SubmitFn submit, KorovodDoneFn then) {
   {
     auto lease = ClientSession::Get().Acquire();
     if (lease.api() == nullptr) {
-      return Fail(run, kFailedPrecondition, "korovod has not been initialized; use hvd.init().");
+      return Fail(run, kFailedPrecondition, kNotInitialized);
     }
     run->api = lease.api();
     run->op = submit(run->api, lease.client(), &code, msg);
@@ -110,11 +109,10 @@ void SubmitDevice(Run* run, std::vector<int64_t> out_dims) {
   std::string err;
   uint64_t bytes = DeviceElementBytes(run->spec.dtype);
   for (int64_t d : out_dims) bytes *= static_cast<uint64_t>(d);
-  run->output_bytes = bytes;
-  run->output = run->calls.allocate_output(out_dims, &err);
-  if (run->output == nullptr && bytes > 0) return Fail(run, kInternal, "output: " + err);
+  void* allocated = run->calls.allocate_output(out_dims, &err);
+  if (allocated == nullptr && bytes > 0) return Fail(run, kInternal, "output: " + err);
   const void* input = NonEmpty(run, run->input, run->input_bytes, &err);
-  void* output = const_cast<void*>(NonEmpty(run, run->output, bytes, &err));
+  void* output = const_cast<void*>(NonEmpty(run, allocated, bytes, &err));
   if (input == nullptr || output == nullptr) return Fail(run, kInternal, "scratch: " + err);
   if (run->spec.kind == KOROVOD_BROADCAST && bytes > 0) {
     // In place on the output: the root sends it, the others receive into it.
@@ -140,18 +138,10 @@ void SubmitDevice(Run* run, std::vector<int64_t> out_dims) {
   run->event_on = output;
   dev.ready_event = event;
 
-  KorovodOpSpec spec = run->spec;
-  spec.input = nullptr;
-  spec.output = nullptr;
-  if (run->spec.kind == KOROVOD_ALLTOALL) {  // the rows the splits cover
-    spec.dims = run->dims.data();
-    spec.splits = run->splits.data();
-    spec.num_splits = static_cast<int>(run->splits.size());
-  }
   SubmitThen(
       run,
       [&](const KorovodClientApi* api, void* client, int* code, char* msg) {
-        return api->submit_device(client, &spec, &dev, code, msg, 1024);
+        return api->submit_device(client, &run->spec, &dev, code, msg, 1024);
       },
       &OnDeviceDone);
 }
@@ -201,7 +191,7 @@ void SubmitPrelude(Run* run, int kind, const char* suffix) {
 bool Position(Run* run, int* rank, int* size) {
   auto lease = ClientSession::Get().Acquire();
   if (lease.api() == nullptr) {
-    Fail(run, kFailedPrecondition, "korovod has not been initialized; use hvd.init().");
+    Fail(run, kFailedPrecondition, kNotInitialized);
     return false;
   }
   char msg[1024] = {0};
@@ -232,7 +222,7 @@ void RunDeviceOp(TrainerGpu* gpu, const DeviceOpRequest& request, DeviceOpCalls 
   if (request.spec.splits != nullptr) {
     run->splits.assign(request.spec.splits, request.spec.splits + request.spec.num_splits);
   }
-  run->spec.splits = nullptr;
+  run->spec.splits = nullptr;  // alltoall's, once checked (or made even)
   run->spec.num_splits = 0;
   run->input = request.input;
   run->input_bytes = request.input_bytes;
@@ -289,6 +279,8 @@ void RunDeviceOp(TrainerGpu* gpu, const DeviceOpRequest& request, DeviceOpCalls 
       }
       r->dims[0] = sum;  // Horovod sends the rows the splits cover; the rest stay behind
       r->input_bytes = static_cast<uint64_t>(sum) * r->RowBytes();
+      r->spec.splits = r->splits.data();
+      r->spec.num_splits = size;
       r->prelude = r->splits;
       return SubmitPrelude(r, KOROVOD_ALLTOALL, ".splits");
     }

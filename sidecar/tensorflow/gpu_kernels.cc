@@ -117,14 +117,6 @@ class GpuKernel : public KorovodKernel {
       RunDeviceOp(gpu, req, CallsFor(inv, static_cast<int>(i), finish));
     }
   }
-
-  static KorovodOpSpec WithDims(KorovodOpSpec s, const Tensor& t, std::vector<int64_t>* dims) {
-    *dims = Dims(t.shape());
-    s.dtype = KorovodDtype(t.dtype());
-    s.ndims = static_cast<int>(dims->size());
-    s.dims = dims->data();
-    return s;
-  }
 };
 
 // Allreduce and reducescatter: reduce op and scaling attributes.
@@ -190,29 +182,16 @@ class GpuAlltoallKernel : public GpuKernel {
   using GpuKernel::GpuKernel;
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const Tensor& in = ctx->input(0);
-    const Tensor& splits_t = ctx->input(1);  // host memory
-    OP_REQUIRES_ASYNC(
-        ctx, splits_t.dims() == 1,
-        absl::InvalidArgumentError(absl::StrCat(What("alltoall"), ": splits must be a vector")),
-        done);
-    std::vector<int64_t> splits;
-    const auto flat = splits_t.flat<int32_t>();
-    for (int64_t i = 0; i < flat.size(); ++i) splits.push_back(flat(i));
+    std::vector<int64_t> splits;  // ctx->input(1) is in host memory
+    OP_REQUIRES_OK_ASYNC(ctx, ReadSplits(ctx->input(1), What("alltoall"), &splits), done);
     std::vector<int64_t> dims;
     KorovodOpSpec s = WithDims(Spec(KOROVOD_ALLTOALL), in, &dims);
     s.splits = splits.empty() ? nullptr : splits.data();
     s.num_splits = static_cast<int>(splits.size());
-    RunOnDevice(ctx, std::move(done), "alltoall", {s}, {&in},
-                [ctx](const DeviceOpResult& r) -> absl::Status {
-                  Tensor* out = nullptr;
-                  const int64_t n = static_cast<int64_t>(r.received_splits.size());
-                  TF_RETURN_IF_ERROR(ctx->allocate_output(1, TensorShape({n}), &out));
-                  auto v = out->flat<int32_t>();
-                  for (int64_t i = 0; i < n; ++i) {
-                    v(i) = static_cast<int32_t>(r.received_splits[i]);
-                  }
-                  return absl::OkStatus();
-                });
+    RunOnDevice(ctx, std::move(done), "alltoall", {s}, {&in}, [ctx](const DeviceOpResult& r) {
+      return OutputReceivedSplits(ctx, r.received_splits.data(),
+                                  static_cast<int64_t>(r.received_splits.size()));
+    });
   }
 };
 

@@ -78,6 +78,24 @@ inline std::vector<int64_t> Dims(const TensorShape& s) {
   return d;
 }
 
+// Alltoall's splits input (an int32 vector, in host memory) as the C table takes them.
+inline absl::Status ReadSplits(const Tensor& t, const std::string& what,
+                               std::vector<int64_t>* splits) {
+  if (t.dims() != 1) return absl::InvalidArgumentError(what + ": splits must be a vector");
+  const auto flat = t.flat<int32_t>();
+  splits->assign(flat.data(), flat.data() + flat.size());
+  return absl::OkStatus();
+}
+
+// Alltoall's second output: the rows received from each rank.
+inline absl::Status OutputReceivedSplits(OpKernelContext* ctx, const int64_t* recv, int64_t n) {
+  Tensor* out = nullptr;
+  TF_RETURN_IF_ERROR(ctx->allocate_output(1, TensorShape({n}), &out));
+  auto v = out->flat<int32_t>();
+  for (int64_t i = 0; i < n; ++i) v(i) = static_cast<int32_t>(recv[i]);
+  return absl::OkStatus();
+}
+
 // What runs once an op has completed, on a worker thread: fills the outputs from the op.
 using Finish = std::function<absl::Status(OpKernelContext*, const KorovodClientApi*, KorovodOp*)>;
 
@@ -169,6 +187,14 @@ class KorovodKernel : public AsyncOpKernel {
     s.prescale = 1.0;
     s.postscale = 1.0;
     s.process_set = process_set_;
+    return s;
+  }
+  // `s` on tensor `t`: its dtype and dimensions (`dims` holds them while `s` is used).
+  static KorovodOpSpec WithDims(KorovodOpSpec s, const Tensor& t, std::vector<int64_t>* dims) {
+    *dims = Dims(t.shape());
+    s.dtype = KorovodDtype(t.dtype());
+    s.ndims = static_cast<int>(dims->size());
+    s.dims = dims->data();
     return s;
   }
   std::string What(const char* kind) const {

@@ -268,9 +268,11 @@ for op in ("KorovodAllreduce", "KorovodGroupedAllreduce", "KorovodAllgather", "K
 alltoall_gpu = [k for k in kernels.get_registered_kernels_for_op("KorovodAlltoall").kernel
                 if k.device_type == "GPU"][0]
 assert sorted(alltoall_gpu.host_memory_arg) == ["received_splits", "splits"], alltoall_gpu
-# A sidecar without NCCL (here: none) takes no device tensors: the ops are placed on the CPU, and
-# hvd.cuda_built() says GPU tensors would be copied.
+# A sidecar without NCCL (here: none) takes no device tensors: hvd.cuda_built() says GPU tensors
+# would be copied. With no GPU in this process the ops need no CPU scope (none is entered per op);
+# they run on the CPU.
 assert not hvd.cuda_built() and hvd.nccl_built() == 0
+assert not mpi_ops._ops_on_cpu
 assert "CPU" in hvd.allreduce(tf.ones([2])).device
 
 hvd.shutdown()

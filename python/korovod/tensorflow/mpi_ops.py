@@ -2,7 +2,6 @@
 library (sidecar/tensorflow, asynchronous kernels that submit to this process's sidecar client)
 and their gradients. The session (init, rank, process sets) is korovod.session's, shared with
 korovod.torch."""
-import contextlib
 import ctypes
 import glob
 import os
@@ -68,12 +67,19 @@ def _device_collectives():
     return _GPU_KERNELS and _session.cuda_built()
 
 
+# Set once per session (on_init): GPU tensors exist here but cannot stay on the GPU, so the ops go
+# on the CPU. Without a GPU, or with the GPU path, ops are created as they are (no device scope
+# per op on the hot path).
+_ops_on_cpu = False
+
+
 def _placed(op, *args, **kwargs):
     """Creates a collective op; on the CPU when GPU tensors cannot stay on the GPU (the sidecar
     has no device backend), where TensorFlow copies them to the host and back, as it does for
     any op without a GPU kernel."""
-    scope = contextlib.nullcontext() if _device_collectives() else tf.device("/device:CPU:0")
-    with scope:
+    if not _ops_on_cpu:
+        return op(*args, **kwargs)
+    with tf.device("/device:CPU:0"):
         return op(*args, **kwargs)
 
 
@@ -82,10 +88,13 @@ class _TensorFlowSession(_session.SessionHooks):
     in flight then fail, with UnknownError, as the client closes)."""
 
     def on_init(self, client):
+        global _ops_on_cpu
         api, address = client.c_api()
         if _LIB_HANDLE.korovod_tf_set_client(api, address) != 0:
             raise RuntimeError("korovod.tensorflow: the op library does not speak this client's C "
                                "API version: rebuild korovod")
+        gpu_path = _GPU_KERNELS and client.device_backend == "nccl"
+        _ops_on_cpu = not gpu_path and bool(tf.config.list_physical_devices("GPU"))
 
     def before_close(self):
         _LIB_HANDLE.korovod_tf_set_client(0, 0)
