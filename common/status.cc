@@ -33,6 +33,15 @@ std::string Status::ToString() const {
   return std::string(StatusCodeName(code_)) + ": " + message_;
 }
 
+Status Status::WithSubject(const std::string& subject) const {
+  if (ok()) return *this;
+  if (message_.compare(0, subject.size(), subject) == 0) {
+    const char next = message_.size() > subject.size() ? message_[subject.size()] : ':';
+    if (next == ':' || next == ' ') return *this;  // already about it
+  }
+  return WithContext(subject);
+}
+
 Status ErrnoStatus(StatusCode code, const std::string& what, int err) {
   return Status(code, what + ": " + std::strerror(err));
 }

@@ -38,6 +38,9 @@ class [[nodiscard]] Status {
     if (ok()) return *this;
     return Status(code_, context + ": " + message_);
   }
+  // WithContext, unless the message already begins with that subject ("rank 3 (host h): ...",
+  // "rank 3: ..."; not "rank 31"): an error names its rank once however many layers add it.
+  Status WithSubject(const std::string& subject) const;
 
  private:
   StatusCode code_ = StatusCode::kOk;

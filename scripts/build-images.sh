@@ -173,12 +173,12 @@ cleanup() {
   done
   local id keep=() current
   current="$(podman image inspect -f '{{.Id}}' "$DEBIAN_IMAGE")"
-  [ -f "$IMG_OUT/cache/base-replaced" ] || return 0
+  [ -f "$IMG_CACHE/base-replaced" ] || return 0
   while read -r id; do
     [ "$id" != "$current" ] || continue
     podman rmi "$id" >/dev/null 2>&1 || ! podman image exists "$id" || keep+=("$id")
-  done < "$IMG_OUT/cache/base-replaced"
-  printf '%s\n' "${keep[@]}" | grep . > "$IMG_OUT/cache/base-replaced" || rm -f "$IMG_OUT/cache/base-replaced"
+  done < "$IMG_CACHE/base-replaced"
+  printf '%s\n' "${keep[@]}" | grep . > "$IMG_CACHE/base-replaced" || rm -f "$IMG_CACHE/base-replaced"
 }
 step "6. remove images earlier runs left behind"
 timed "cleanup" cleanup

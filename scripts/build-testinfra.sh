@@ -19,14 +19,18 @@
 #                            its CRDs (PodGroup, ElasticQuota) copied into the git-ignored
 #                            .testinfra/scheduler-plugins-crds
 # etcd comes from Debian (etcd-server, installed by install-deps). Go is test infrastructure only;
-# the product stays C++. Each build has a stamp (a hash of its go.mod, go.sum and build recipe:
-# .stamp for the Kubernetes binaries, .stamp-helm for helm, .stamp-kueue for kueue,
-# .stamp-scheduler-plugins for kube-scheduler-plugins) and is skipped
-# when it is up to date, so editing one build's recipe does not rebuild the other.
+# the product stays C++. Each build has a stamp (a hash of its go.mod, go.sum and build recipe) and
+# is made once per machine into $KOROVOD_CACHE/testinfra/<build>-<stamp> (scripts/cache.sh), which
+# outlives the clone; .testinfra/bin and the CRD folders link to it. So a fresh clone on a machine
+# that built these versions before builds nothing, and editing one build's recipe rebuilds only
+# that one. Go's own caches (GOMODCACHE, GOCACHE) are outside the clone too.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT="$PWD"
+# shellcheck source=scripts/cache.sh
+source "$ROOT/scripts/cache.sh"
 OUT="$ROOT/.testinfra/bin"
+CACHE="$KOROVOD_CACHE/testinfra"
 SRC="$ROOT/tests/k8s/testinfra"
 HELM_SRC="$SRC/helm"
 KUEUE_SRC="$SRC/kueue"
@@ -80,84 +84,111 @@ STAMP="$(stamp "$SRC" "$K8S_LDFLAGS" "$K8S_PKGS")"
 HELM_STAMP="$(stamp "$HELM_SRC" CGO_ENABLED=0 "$HELM_LDFLAGS" "$HELM_PKG")"
 KUEUE_STAMP="$(stamp "$KUEUE_SRC" CGO_ENABLED=0 "$KUEUE_LDFLAGS" "$KUEUE_PKG" crd-bases)"
 SP_STAMP="$(stamp "$SP_SRC" CGO_ENABLED=0 "$SP_LDFLAGS" "$SP_PKG" "$SP_CONTROLLER_PKG" config/crd/bases)"
+K8S_DIR="$CACHE/kubernetes-$STAMP"
+HELM_DIR="$CACHE/helm-$HELM_STAMP"
+KUEUE_DIR_OUT="$CACHE/kueue-$KUEUE_STAMP"
+SP_DIR_OUT="$CACHE/scheduler-plugins-$SP_STAMP"
+
+# link_cached DIR: a finished build (DIR/.done) linked into the clone: DIR/bin/* into .testinfra/bin,
+# DIR/crds into the named CRD folder. Returns 1 when DIR is not a finished build.
+link_cached() {  # link_cached DIR [CRD_LINK]
+  local dir="$1" crds="${2:-}" f
+  [ -f "$dir/.done" ] || return 1
+  mkdir -p "$OUT"
+  for f in "$dir"/bin/*; do ln -sfn "$f" "$OUT/$(basename "$f")"; done
+  if [ -n "$crds" ]; then rm -rf "$crds"; ln -sfn "$dir/crds" "$crds"; fi
+}
+# finish DIR: the build in DIR.tmp is complete; move it into place (an interrupted build leaves only
+# a .tmp, never a DIR that looks finished).
+finish() {
+  touch "$1.tmp/.done"
+  rm -rf "$1"
+  mv "$1.tmp" "$1"
+}
+# begin DIR: an empty DIR.tmp/bin to build into.
+begin() {
+  rm -rf "$1.tmp"
+  mkdir -p "$1.tmp/bin"
+}
+
 K8S_OK=0
 HELM_OK=0
 KUEUE_OK=0
 SP_OK=0
-k8s_built() {
-  local c
-  for c in $K8S_CMDS; do [ -x "$OUT/$c" ] || return 1; done
-  [ "$(cat "$OUT/.stamp" 2>/dev/null)" = "$STAMP" ]
-}
-if k8s_built; then
-  echo "build-testinfra: $K8S_CMDS $VERSION are up to date in $OUT"
+if link_cached "$K8S_DIR"; then
+  echo "build-testinfra: $K8S_CMDS $VERSION are up to date ($K8S_DIR)"
   K8S_OK=1
 fi
-if [ -x "$OUT/helm" ] && [ "$(cat "$OUT/.stamp-helm" 2>/dev/null)" = "$HELM_STAMP" ]; then
-  echo "build-testinfra: helm $HELM_VERSION is up to date in $OUT"
+if link_cached "$HELM_DIR"; then
+  echo "build-testinfra: helm $HELM_VERSION is up to date ($HELM_DIR)"
   HELM_OK=1
 fi
-if [ -x "$OUT/kueue" ] && [ -f "$KUEUE_CRDS/kueue.x-k8s.io_workloads.yaml" ] &&
-   [ "$(cat "$OUT/.stamp-kueue" 2>/dev/null)" = "$KUEUE_STAMP" ]; then
-  echo "build-testinfra: kueue $KUEUE_VERSION is up to date in $OUT"
+if link_cached "$KUEUE_DIR_OUT" "$KUEUE_CRDS"; then
+  echo "build-testinfra: kueue $KUEUE_VERSION is up to date ($KUEUE_DIR_OUT)"
   KUEUE_OK=1
 fi
-if [ -x "$OUT/kube-scheduler-plugins" ] && [ -x "$OUT/kube-scheduler-plugins-controller" ] &&
-   [ -f "$SP_CRDS/scheduling.x-k8s.io_podgroups.yaml" ] &&
-   [ "$(cat "$OUT/.stamp-scheduler-plugins" 2>/dev/null)" = "$SP_STAMP" ]; then
-  echo "build-testinfra: kube-scheduler-plugins $SP_VERSION is up to date in $OUT"
+if link_cached "$SP_DIR_OUT" "$SP_CRDS"; then
+  echo "build-testinfra: kube-scheduler-plugins $SP_VERSION is up to date ($SP_DIR_OUT)"
   SP_OK=1
 fi
 [ "$K8S_OK$HELM_OK$KUEUE_OK$SP_OK" = 1111 ] && exit 0
 
 [ -x /usr/local/go/bin/go ] && PATH="$PATH:/usr/local/go/bin"
 command -v go >/dev/null || { echo "build-testinfra: Go is needed (https://go.dev/dl); none on PATH" >&2; exit 1; }
-mkdir -p "$OUT"
+mkdir -p "$OUT" "$CACHE"
+# -mod=mod may add requirements to a go.mod/go.sum of the clone (a newly built command's
+# dependencies); the cache stays keyed by the committed files' stamps, computed above.
 if [ "$K8S_OK" = 0 ]; then
   echo "build-testinfra: building $K8S_CMDS $VERSION (first time: ~700 MB of modules, ~25 CPU-minutes)"
+  begin "$K8S_DIR"
   # shellcheck disable=SC2086
-  (cd "$SRC" && GOFLAGS=-mod=mod go build -trimpath -ldflags "$K8S_LDFLAGS" -o "$OUT/" $K8S_PKGS)
-  # -mod=mod may have added requirements to go.mod/go.sum (a newly built command's
-  # dependencies): stamp what was built, or the next run would rebuild for nothing.
-  stamp "$SRC" "$K8S_LDFLAGS" "$K8S_PKGS" > "$OUT/.stamp"
-  "$OUT/kubectl" version --client | sed -n 1p  # sed reads it all: no SIGPIPE under pipefail
+  (cd "$SRC" && GOFLAGS=-mod=mod go build -trimpath -ldflags "$K8S_LDFLAGS" -o "$K8S_DIR.tmp/bin/" $K8S_PKGS)
+  "$K8S_DIR.tmp/bin/kubectl" version --client | sed -n 1p  # sed reads it all: no SIGPIPE under pipefail
+  finish "$K8S_DIR"
+  link_cached "$K8S_DIR"
 fi
 if [ "$HELM_OK" = 0 ]; then
   echo "build-testinfra: building helm $HELM_VERSION (first time: ~550 MB of modules, ~7 CPU-minutes)"
+  begin "$HELM_DIR"
   (cd "$HELM_SRC" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "$HELM_LDFLAGS" \
-    -o "$OUT/helm" "$HELM_PKG")
-  echo "$HELM_STAMP" > "$OUT/.stamp-helm"
-  echo "build-testinfra: $("$OUT/helm" version --short)"
+    -o "$HELM_DIR.tmp/bin/helm" "$HELM_PKG")
+  echo "build-testinfra: $("$HELM_DIR.tmp/bin/helm" version --short)"
+  finish "$HELM_DIR"
+  link_cached "$HELM_DIR"
 fi
 if [ "$KUEUE_OK" = 0 ]; then
   echo "build-testinfra: building kueue $KUEUE_VERSION (first time: ~450 MB of modules, ~5 CPU-minutes)"
+  begin "$KUEUE_DIR_OUT"
   (cd "$KUEUE_SRC" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "$KUEUE_LDFLAGS" \
-    -o "$OUT/kueue" "$KUEUE_PKG")
+    -o "$KUEUE_DIR_OUT.tmp/bin/kueue" "$KUEUE_PKG")
   # The CRDs (Workload, ClusterQueue, LocalQueue, ResourceFlavor, ... : every kind the manager's
   # controllers watch) are generated files of the module: copied from the module cache (read-only
   # there), not committed.
   KUEUE_DIR="$(cd "$KUEUE_SRC" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)"
-  rm -rf "$KUEUE_CRDS" && mkdir -p "$KUEUE_CRDS"
-  cp "$KUEUE_DIR"/config/components/crd/bases/*.yaml "$KUEUE_CRDS/"
-  chmod u+w "$KUEUE_CRDS"/*.yaml
-  echo "$KUEUE_STAMP" > "$OUT/.stamp-kueue"
-  echo "build-testinfra: kueue $KUEUE_VERSION, $(ls "$KUEUE_CRDS" | wc -l) CRDs in $KUEUE_CRDS"
+  mkdir -p "$KUEUE_DIR_OUT.tmp/crds"
+  cp "$KUEUE_DIR"/config/components/crd/bases/*.yaml "$KUEUE_DIR_OUT.tmp/crds/"
+  chmod u+w "$KUEUE_DIR_OUT.tmp/crds"/*.yaml
+  finish "$KUEUE_DIR_OUT"
+  link_cached "$KUEUE_DIR_OUT" "$KUEUE_CRDS"
+  echo "build-testinfra: kueue $KUEUE_VERSION, $(ls "$KUEUE_CRDS/" | wc -l) CRDs in $KUEUE_CRDS"
 fi
 if [ "$SP_OK" = 0 ]; then
   echo "build-testinfra: building kube-scheduler-plugins $SP_VERSION (first time: a few" \
        "modules beyond the Kubernetes build's, ~3 CPU-minutes after it)"
+  begin "$SP_DIR_OUT"
   (cd "$SP_SRC" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "$SP_LDFLAGS" \
-    -o "$OUT/kube-scheduler-plugins" "$SP_PKG")
+    -o "$SP_DIR_OUT.tmp/bin/kube-scheduler-plugins" "$SP_PKG")
   (cd "$SP_SRC" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "$SP_LDFLAGS" \
-    -o "$OUT/kube-scheduler-plugins-controller" "$SP_CONTROLLER_PKG")
+    -o "$SP_DIR_OUT.tmp/bin/kube-scheduler-plugins-controller" "$SP_CONTROLLER_PKG")
   # The CRDs (scheduling.x-k8s.io/v1alpha1 PodGroup, which Coscheduling and the controller watch;
   # ElasticQuota, which the controller also watches) are files of the module: copied from the
   # module cache (read-only there), not committed. config/crd/bases, not manifests/crds: those
   # are symbolic links in the repository, which module zips leave out.
   SP_DIR="$(cd "$SP_SRC" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' sigs.k8s.io/scheduler-plugins)"
-  rm -rf "$SP_CRDS" && mkdir -p "$SP_CRDS"
-  cp "$SP_DIR"/config/crd/bases/scheduling.x-k8s.io_*.yaml "$SP_CRDS/"
-  chmod u+w "$SP_CRDS"/*.yaml
-  echo "$SP_STAMP" > "$OUT/.stamp-scheduler-plugins"
-  echo "build-testinfra: kube-scheduler-plugins $SP_VERSION, $(ls "$SP_CRDS" | wc -l) CRDs in $SP_CRDS"
+  mkdir -p "$SP_DIR_OUT.tmp/crds"
+  cp "$SP_DIR"/config/crd/bases/scheduling.x-k8s.io_*.yaml "$SP_DIR_OUT.tmp/crds/"
+  chmod u+w "$SP_DIR_OUT.tmp/crds"/*.yaml
+  finish "$SP_DIR_OUT"
+  link_cached "$SP_DIR_OUT" "$SP_CRDS"
+  echo "build-testinfra: kube-scheduler-plugins $SP_VERSION, $(ls "$SP_CRDS/" | wc -l) CRDs in $SP_CRDS"
 fi

@@ -4,10 +4,14 @@
 # shellcheck shell=bash
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# Everything this machine caches (base rootfs, stamps, image archives) lives in the git-ignored
-# .testinfra/images, next to the k8s test binaries of scripts/build-testinfra.sh.
+# The image archives and podman's configuration go to the git-ignored .testinfra/images, next to
+# the k8s test binaries of scripts/build-testinfra.sh; the debootstrap base (rootfs and stamp)
+# outlives the clone, in $KOROVOD_CACHE/images (scripts/cache.sh).
 IMG_OUT="${KOROVOD_IMAGES_DIR:-$ROOT/.testinfra/images}"
-mkdir -p "$IMG_OUT"
+# shellcheck source=scripts/cache.sh
+source "$ROOT/scripts/cache.sh"
+IMG_CACHE="$KOROVOD_CACHE/images"
+mkdir -p "$IMG_OUT" "$IMG_CACHE"
 
 die() { echo "$(basename "$0"): $*" >&2; exit 1; }
 step() { printf '\n==== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
@@ -78,8 +82,8 @@ MIRROR="$(debian_mirror)"
 # deb822 sources for bookworm, -updates and -security; dpkg excludes docs, man pages and locales.
 make_base() {
   local dir="$1"
-  debootstrap --variant=minbase "$SUITE" "$dir" "$MIRROR" >"$IMG_OUT/cache/debootstrap.log" 2>&1 \
-    || { tail -20 "$IMG_OUT/cache/debootstrap.log" >&2; die "debootstrap $SUITE from $MIRROR failed (log: $IMG_OUT/cache/debootstrap.log)"; }
+  debootstrap --variant=minbase "$SUITE" "$dir" "$MIRROR" >"$IMG_CACHE/debootstrap.log" 2>&1 \
+    || { tail -20 "$IMG_CACHE/debootstrap.log" >&2; die "debootstrap $SUITE from $MIRROR failed (log: $IMG_CACHE/debootstrap.log)"; }
   local sec="${MIRROR%/debian}"; sec="${sec%/debian/}"
   rm -f "$dir/etc/apt/sources.list"
   cat > "$dir/etc/apt/sources.list.d/debian.sources" <<EOF
@@ -122,13 +126,13 @@ EOF
 }
 
 # ensure_base: the base image in podman's storage, tagged $DEBIAN_IMAGE. The debootstrap rootfs is
-# cached as $IMG_OUT/cache/debian-rootfs.tar (not next to the image archives: it is not one) with a
+# cached as $IMG_CACHE/debian-rootfs.tar (not next to the image archives: it is not one) with a
 # stamp (mirror, suite, recipe), so it is made once per machine; re-imported from the cache if
 # podman's storage lost the image.
 ensure_base() {
-  local stamp tar="$IMG_OUT/cache/debian-rootfs.tar"
+  local stamp tar="$IMG_CACHE/debian-rootfs.tar"
   stamp="$( { echo "$MIRROR $SUITE $DEBIAN_IMAGE"; declare -f make_base; } | sha256sum | cut -c1-16)"
-  if [ -f "$tar" ] && [ "$(cat "$IMG_OUT/cache/.stamp" 2>/dev/null)" = "$stamp" ]; then
+  if [ -f "$tar" ] && [ "$(cat "$IMG_CACHE/.stamp" 2>/dev/null)" = "$stamp" ]; then
     if podman image exists "$DEBIAN_IMAGE" \
        && [ "$(podman image inspect -f '{{index .Labels "dev.korovod.base-stamp"}}' "$DEBIAN_IMAGE")" = "$stamp" ]; then
       echo "base image $DEBIAN_IMAGE is up to date (stamp $stamp)"
@@ -136,17 +140,17 @@ ensure_base() {
     fi
   else
     echo "debootstrap --variant=minbase $SUITE from $MIRROR (first time on this machine: ~1-3 min)"
-    local dir="$IMG_OUT/cache/rootfs.tmp"
-    mkdir -p "$IMG_OUT/cache"
+    local dir="$IMG_CACHE/rootfs.tmp"
+    mkdir -p "$IMG_CACHE"
     rm -rf "$dir" "$tar"
     make_base "$dir"
     tar -C "$dir" --numeric-owner -cf "$tar.tmp" .
     rm -rf "$dir"
     mv "$tar.tmp" "$tar"
-    echo "$stamp" > "$IMG_OUT/cache/.stamp"
+    echo "$stamp" > "$IMG_CACHE/.stamp"
   fi
   # The image this import replaces, for build-images.sh's cleanup once nothing uses it any more.
-  podman image inspect -f '{{.Id}}' "$DEBIAN_IMAGE" >> "$IMG_OUT/cache/base-replaced" 2>/dev/null || true
+  podman image inspect -f '{{.Id}}' "$DEBIAN_IMAGE" >> "$IMG_CACHE/base-replaced" 2>/dev/null || true
   echo "importing $tar as $DEBIAN_IMAGE"
   podman import --quiet \
     --change 'CMD ["bash"]' \

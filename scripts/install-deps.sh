@@ -52,7 +52,7 @@ SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
 
-PKGS=(g++ make cmake ninja-build pkg-config libgtest-dev libssl-dev nlohmann-json3-dev libyaml-cpp-dev iproute2
+PKGS=(g++ make cmake ninja-build ccache pkg-config libgtest-dev libssl-dev nlohmann-json3-dev libyaml-cpp-dev iproute2
       python3 python3-dev python3-pip python3-venv
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libcpp-httplib-dev
       python3-grpcio python3-sklearn python3-numpy python3-torch pybind11-dev python3-pytest
@@ -92,7 +92,21 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DEPS="${KOROVOD_DEPS_DIR:-$REPO/.deps}"
+# The virtualenvs and wheels are keyed by their pinned requirements (the stamps below) and kept
+# per machine in $KOROVOD_CACHE/deps (scripts/cache.sh), which <repo>/.deps links to: a fresh
+# clone reuses them. KOROVOD_DEPS_DIR puts them elsewhere. Created under the resolved path, so a
+# venv never refers to the clone that first made it.
+# shellcheck source=scripts/cache.sh
+source "$REPO/scripts/cache.sh"
+if [ -n "${KOROVOD_DEPS_DIR:-}" ]; then
+  DEPS="$KOROVOD_DEPS_DIR"
+else
+  if [ ! -e "$REPO/.deps" ] && [ ! -L "$REPO/.deps" ]; then
+    mkdir -p "$KOROVOD_CACHE/deps"
+    ln -s "$KOROVOD_CACHE/deps" "$REPO/.deps"
+  fi
+  DEPS="$(cd "$REPO/.deps" && pwd -P)"
+fi
 
 # ---- Horovod itself, the peer of bench/horovod_peer ---------------------------------------------
 # In its own virtualenv (with Debian's site packages, for torch) so that its `horovod` package never

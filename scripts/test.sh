@@ -1,45 +1,93 @@
 #!/usr/bin/env bash
-# Installs what is needed, builds, and runs every test: the Release build (all tests, NCCL backend
-# compiled and linked when its libraries are available; the operator's tests against a real
-# kube-apiserver + etcd) and an ASan+UBSan build of the runtime (data plane and engine) and sidecar
-# tests. This is the README's test command and what .ci/run calls. The e2e tests on a real node
-# (tests/k8s/test_real_e2e.py) run the container images scripts/build-images.sh makes from the
-# Release build; tests/README.md has the cold and warm times.
+# Installs what is needed, builds, and runs every test once; the README's test command and what
+# .ci/run calls. tests/README.md#ci-time has the stages' cold and warm times.
+#
+#   1. install-deps.sh (apt; the TensorFlow venv and CUDA wheels, reused by their pinned sets)
+#   2. the Go test infrastructure (kube-apiserver, kubelet, helm, Kueue, ...: build-testinfra.sh)
+#      in the background at the lowest CPU priority: it takes the CPU the builds and tests leave
+#      idle, and the k8s tests, last, wait for it. Cached per machine by its pinned versions.
+#   3. the Release build: the product (NCCL backend compiled and linked when its libraries are
+#      found), the Python client, the TensorFlow ops, and the tests of the product as users run
+#      it (KOROVOD_BUILD_UNIT_TESTS=OFF); then the container images from it
+#   4. those tests but k8s (python, tensorflow, horovod, package, bench, images, docs, layers)
+#   5. the ASan+UBSan build of the C++ unit and multi-process tests of common, runtime, sidecar,
+#      launcher and operator (KOROVOD_BUILD_SYSTEM_TESTS=OFF), and those tests
+#   6. the k8s tests (operator, webhook, chart, Kueue, a real node) on the Release build
+# Both builds go through ccache (outside the clone), so a fresh clone on a machine that ran this
+# before recompiles nothing it has seen. ctest starts the longest tests first from
+# tests/ctest-costs.txt (measured; a run's own measurements refresh it: see tests/README.md).
+# Each stage's wall time is printed at the end, also when a stage fails.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 JOBS="${JOBS:-2}"
 
-bash scripts/install-deps.sh --cuda --k8s --images --tensorflow
+STAGES=()
+CURRENT_STAGE=""
+CURRENT_T=0
+T0=$(date +%s)
+minutes_since() { awk -v t="$1" -v now="$(date +%s)" 'BEGIN { printf "%.1f", (now - t) / 60 }'; }
+summary() {
+  local rc=$?
+  # A failed run leaves no Go build behind (its unfinished output is never taken as built).
+  [ "$rc" = 0 ] || kill "${TESTINFRA_PID:-}" 2>/dev/null || true
+  printf '\n==== stage times (%s)\n' "$([ "$rc" = 0 ] && echo passed || echo "FAILED, rc $rc")"
+  local s
+  for s in "${STAGES[@]}"; do printf '  %s\n' "$s"; done
+  if [ -n "$CURRENT_STAGE" ]; then
+    printf '  %-50s %6s min  <- failed\n' "$CURRENT_STAGE" "$(minutes_since "$CURRENT_T")"
+  fi
+  printf '  %-50s %6s min\n' "total" "$(minutes_since "$T0")"
+}
+trap summary EXIT
+# stage NAME COMMAND...: runs COMMAND, records its wall time under NAME.
+stage() {
+  CURRENT_STAGE="$1"
+  CURRENT_T=$(date +%s)
+  shift
+  printf '\n==== %s (%s)\n' "$CURRENT_STAGE" "$(date -u +%H:%M:%S)"
+  "$@"
+  STAGES+=("$(printf '%-50s %6s min' "$CURRENT_STAGE" "$(minutes_since "$CURRENT_T")")")
+  CURRENT_STAGE=""
+}
 
-step() { printf '\n==== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
+stage "install-deps.sh" bash scripts/install-deps.sh --cuda --k8s --images --tensorflow
 
-# kube-apiserver, kubectl, the node's binaries (kube-scheduler, kube-controller-manager, kubelet),
-# helm, Kueue and the scheduler-plugins (Coscheduling) scheduler build from the Go module proxy
-# while the C++ builds (the module download overlaps the compiles); the k8s tests need them.
-# Stamped: a warm run skips them.
-step "Go test infrastructure for the k8s tests (background, log in build-testinfra.log)"
-bash scripts/build-testinfra.sh > build-testinfra.log 2>&1 &
+# The Go builds write their log beside the clone's build trees; stamped and cached, a warm run
+# only links the binaries.
+printf '\n==== Go test infrastructure in the background (nice 19; log in build-testinfra.log)\n'
+TESTINFRA_T=$(date +%s)
+nice -n 19 bash scripts/build-testinfra.sh > build-testinfra.log 2>&1 &
 TESTINFRA_PID=$!
 
-step "configure + build (Release)"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKOROVOD_WITH_NCCL=AUTO >/dev/null
-cmake --build build -j"$JOBS"
+# ccache: paths under the clone hashed relative to it (a clone elsewhere hits the same entries);
+# the sanitizer build's -g1 does not hash the build directory.
+CMAKE_CACHE_ARGS=()
+if command -v ccache >/dev/null; then
+  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
+  export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-8G}"
+  CMAKE_CACHE_ARGS=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  ccache --zero-stats >/dev/null
+fi
+
+# ctest's scheduling costs: the longest tests first, from the committed measurements (ctest reads
+# Testing/Temporary/CTestCostData.txt; it adds its own after each run).
+seed_costs() {
+  mkdir -p "$1/Testing/Temporary"
+  [ -f "$1/Testing/Temporary/CTestCostData.txt" ] ||
+    cp tests/ctest-costs.txt "$1/Testing/Temporary/CTestCostData.txt"
+}
+
+release_build() {
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKOROVOD_WITH_NCCL=AUTO \
+    -DKOROVOD_BUILD_UNIT_TESTS=OFF -DKOROVOD_BUILD_SYSTEM_TESTS=ON "${CMAKE_CACHE_ARGS[@]}" >/dev/null
+  cmake --build build -j"$JOBS"
+}
+stage "build (Release: product and system tests)" release_build
 
 # The operator, sidecar, trainer-pytorch and pause images from that build (podman, no registry),
 # as archives in .testinfra/images that the real-node tests import into the node's containerd.
-# Cached: the debootstrap base and the Debian runtime layers are built once per machine.
-step "container images from build/ (scripts/build-images.sh)"
-bash scripts/build-images.sh build
+stage "container images (scripts/build-images.sh)" bash scripts/build-images.sh build
 
-step "wait for the Go test infrastructure"
-if ! wait "$TESTINFRA_PID"; then
-  cat build-testinfra.log >&2
-  echo "scripts/build-testinfra.sh failed: the k8s tests cannot run" >&2
-  exit 1
-fi
-tail -2 build-testinfra.log
-
-step "tests (Release)"
 # Horovod's own PyTorch suite runs as ctest horovod_torch_suite_2ranks from ../shared/horovod-tests
 # (or KOROVOD_HOROVOD_TESTS); without it that test is reported skipped, and said so here.
 HOROVOD_TESTS="${KOROVOD_HOROVOD_TESTS:-$(cd .. && pwd)/shared/horovod-tests}"
@@ -48,19 +96,41 @@ if [ -f "$HOROVOD_TESTS/parallel/test_torch.py" ]; then
 else
   echo "Horovod's test_torch.py NOT FOUND at $HOROVOD_TESTS: horovod_torch_suite_2ranks is SKIPPED"
 fi
-# A missing kube-apiserver, kubectl, helm, etcd, node binary or image archive fails the k8s tests
-# here instead of skipping them.
-KOROVOD_REQUIRE_K8S=1 ctest --test-dir build -j"$JOBS" --output-on-failure --timeout 900
+seed_costs build
+stage "tests (Release, all but k8s)" \
+  ctest --test-dir build -j"$JOBS" -LE '^k8s$' --output-on-failure --timeout 900
 
 if [ "${KOROVOD_SKIP_SANITIZERS:-0}" != 1 ]; then
-  step "configure + build (ASan+UBSan, runtime and sidecar tests)"
   # -O1 -g1 (line tables only): the usual sanitizer setting, and about 3x faster to compile than
-  # -O2 -g on these machines; reports still name file and line.
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKOROVOD_SANITIZE=ON \
-    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
-    -DKOROVOD_WITH_NCCL=OFF -DKOROVOD_BUILD_PYTHON=OFF -DKOROVOD_BUILD_OPERATOR=OFF >/dev/null
-  cmake --build build-asan -j"$JOBS"
-  step "tests (ASan+UBSan)"
+  # -O2 -g on these machines; reports still name file and line. The NCCL backend's tests are
+  # built here too (they skip without a GPU).
+  asan_build() {
+    cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKOROVOD_SANITIZE=ON \
+      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+      -DKOROVOD_WITH_NCCL=AUTO -DKOROVOD_BUILD_PYTHON=OFF -DKOROVOD_BUILD_BENCH=OFF \
+      -DKOROVOD_BUILD_UNIT_TESTS=ON -DKOROVOD_BUILD_SYSTEM_TESTS=OFF \
+      "${CMAKE_CACHE_ARGS[@]}" >/dev/null
+    cmake --build build-asan -j"$JOBS"
+  }
+  stage "build (ASan+UBSan: unit and multi-process tests)" asan_build
+  seed_costs build-asan
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --test-dir build-asan -j"$JOBS" -L 'common|runtime|sidecar|launcher' --output-on-failure --timeout 1800
+    stage "tests (ASan+UBSan)" \
+    ctest --test-dir build-asan -j"$JOBS" --output-on-failure --timeout 1800
 fi
+
+wait_testinfra() {
+  if ! wait "$TESTINFRA_PID"; then
+    cat build-testinfra.log >&2
+    echo "scripts/build-testinfra.sh failed: the k8s tests cannot run" >&2
+    return 1
+  fi
+  tail -2 build-testinfra.log
+  echo "the Go test infrastructure took $(minutes_since "$TESTINFRA_T") min in the background"
+}
+stage "wait for the Go test infrastructure" wait_testinfra
+# A missing kube-apiserver, kubectl, helm, etcd, node binary or image archive fails the k8s tests
+# here instead of skipping them.
+KOROVOD_REQUIRE_K8S=1 stage "tests (Release, k8s)" \
+  ctest --test-dir build -j"$JOBS" -L '^k8s$' --output-on-failure --timeout 900
+if command -v ccache >/dev/null; then ccache --show-stats | sed -n '1,6p'; fi

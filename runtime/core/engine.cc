@@ -70,6 +70,8 @@ struct Engine::Impl {
   Admission admission;
   bool shutdown_requested = false;
   bool stopped = false;
+  bool stopped_in_order = false;  // guarded by mu: stopped by an agreed shutdown, not a failure
+  bool stop_in_order = false;     // the background thread's: what RunSetCycle's stop was
   Status health;
   EngineStats stats;
   // Timeline commands from StartTimeline/StopTimeline, applied by the background thread.
@@ -387,10 +389,12 @@ Status Engine::Impl::RunSetCycle(SetState& s, bool world, bool* stop, std::strin
   if (x.shutdown_rank >= 0) {
     *stop = true;
     *stop_reason = "the engine was shut down by " + s.DescribeRank(*comm, x.shutdown_rank);
+    stop_in_order = true;
   }
-  if (list.shutdown) {
+  if (list.shutdown) {  // the stall inspector's: a failure, whatever else asked to stop
     *stop = true;
     *stop_reason = list.shutdown_reason;
+    stop_in_order = false;
   }
   return OkStatus();
 }
@@ -756,6 +760,10 @@ void Engine::Impl::Loop() {
     if (stop) {
       // Every rank stops after the same cycle: what the lanes hold runs to completion everywhere.
       DrainLanes();
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        stopped_in_order = stop_in_order;
+      }
       FailEverything(Aborted(stop_reason));
       timeline.reset();
       return;
@@ -954,6 +962,11 @@ std::string Engine::StragglerLine(uint64_t min_steps) const {
 Status Engine::health() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->health;
+}
+
+bool Engine::shut_down_in_order() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stopped_in_order;
 }
 
 void Engine::Abort(const Status& why) {

@@ -82,8 +82,12 @@ class Engine {
   // One line naming the rank the others waited for in most of at least `min_steps` steps, and
   // whether it is input- or compute-bound (runtime/core/straggler_monitor.h); empty if none.
   std::string StragglerLine(uint64_t min_steps = 10) const;
-  // The error that stopped the engine (peer failure, stall shutdown), or OK while running.
+  // The error that stopped the engine (peer failure, stall shutdown), or OK while running. After
+  // an orderly shutdown it is ABORTED naming the rank that asked, and shut_down_in_order() says so.
   Status health() const;
+  // True once the ranks agreed to stop because a trainer shut down (hvd.shutdown, the job's end):
+  // an orderly end, not a failure to report as one.
+  bool shut_down_in_order() const;
 
   // From any thread: fails this rank's collectives with `why` within a poll slice (its peers get
   // the cause through the mesh), and the engine stops as on a peer failure. For a cause only the

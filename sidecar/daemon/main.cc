@@ -106,11 +106,11 @@ StatusOr<ConnectedWorld> ConnectWorld(const SidecarConfig& cfg, const WorldOptio
                                       DiscoveredWorld& discovered, const Deadline& start) {
   const std::string me = "rank " + std::to_string(cfg.rank);
   auto comm = Communicator::Create(world);
-  if (!comm.ok()) return comm.status().WithContext(me);
+  if (!comm.ok()) return comm.status().WithSubject(me);
   discovered.listener.Reset();  // every peer is connected: nobody dials this rank any more
   const Deadline probe_deadline(std::max(start.at(), Clock::now() + std::chrono::seconds(5)));
   auto rates = ProbeRingLinks(**comm, kLinkProbeBytes, probe_deadline);
-  if (!rates.ok()) return rates.status().WithContext(me);
+  if (!rates.ok()) return rates.status().WithSubject(me);
   auto interfaces = ListInterfaces();
   KV_LOG(kInfo, kWorld, "%s",
          FormatStartupSummary(**comm, *rates,
@@ -185,8 +185,14 @@ void WaitForShutdown(const std::atomic<bool>& stop, const std::atomic<bool>& shu
     }
     if (failed != e.get() && !e->engine->health().ok()) {
       failed = e.get();
-      KV_LOG(kError, kEngine, "engine stopped: %s", e->engine->health().ToString().c_str());
-      if (health != nullptr) health->SetReady(false, e->engine->health().ToString());
+      const Status why = e->engine->health();
+      // A trainer's hvd.shutdown() or the job's end stops every rank's engine: no error.
+      if (e->engine->shut_down_in_order()) {
+        KV_LOG(kInfo, kEngine, "engine shut down: %s", why.message().c_str());
+      } else {
+        KV_LOG(kError, kEngine, "engine stopped: %s", why.ToString().c_str());
+      }
+      if (health != nullptr) health->SetReady(false, why.ToString());
     }
   }
 }
@@ -396,7 +402,7 @@ int ServeRank(const SidecarConfig& cfg, SidecarDevice& device, const std::atomic
         });
   } else {
     auto only = StaticEpoch(rc);
-    if (!only.ok()) return Fail(only.status().WithContext("rank " + std::to_string(cfg.rank)));
+    if (!only.ok()) return Fail(only.status().WithSubject("rank " + std::to_string(cfg.rank)));
     epochs = std::make_unique<RankEpochs>(std::move(only).value());
   }
 

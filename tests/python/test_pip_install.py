@@ -1,14 +1,21 @@
-"""`pip install .` into a fresh virtualenv, then jobs from the installed entry points only.
+"""`pip install` into a fresh virtualenv holding TensorFlow, then jobs from the installed entry
+points only.
 
-A second full build (scikit-build-core runs the project's CMake in a temporary directory; nothing
-comes from build/), so it is its own ctest label (`package`). The venv sees Debian's torch through
---system-site-packages, as docs/install.md says to make it. No PYTHONPATH anywhere: the trainers
-must import korovod and horovod from the venv, and korovodrun must find the installed sidecar.
+The venv sees Debian's torch through --system-site-packages, as docs/install.md says to make it,
+and holds the newest tensorflow-cpu from the package index (TENSORFLOW below, the set
+scripts/install-deps.sh pins; numpy 1.x for Debian's torch). The package is built once, by
+`pip wheel` (pip's build isolation, the same PEP 517 build `pip install .` runs: scikit-build-core
+runs the project's CMake in a temporary directory, nothing comes from build/), and installed with
+`pip install <wheel>`: the wheel must carry korovod.tensorflow's op library, built against the
+venv's TensorFlow although the isolated build cannot import it. A second full build, so it is its
+own ctest label (`package`). No PYTHONPATH anywhere: the trainers must import korovod and horovod
+from the venv, and korovodrun must find the installed sidecar.
 
 Environment: PYTHON (default /usr/bin/python3) creates the venv; JOBS (default 2) is the build's
 parallelism.
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,6 +23,9 @@ import tempfile
 import time
 
 import pytest
+
+# The newest TensorFlow on the package index (bump with scripts/install-deps.sh's TENSORFLOW_SET).
+TENSORFLOW = ["tensorflow-cpu==2.21.0", "numpy==1.26.4"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -42,12 +52,22 @@ def venv():
         path = os.path.join(root, "venv")
         subprocess.run([PYTHON, "-m", "venv", "--system-site-packages", path], check=True)
         env = clean_env(path)
+        pip = [os.path.join(path, "bin", "python"), "-m", "pip", "--disable-pip-version-check"]
+        start = time.monotonic()
+        p = subprocess.run(pip + ["install", "--quiet"] + TENSORFLOW, env=env, cwd=root,
+                           capture_output=True, text=True, timeout=1800)
+        assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-6000:]
+        print("pip install %s took %.0f s" % (" ".join(TENSORFLOW), time.monotonic() - start))
         env["CMAKE_BUILD_PARALLEL_LEVEL"] = os.environ.get("JOBS", "2")
         start = time.monotonic()
-        p = subprocess.run([os.path.join(path, "bin", "python"), "-m", "pip", "install",
-                            "--disable-pip-version-check", REPO], env=env, cwd=root,
-                           capture_output=True, text=True, timeout=3000)
-        print("pip install . took %.0f s" % (time.monotonic() - start))
+        p = subprocess.run(pip + ["wheel", "--no-deps", "-w", os.path.join(root, "dist"), REPO],
+                           env=env, cwd=root, capture_output=True, text=True, timeout=3000)
+        print("pip wheel . took %.0f s" % (time.monotonic() - start))
+        assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-6000:]
+        wheels = [w for w in os.listdir(os.path.join(root, "dist")) if w.endswith(".whl")]
+        assert len(wheels) == 1, wheels
+        p = subprocess.run(pip + ["install", "--no-deps", os.path.join(root, "dist", wheels[0])],
+                           env=env, cwd=root, capture_output=True, text=True, timeout=600)
         assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-6000:]
         yield path
     finally:
@@ -92,3 +112,21 @@ def test_horovodrun_two_ranks(venv):
     out = run_installed(venv, "horovodrun", "-np", "2", "--fusion-threshold-mb", "16",
                         os.path.join(venv, "bin", "python"), "-c", CHECK)
     assert "[0] rank 0 of 2 sum 3" in out and "[1] rank 1 of 2 sum 3" in out, out
+
+
+def test_wheel_carries_the_tensorflow_ops(venv):
+    site = run_installed(venv, os.path.join(venv, "bin", "python"), "-c",
+                         "import korovod, os; print(os.path.dirname(korovod.__file__))").strip()
+    ops = os.listdir(os.path.join(site, "tensorflow"))
+    assert "_korovod_tf_ops.so" in ops, ops
+
+
+def test_horovod_tensorflow2_example_two_ranks(venv):
+    """Horovod's TF2 synthetic benchmark (examples/) on the installed package: the op library
+    loads from the wheel and trains on 2 ranks."""
+    out = run_installed(venv, "korovodrun", "-np", "2", os.path.join(venv, "bin", "python"),
+                        os.path.join(REPO, "examples", "tensorflow2_synthetic_benchmark.py"),
+                        "--model", "MobileNetV2", "--image-size", "32", "--batch-size", "4",
+                        "--num-batches-per-iter", "2", "--num-iters", "2", timeout=600)
+    assert "[0] Number of CPUs: 2" in out, out
+    assert len(re.findall(r"^\[0\] Iter #\d: [0-9.]+ img/sec per CPU$", out, re.M)) == 2, out

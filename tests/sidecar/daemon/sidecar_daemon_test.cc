@@ -334,6 +334,38 @@ TEST(SidecarDaemonTest, ShutdownRpcAnswersOpsInFlight) {
   EXPECT_TRUE(job.ExitsCleanly(0, 10s)) << job.Log(0);
 }
 
+// The end of a job is no error: when rank 0's trainer shuts down while rank 1 still runs, rank 1's
+// op fails naming the shutdown and its sidecar says so at INFO, with no WARNING or ERROR line.
+TEST(SidecarDaemonTest, AnotherRanksShutdownIsAnOrderlyEnd) {
+  Job job(2);
+  ASSERT_TRUE(job.WaitReady());
+  EXPECT_TRUE(job.RunTrainers([&](int r) {
+    auto client = Must(Client::Connect(job.socket(r), 10s));
+    TOK(Must(client->Barrier({.name = "start"})).Wait(Deadline::After(10s)));
+    if (r == 0) {
+      TOK(client->Shutdown("the job is done"));
+      return;
+    }
+    std::vector<float> a(8, 1.0f), b(8);
+    const Status s = Must(client->Allreduce(a.data(), b.data(), DataType::kFloat32, {8},
+                                            {.name = "after_rank0_left"}))
+                         .Wait(Deadline::After(20s));
+    TCHECK(s.code() == StatusCode::kAborted);
+    TCONTAINS(s.message(), "shut down by rank 0");
+  }));
+  EXPECT_TRUE(job.ExitsCleanly(0, 10s)) << job.Log(0);
+  const std::string said =
+      "INFO [rank 1] engine: engine shut down: the engine was shut down by rank 0";
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (job.Log(1).find(said) == std::string::npos && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(50ms);
+  }
+  const std::string log = job.Log(1);
+  EXPECT_NE(log.find(said), std::string::npos) << log;
+  EXPECT_EQ(log.find(" ERROR "), std::string::npos) << log;
+  EXPECT_EQ(log.find(" WARNING "), std::string::npos) << log;
+}
+
 // A valid korovodrun-style sidecar environment plus `extra` (which wins).
 StatusOr<SidecarConfig> ValidConfigWith(std::map<std::string, std::string> extra) {
   const std::map<std::string, std::string> base = {{"KOROVOD_SIZE", "2"},
