@@ -105,6 +105,16 @@ finish() {
   rm -rf "$1"
   mv "$1.tmp" "$1"
 }
+# copy_crds SRC MODULE PATTERN DIR: the CRD YAMLs PATTERN of Go module MODULE (required by the
+# go.mod in SRC) into DIR.tmp/crds. They are files of the module: copied from the module cache
+# (read-only there), not committed.
+copy_crds() {
+  local mod
+  mod="$(cd "$1" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' "$2")"
+  mkdir -p "$4.tmp/crds"
+  cp "$mod"/$3 "$4.tmp/crds/"
+  chmod u+w "$4.tmp/crds"/*.yaml
+}
 # begin DIR: an empty DIR.tmp/bin to build into.
 begin() {
   rm -rf "$1.tmp"
@@ -162,12 +172,8 @@ if [ "$KUEUE_OK" = 0 ]; then
   (cd "$KUEUE_SRC" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "$KUEUE_LDFLAGS" \
     -o "$KUEUE_DIR_OUT.tmp/bin/kueue" "$KUEUE_PKG")
   # The CRDs (Workload, ClusterQueue, LocalQueue, ResourceFlavor, ... : every kind the manager's
-  # controllers watch) are generated files of the module: copied from the module cache (read-only
-  # there), not committed.
-  KUEUE_DIR="$(cd "$KUEUE_SRC" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)"
-  mkdir -p "$KUEUE_DIR_OUT.tmp/crds"
-  cp "$KUEUE_DIR"/config/components/crd/bases/*.yaml "$KUEUE_DIR_OUT.tmp/crds/"
-  chmod u+w "$KUEUE_DIR_OUT.tmp/crds"/*.yaml
+  # controllers watch), generated files of the module.
+  copy_crds "$KUEUE_SRC" sigs.k8s.io/kueue 'config/components/crd/bases/*.yaml' "$KUEUE_DIR_OUT"
   finish "$KUEUE_DIR_OUT"
   link_cached "$KUEUE_DIR_OUT" "$KUEUE_CRDS"
   echo "build-testinfra: kueue $KUEUE_VERSION, $(ls "$KUEUE_CRDS/" | wc -l) CRDs in $KUEUE_CRDS"
@@ -181,13 +187,10 @@ if [ "$SP_OK" = 0 ]; then
   (cd "$SP_SRC" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "$SP_LDFLAGS" \
     -o "$SP_DIR_OUT.tmp/bin/kube-scheduler-plugins-controller" "$SP_CONTROLLER_PKG")
   # The CRDs (scheduling.x-k8s.io/v1alpha1 PodGroup, which Coscheduling and the controller watch;
-  # ElasticQuota, which the controller also watches) are files of the module: copied from the
-  # module cache (read-only there), not committed. config/crd/bases, not manifests/crds: those
+  # ElasticQuota, which the controller also watches). config/crd/bases, not manifests/crds: those
   # are symbolic links in the repository, which module zips leave out.
-  SP_DIR="$(cd "$SP_SRC" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' sigs.k8s.io/scheduler-plugins)"
-  mkdir -p "$SP_DIR_OUT.tmp/crds"
-  cp "$SP_DIR"/config/crd/bases/scheduling.x-k8s.io_*.yaml "$SP_DIR_OUT.tmp/crds/"
-  chmod u+w "$SP_DIR_OUT.tmp/crds"/*.yaml
+  copy_crds "$SP_SRC" sigs.k8s.io/scheduler-plugins 'config/crd/bases/scheduling.x-k8s.io_*.yaml' \
+    "$SP_DIR_OUT"
   finish "$SP_DIR_OUT"
   link_cached "$SP_DIR_OUT" "$SP_CRDS"
   echo "build-testinfra: kube-scheduler-plugins $SP_VERSION, $(ls "$SP_CRDS/" | wc -l) CRDs in $SP_CRDS"
