@@ -6,13 +6,19 @@ runs as its own `korovodrun -np N python3 -m pytest <id>` job with a deadline, s
 hide the tests after it. Prints one line per test and a closing "N passed, N failed, N skipped"
 line; exits 0 only when nothing failed or hung, 77 when the suite is not there (said plainly).
 
+Tests run in batches (--batch, as Horovod's own CI runs the file: one pytest per rank for many
+tests), which spares each test the job's start-up (sidecars, the trainers' torch import). Every
+test of a batch that did not pass (or skip) on every rank, and every test of a batch that hung, is
+then run alone in its own job, and that run is its result: a test that breaks the ones after it
+still gets its own verdict, and so do they.
+
 A few of Horovod's tests assert wall-clock times between ranks (WALL_CLOCK_TESTS, each with the
 reason). Under CI's load they can fail without any fault in the engine; one of them that fails is
 run again up to RERUNS more times, and its result line and the summary say that it passed only on
 a rerun. Any other failure counts at once.
 
-  run_torch_suite.py [--np 2] [--jobs 1] [--timeout 180] [--suite DIR] [--build DIR]
-                     [--json FILE] [-k SUBSTRING]
+  run_torch_suite.py [--np 2] [--jobs 1] [--batch 20] [--timeout 180] [--suite DIR]
+                     [--build DIR] [--json FILE] [-k SUBSTRING]
 """
 import argparse
 import concurrent.futures
@@ -42,7 +48,8 @@ RERUNS = 2
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--np", type=int, default=2, help="ranks per test (korovodrun -np)")
-    p.add_argument("--jobs", type=int, default=1, help="tests run at the same time")
+    p.add_argument("--jobs", type=int, default=1, help="jobs run at the same time")
+    p.add_argument("--batch", type=int, default=20, help="tests per job (1: each test alone)")
     p.add_argument("--timeout", type=float, default=180, help="seconds per test before it "
                    "counts as hung")
     p.add_argument("--suite", default=os.environ.get(
@@ -111,15 +118,53 @@ def run_one(args, env, parallel_dir, test_id):
     return test_id, result, total, first_failure or output, attempts
 
 
-def run_attempt(args, env, parallel_dir, test_id):
+def outcomes_of_batch(ids, np_, output):
+    """{test id: passed / skipped / failed} from every rank's verbose pytest lines: passed or
+    skipped only where every rank says so; failed where a rank failed or said nothing."""
+    seen = {}
+    for rank, test_id, word in re.findall(
+            r"^\[(\d+)\] (\S+::\S+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\b", output, re.M):
+        seen.setdefault(test_id, {})[int(rank)] = word
+    results = {}
+    for test_id in ids:
+        words = set(seen.get(test_id, {}).values())
+        if len(seen.get(test_id, {})) != np_ or not words <= {"PASSED", "SKIPPED", "XFAIL"}:
+            results[test_id] = "failed"
+        elif words == {"SKIPPED"}:
+            results[test_id] = "skipped"
+        else:
+            results[test_id] = "passed"
+    return results
+
+
+def run_batch(args, env, parallel_dir, ids):
+    """Runs `ids` in one job. Returns [(id, result, seconds, output, attempts)]: the batch's
+    result for a test that passed or skipped there, else the test's own run (run_one)."""
+    result, secs, output = run_attempt(args, env, parallel_dir, ids,
+                                       timeout=args.timeout * max(1, len(ids) // 4))
+    outcomes = outcomes_of_batch(ids, args.np, output) if result != "hung" else {}
+    done = []
+    for test_id in ids:
+        if outcomes.get(test_id) in ("passed", "skipped"):
+            done.append((test_id, outcomes[test_id], secs / len(ids), "", 1))
+        else:
+            done.append(run_one(args, env, parallel_dir, test_id))
+    return done
+
+
+def run_attempt(args, env, parallel_dir, test_ids, timeout=None):
+    """One korovodrun job running pytest on `test_ids` (one id, or a list: verbose, so that each
+    test's outcome on each rank can be read). Returns (result, seconds, output)."""
+    timeout = timeout or args.timeout
+    ids = [test_ids] if isinstance(test_ids, str) else list(test_ids)
     cmd = [os.path.join(args.build, "bin", "korovodrun"), "-np", str(args.np), args.python, "-m",
-           "pytest", "-q", "-p", "no:cacheprovider", "-rs", test_id]
+           "pytest", "-v" if len(ids) > 1 else "-q", "-p", "no:cacheprovider", "-rs"] + ids
     start = time.monotonic()
     # Its own session, so a hung job is ended whole: korovodrun, its sidecars and trainers.
     p = subprocess.Popen(cmd, cwd=parallel_dir, env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        output, _ = p.communicate(timeout=args.timeout)
+        output, _ = p.communicate(timeout=timeout)
         result = outcome_of(p.returncode, output)
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGTERM)  # korovodrun stops its sidecars and trainers
@@ -128,7 +173,7 @@ def run_attempt(args, env, parallel_dir, test_id):
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
             output, _ = p.communicate()
-        output += "\n[hung: still running after %.0f s]" % args.timeout
+        output += "\n[hung: still running after %.0f s]" % timeout
         result = "hung"
     return result, time.monotonic() - start, output
 
@@ -144,14 +189,16 @@ def main():
     ids = collect(args, env, parallel_dir)
     if args.only:
         ids = [i for i in ids if args.only in i]
-    print("Horovod's %s from %s: %d tests, %d ranks each, %d at a time" % (
-        args.file, parallel_dir, len(ids), args.np, args.jobs), flush=True)
+    print("Horovod's %s from %s: %d tests, %d ranks each, %d per job, %d jobs at a time" % (
+        args.file, parallel_dir, len(ids), args.np, args.batch, args.jobs), flush=True)
     start = time.monotonic()
     results = []
+    batch = max(1, args.batch)
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = [pool.submit(run_one, args, env, parallel_dir, i) for i in ids]
-        for f in futures:
-            test_id, result, secs, output, attempts = f.result()
+        futures = [pool.submit(run_batch, args, env, parallel_dir, ids[i:i + batch])
+                   for i in range(0, len(ids), batch)]
+        for test_id, result, secs, output, attempts in (
+                r for f in futures for r in f.result()):
             results.append({"id": test_id, "result": result, "seconds": round(secs, 2),
                             "attempts": attempts})
             rerun = ""

@@ -50,3 +50,56 @@ def test_a_hung_wall_clock_test_is_not_rerun(monkeypatch):
     calls = scripted(monkeypatch, ["hung", "passed"])
     _, result, _, _, attempts = run_torch_suite.run_one(None, {}, ".", BARRIER)
     assert (result, attempts, len(calls)) == ("hung", 1, 1)
+
+
+A = "test_torch.py::TorchTests::test_a"
+B = "test_torch.py::TorchTests::test_b"
+C = "test_torch.py::TorchTests::test_c"
+
+
+def test_batch_outcomes_need_every_rank():
+    out = "\n".join([
+        "[0] %s PASSED [ 33%%]" % A, "[1] %s PASSED [ 33%%]" % A,
+        "[0] %s SKIPPED (no GPU) [ 66%%]" % B, "[1] %s SKIPPED (no GPU) [ 66%%]" % B,
+        "[0] %s PASSED [100%%]" % C, "[1] %s FAILED [100%%]" % C])
+    assert run_torch_suite.outcomes_of_batch([A, B, C], 2, out) == {
+        A: "passed", B: "skipped", C: "failed"}
+    # A rank that never reported a test (it died, or the job hung before it): failed.
+    assert run_torch_suite.outcomes_of_batch([A], 2, "[0] %s PASSED" % A) == {A: "failed"}
+
+
+class Args:
+    np = 2
+    timeout = 10
+
+
+def test_a_batch_runs_what_did_not_pass_alone(monkeypatch):
+    calls = []
+
+    def fake_attempt(args, env, parallel_dir, test_ids, timeout=None):
+        calls.append(test_ids)
+        if isinstance(test_ids, list):  # the batch: A passes, B fails on rank 1, C never reported
+            return "failed", 3.0, "\n".join(["[0] %s PASSED" % A, "[1] %s PASSED" % A,
+                                            "[0] %s PASSED" % B, "[1] %s FAILED" % B])
+        return ("passed" if test_ids == C else "failed"), 1.0, "alone " + test_ids
+
+    monkeypatch.setattr(run_torch_suite, "run_attempt", fake_attempt)
+    done = run_torch_suite.run_batch(Args(), {}, ".", [A, B, C])
+    assert calls == [[A, B, C], B, C]  # A's batch verdict stands; B and C get their own job
+    assert [(d[0], d[1]) for d in done] == [(A, "passed"), (B, "failed"), (C, "passed")]
+    assert done[1][3] == "alone " + B  # the failure printed is the test's own run
+
+
+def test_a_hung_batch_runs_every_test_alone(monkeypatch):
+    calls = []
+
+    def fake_attempt(args, env, parallel_dir, test_ids, timeout=None):
+        calls.append(test_ids)
+        if isinstance(test_ids, list):
+            return "hung", 30.0, "[0] %s PASSED\n[1] %s PASSED\n[hung]" % (A, A)
+        return "passed", 1.0, ""
+
+    monkeypatch.setattr(run_torch_suite, "run_attempt", fake_attempt)
+    done = run_torch_suite.run_batch(Args(), {}, ".", [A, B])
+    assert calls == [[A, B], A, B]
+    assert [d[1] for d in done] == ["passed", "passed"]

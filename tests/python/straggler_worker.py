@@ -3,8 +3,10 @@
     korovodrun -np 3 python3 straggler_worker.py --slow-rank 2 --mode input|compute|none
 
 Per step every rank submits 8 gradients with allreduce_async_ and synchronizes. The slow rank
-sleeps 40 ms before its first gradient (--mode input: a slow data loader) or 5 ms before each
-gradient (--mode compute: a slow backward pass); with --mode none nobody is slowed.
+sleeps 40 ms before its first gradient (--mode input: a slow data loader) or 8 ms before each
+gradient after the first (--mode compute: a slow backward pass, 56 ms a step; none of it before
+the step's first op, so that a loaded machine's scheduling delays at the start of a step cannot
+outweigh it); with --mode none nobody is slowed.
 """
 import argparse
 import time
@@ -27,8 +29,8 @@ def main():
             time.sleep(0.040)
         handles = []
         for k, g in enumerate(grads):
-            if slow and args.mode == "compute":
-                time.sleep(0.005)
+            if slow and args.mode == "compute" and k > 0:
+                time.sleep(0.008)
             g.fill_(float(hvd.rank() + 1))
             handles.append(hvd.allreduce_async_(g, op=hvd.Sum, name="grad.%d" % k))
         for h in handles:
