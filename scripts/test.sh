@@ -10,9 +10,10 @@
 #      found), the Python client, the TensorFlow ops, and the tests of the product as users run
 #      it (KOROVOD_BUILD_UNIT_TESTS=OFF); then the container images from it
 #   4. those tests but k8s (python, tensorflow, horovod, package, bench, images, docs, layers)
-#   5. the ASan+UBSan build of the C++ unit and multi-process tests of common, runtime, sidecar,
-#      launcher and operator (KOROVOD_BUILD_SYSTEM_TESTS=OFF), and those tests
-#   6. the k8s tests (operator, webhook, chart, Kueue, a real node) on the Release build
+#   5. the k8s tests (operator, webhook, chart, Kueue, a real node) on the Release build, with
+#      the ASan+UBSan build of the C++ unit and multi-process tests of common, runtime, sidecar,
+#      launcher and operator (KOROVOD_BUILD_SYSTEM_TESTS=OFF) beside them at nice 10
+#   6. those unit and multi-process tests under ASan+UBSan
 # Both builds go through ccache (outside the clone), so a fresh clone on a machine that ran this
 # before recompiles nothing it has seen. ctest starts the longest tests first from
 # tests/ctest-costs.txt (measured; a run's own measurements refresh it: see tests/README.md).
@@ -29,7 +30,7 @@ minutes_since() { awk -v t="$1" -v now="$(date +%s)" 'BEGIN { printf "%.1f", (no
 summary() {
   local rc=$?
   # A failed run leaves no Go build behind (its unfinished output is never taken as built).
-  [ "$rc" = 0 ] || kill "${TESTINFRA_PID:-}" 2>/dev/null || true
+  [ "$rc" = 0 ] || kill "${TESTINFRA_PID:-}" "${ASAN_PID:-}" 2>/dev/null || true
   printf '\n==== stage times (%s)\n' "$([ "$rc" = 0 ] && echo passed || echo "FAILED, rc $rc")"
   local s
   for s in "${STAGES[@]}"; do printf '  %s\n' "$s"; done
@@ -100,25 +101,6 @@ seed_costs build
 stage "tests (Release, all but k8s)" \
   ctest --test-dir build -j"$JOBS" -LE '^k8s$' --output-on-failure --timeout 900
 
-if [ "${KOROVOD_SKIP_SANITIZERS:-0}" != 1 ]; then
-  # -O1 -g1 (line tables only): the usual sanitizer setting, and about 3x faster to compile than
-  # -O2 -g on these machines; reports still name file and line. The NCCL backend's tests are
-  # built here too (they skip without a GPU).
-  asan_build() {
-    cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKOROVOD_SANITIZE=ON \
-      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
-      -DKOROVOD_WITH_NCCL=AUTO -DKOROVOD_BUILD_PYTHON=OFF -DKOROVOD_BUILD_BENCH=OFF \
-      -DKOROVOD_BUILD_UNIT_TESTS=ON -DKOROVOD_BUILD_SYSTEM_TESTS=OFF \
-      "${CMAKE_CACHE_ARGS[@]}" >/dev/null
-    cmake --build build-asan -j"$JOBS"
-  }
-  stage "build (ASan+UBSan: unit and multi-process tests)" asan_build
-  seed_costs build-asan
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    stage "tests (ASan+UBSan)" \
-    ctest --test-dir build-asan -j"$JOBS" --output-on-failure --timeout 1800
-fi
-
 wait_testinfra() {
   if ! wait "$TESTINFRA_PID"; then
     cat build-testinfra.log >&2
@@ -129,8 +111,48 @@ wait_testinfra() {
   echo "the Go test infrastructure took $(minutes_since "$TESTINFRA_T") min in the background"
 }
 stage "wait for the Go test infrastructure" wait_testinfra
+
+# The sanitizer build (-O1 -g1, line tables only: the usual sanitizer setting, and about 3x faster
+# to compile than -O2 -g on these machines; reports still name file and line; the NCCL backend's
+# tests are built here too and skip without a GPU) runs beside the k8s tests at nice 10: those
+# mostly wait on the API server, the kubelet and pods, and the compiler takes the CPU they leave.
+SANITIZE=1
+[ "${KOROVOD_SKIP_SANITIZERS:-0}" = 1 ] && SANITIZE=0
+asan_build() {
+  renice -n 10 -p "$BASHPID" >/dev/null
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKOROVOD_SANITIZE=ON \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+    -DKOROVOD_WITH_NCCL=AUTO -DKOROVOD_BUILD_PYTHON=OFF -DKOROVOD_BUILD_BENCH=OFF \
+    -DKOROVOD_BUILD_UNIT_TESTS=ON -DKOROVOD_BUILD_SYSTEM_TESTS=OFF \
+    "${CMAKE_CACHE_ARGS[@]}" >/dev/null
+  cmake --build build-asan -j"$JOBS"
+}
+if [ "$SANITIZE" = 1 ]; then
+  printf '\n==== build (ASan+UBSan) in the background at nice 10 (log in build-asan.log)\n'
+  ASAN_T=$(date +%s)
+  asan_build > build-asan.log 2>&1 &
+  ASAN_PID=$!
+fi
+
 # A missing kube-apiserver, kubectl, helm, etcd, node binary or image archive fails the k8s tests
 # here instead of skipping them.
-KOROVOD_REQUIRE_K8S=1 stage "tests (Release, k8s)" \
+KOROVOD_REQUIRE_K8S=1 stage "tests (Release, k8s; the ASan build beside them)" \
   ctest --test-dir build -j"$JOBS" -L '^k8s$' --output-on-failure --timeout 900
+
+if [ "$SANITIZE" = 1 ]; then
+  wait_asan_build() {
+    if ! wait "$ASAN_PID"; then
+      tail -100 build-asan.log >&2
+      echo "the ASan+UBSan build failed (build-asan.log)" >&2
+      return 1
+    fi
+    tail -1 build-asan.log
+    echo "the ASan+UBSan build took $(minutes_since "$ASAN_T") min (beside the k8s tests)"
+  }
+  stage "wait for the ASan+UBSan build" wait_asan_build
+  seed_costs build-asan
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    stage "tests (ASan+UBSan: unit and multi-process)" \
+    ctest --test-dir build-asan -j"$JOBS" --output-on-failure --timeout 1800
+fi
 if command -v ccache >/dev/null; then ccache --show-stats | sed -n '1,6p'; fi
