@@ -89,14 +89,19 @@ HELM_DIR="$CACHE/helm-$HELM_STAMP"
 KUEUE_DIR_OUT="$CACHE/kueue-$KUEUE_STAMP"
 SP_DIR_OUT="$CACHE/scheduler-plugins-$SP_STAMP"
 
-# link_cached DIR: a finished build (DIR/.done) linked into the clone: DIR/bin/* into .testinfra/bin,
-# DIR/crds into the named CRD folder. Returns 1 when DIR is not a finished build.
-link_cached() {  # link_cached DIR [CRD_LINK]
+# link_cached DIR [CRDS]: a finished build (DIR/.done) into the clone: DIR/bin/* linked into
+# .testinfra/bin, DIR/crds/*.yaml copied into the folder CRDS (a real folder: `kubectl apply -f`
+# reads a symbolic link to a folder as a file). Returns 1 when DIR is not a finished build.
+link_cached() {
   local dir="$1" crds="${2:-}" f
   [ -f "$dir/.done" ] || return 1
   mkdir -p "$OUT"
   for f in "$dir"/bin/*; do ln -sfn "$f" "$OUT/$(basename "$f")"; done
-  if [ -n "$crds" ]; then rm -rf "$crds"; ln -sfn "$dir/crds" "$crds"; fi
+  if [ -n "$crds" ]; then
+    rm -rf "$crds"
+    mkdir -p "$crds"
+    cp "$dir"/crds/*.yaml "$crds/"
+  fi
 }
 # finish DIR: the build in DIR.tmp is complete; move it into place (an interrupted build leaves only
 # a .tmp, never a DIR that looks finished).
