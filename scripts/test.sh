@@ -27,10 +27,19 @@ CURRENT_STAGE=""
 CURRENT_T=0
 T0=$(date +%s)
 minutes_since() { awk -v t="$1" -v now="$(date +%s)" 'BEGIN { printf "%.1f", (now - t) / 60 }'; }
+# kill_tree PID: PID and everything it started (a background stage's compilers outlive its shell).
+kill_tree() {
+  local child
+  for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
+  kill "$1" 2>/dev/null || true
+}
 summary() {
   local rc=$?
-  # A failed run leaves no Go build behind (its unfinished output is never taken as built).
-  [ "$rc" = 0 ] || kill "${TESTINFRA_PID:-}" "${ASAN_PID:-}" 2>/dev/null || true
+  # A failed run leaves no build behind (an unfinished Go build is never taken as built).
+  if [ "$rc" != 0 ]; then
+    [ -z "${TESTINFRA_PID:-}" ] || kill_tree "$TESTINFRA_PID"
+    [ -z "${ASAN_PID:-}" ] || kill_tree "$ASAN_PID"
+  fi
   printf '\n==== stage times (%s)\n' "$([ "$rc" = 0 ] && echo passed || echo "FAILED, rc $rc")"
   local s
   for s in "${STAGES[@]}"; do printf '  %s\n' "$s"; done
