@@ -59,6 +59,7 @@ def venv():
         assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-6000:]
         print("pip install %s took %.0f s" % (" ".join(TENSORFLOW), time.monotonic() - start))
         env["CMAKE_BUILD_PARALLEL_LEVEL"] = os.environ.get("JOBS", "2")
+        env.update(ccache_env())
         start = time.monotonic()
         p = subprocess.run(pip + ["wheel", "--no-deps", "-w", os.path.join(root, "dist"), REPO],
                            env=env, cwd=root, capture_output=True, text=True, timeout=3000)
@@ -72,6 +73,19 @@ def venv():
         yield path
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def ccache_env():
+    """Where scripts/test.sh compiles through ccache (CCACHE_BASEDIR set): the wheel's build
+    through it too, in a fresh build-pip/ beside the clone's build/, so that its objects are the
+    Release build's (the same flags and, relative to the build folder, the same paths). Only the
+    compiler is cached; configure, link and packaging run as for a user."""
+    if not os.environ.get("CCACHE_BASEDIR") or not shutil.which("ccache"):
+        return {}
+    build_dir = os.path.join(REPO, "build-pip")
+    shutil.rmtree(build_dir, ignore_errors=True)
+    return {"SKBUILD_BUILD_DIR": build_dir, "CMAKE_C_COMPILER_LAUNCHER": "ccache",
+            "CMAKE_CXX_COMPILER_LAUNCHER": "ccache"}
 
 
 def clean_env(venv_path):
