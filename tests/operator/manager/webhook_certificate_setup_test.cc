@@ -193,7 +193,8 @@ TEST_F(WebhookCertificateSetupTest, CreatesTheSecretWritesTheFilesAndSetsEveryCa
   EXPECT_EQ(ReadFile(dir_ / "tls.crt"), Decoded(secret["data"], "tls.crt"));
   EXPECT_EQ(ReadFile(dir_ / "tls.key"), Decoded(secret["data"], "tls.key"));
   EXPECT_EQ(fs::status(dir_ / "tls.key").permissions() & fs::perms::others_read, fs::perms::none);
-  for (const json& hook : api.config()["webhooks"]) {
+  const json config = api.config();  // (a range over a temporary's member outlives it)
+  for (const json& hook : config["webhooks"]) {
     EXPECT_EQ(hook["clientConfig"]["caBundle"], Base64Encode(*ca)) << hook.dump();
     EXPECT_EQ(hook["clientConfig"]["service"]["name"], "s");  // the rest is kept
   }
