@@ -15,7 +15,8 @@
 namespace korovod {
 
 StatusOr<Fd> ListenTcp(const std::string& host, uint16_t port, int backlog);
-// Dials `addr`, retrying refused/unreachable attempts with backoff until the deadline.
+// Dials `addr`, retrying refused/unreachable attempts with backoff until the deadline. The name
+// is resolved once: one that does not resolve yet fails at once (ConnectTcpAny waits for it).
 StatusOr<Fd> ConnectTcp(const PeerAddress& addr, Deadline deadline);
 // Dials every address `addr.host` resolves to (resolved again each round), the first that accepts
 // wins: a name behind which one of several pods listens (the operator's leader among its

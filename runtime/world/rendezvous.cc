@@ -117,7 +117,9 @@ StatusOr<std::vector<RankEntry>> Join(const RendezvousOptions& o, Deadline deadl
   bool registered = false;
   auto backoff = std::chrono::milliseconds(100);
   while (!deadline.Expired()) {
-    auto conn = ConnectTcp(o.coordinator, deadline);
+    // Resolved again each round: on Kubernetes rank 0's DNS name appears only once its pod has an
+    // address and the Service's endpoints list it, which may be after this rank starts.
+    auto conn = ConnectTcpAny(o.coordinator, deadline);
     if (!conn.ok()) {
       last_error = conn.status().message();
       break;

@@ -45,9 +45,22 @@ print("rank %d of %d sum %g" % (hvd.rank(), hvd.size(), total))
 """
 
 
+def fresh_root():
+    """The folder for the venv and the wheel: a new temporary one, or under scripts/test.sh (ccache
+    on) the clone's build-pip-venv/, emptied first, so that the TensorFlow headers the op library
+    compiles against are at the same place, relative to the clone, in every run and ccache finds
+    its objects too."""
+    if ccache_on():
+        root = os.path.join(REPO, "build-pip-venv")
+        shutil.rmtree(root, ignore_errors=True)
+        os.makedirs(root)
+        return root
+    return tempfile.mkdtemp(prefix="korovod-pip-")
+
+
 @pytest.fixture(scope="module")
 def venv():
-    root = tempfile.mkdtemp(prefix="korovod-pip-")
+    root = fresh_root()
     try:
         path = os.path.join(root, "venv")
         subprocess.run([PYTHON, "-m", "venv", "--system-site-packages", path], check=True)
@@ -75,12 +88,17 @@ def venv():
         shutil.rmtree(root, ignore_errors=True)
 
 
+def ccache_on():
+    """scripts/test.sh compiles through ccache (it sets CCACHE_BASEDIR to the clone)."""
+    return bool(os.environ.get("CCACHE_BASEDIR")) and shutil.which("ccache") is not None
+
+
 def ccache_env():
-    """Where scripts/test.sh compiles through ccache (CCACHE_BASEDIR set): the wheel's build
-    through it too, in a fresh build-pip/ beside the clone's build/, so that its objects are the
-    Release build's (the same flags and, relative to the build folder, the same paths). Only the
-    compiler is cached; configure, link and packaging run as for a user."""
-    if not os.environ.get("CCACHE_BASEDIR") or not shutil.which("ccache"):
+    """Under ccache, the wheel's build through it too, in a fresh build-pip/ beside the clone's
+    build/, so that its objects are the Release build's (the same flags and, relative to the
+    build folder, the same paths). Only the compiler is cached; configure, link and packaging run
+    as for a user."""
+    if not ccache_on():
         return {}
     build_dir = os.path.join(REPO, "build-pip")
     shutil.rmtree(build_dir, ignore_errors=True)
