@@ -14,12 +14,14 @@ namespace korovod {
 namespace {
 
 constexpr char kHelloMagic[4] = {'K', 'V', 'R', 'D'};
-constexpr uint32_t kProtocolVersion = 2;  // 2: the epoch in Hello and Challenge
+// 2: the epoch in Hello and Challenge; 3: the acceptor's epoch inside its proof.
+constexpr uint32_t kProtocolVersion = 3;
 
 using Digest = std::array<unsigned char, 32>;
 
-// The acceptor's answer. `epoch` is the acceptor's: when it differs from the Hello's, the proof
-// is all zeros and the acceptor closes (the epoch is no secret; a forged one only refuses).
+// The acceptor's answer. `epoch` is the acceptor's and inside its proof: when it differs from the
+// Hello's, the acceptor closes after answering, and the dialer believes the epoch only once the
+// proof checks (so no one without the key can tell a rank it belongs to another epoch).
 struct Challenge {
   uint32_t epoch;
   unsigned char nonce[32];
@@ -28,11 +30,12 @@ struct Challenge {
 
 // The role is part of the MAC, so an acceptor's proof can never be replayed as a dialer's.
 Digest Proof(const std::string& key, const char* role, const Hello& hello,
-             const unsigned char* nonce) {
-  unsigned char msg[16 + sizeof(Hello) + 32] = {};
+             const unsigned char* nonce, uint32_t epoch) {
+  unsigned char msg[16 + sizeof(Hello) + 32 + 4] = {};
   std::strncpy(reinterpret_cast<char*>(msg), role, 16);
   std::memcpy(msg + 16, &hello, sizeof hello);
   std::memcpy(msg + 16 + sizeof hello, nonce, 32);
+  std::memcpy(msg + 16 + sizeof hello + 32, &epoch, 4);
   Digest out{};
   unsigned int len = 0;
   HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), msg, sizeof msg, out.data(), &len);
@@ -64,16 +67,16 @@ Status DialHandshake(int fd, const std::string& key, int from, int to, int strea
   Challenge ch{};
   KV_RETURN_IF_ERROR(WriteFull(fd, &hello, sizeof hello, deadline, who));
   KV_RETURN_IF_ERROR(ReadFull(fd, &ch, sizeof ch, deadline, who));
+  if (!SameDigest(ch.proof, Proof(key, "acceptor", hello, ch.nonce, ch.epoch))) {
+    // Hanging up without a proof tells the acceptor the keys differ.
+    return PermissionDenied(who + " failed to prove the job key (wrong job key)");
+  }
   if (ch.epoch != epoch) {
     return PermissionDenied(who + " belongs to membership epoch " + std::to_string(ch.epoch) +
                             ", this rank to epoch " + std::to_string(epoch) +
                             ": refused (members of different epochs never connect)");
   }
-  if (!SameDigest(ch.proof, Proof(key, "acceptor", hello, ch.nonce))) {
-    // Hanging up without a proof tells the acceptor the keys differ.
-    return PermissionDenied(who + " failed to prove the job key (wrong job key)");
-  }
-  const Digest mine = Proof(key, "connector", hello, ch.nonce);
+  const Digest mine = Proof(key, "connector", hello, ch.nonce, epoch);
   char verdict = 0;
   Status s = WriteFull(fd, mine.data(), mine.size(), deadline, who);
   if (s.ok()) s = ReadFull(fd, &verdict, 1, deadline, who);
@@ -101,19 +104,19 @@ AcceptOutcome AnswerHello(int fd, const std::string& key, const Hello& hello, ui
                           Deadline deadline, const std::string& who) {
   Challenge ch{};
   ch.epoch = epoch;
+  if (!RandomNonce(ch.nonce).ok()) return AcceptOutcome::kFailed;
+  ch.proof = Proof(key, "acceptor", hello, ch.nonce, epoch);
   if (hello.epoch != epoch) {
     (void)WriteFull(fd, &ch, sizeof ch, deadline, who);
     return AcceptOutcome::kOtherEpoch;
   }
-  if (!RandomNonce(ch.nonce).ok()) return AcceptOutcome::kFailed;
-  ch.proof = Proof(key, "acceptor", hello, ch.nonce);
   Digest their{};
   if (!WriteFull(fd, &ch, sizeof ch, deadline, who).ok()) return AcceptOutcome::kFailed;
   if (Status s = ReadFull(fd, their.data(), their.size(), deadline, who); !s.ok()) {
     return s.code() == StatusCode::kDeadlineExceeded ? AcceptOutcome::kFailed
                                                      : AcceptOutcome::kHungUp;
   }
-  const bool ok = SameDigest(their, Proof(key, "connector", hello, ch.nonce));
+  const bool ok = SameDigest(their, Proof(key, "connector", hello, ch.nonce, epoch));
   const char verdict = ok ? 1 : 0;
   (void)WriteFull(fd, &verdict, 1, deadline, who);
   return ok ? AcceptOutcome::kAuthenticated : AcceptOutcome::kWrongKey;

@@ -10,7 +10,9 @@
 #include <mutex>
 #include <thread>
 
+#include "common/log.h"
 #include "runtime/transport/handshake.h"
+#include "runtime/transport/handshake_listener.h"
 
 namespace korovod {
 namespace {
@@ -48,11 +50,12 @@ std::string PeerMesh::Describe(int peer) const {
 constexpr char kLinksDiffer[] =
     ": tcp_streams or KOROVOD_COLLECTIVE_LANES differ between the ranks";
 
-// Accepts connections from higher ranks on a thread while Connect dials the lower ranks. A peer
-// holding another key is refused, and the rest carry on, so that every rank, not only the first
-// to meet it, learns which rank has the wrong key. Preflight probes (a higher rank checking that
-// an address of ours works) are answered and closed; one that gives up halfway is not mistaken
-// for a peer with another key.
+// Accepts connections from higher ranks on a thread while Connect dials the lower ranks. The
+// handshakes run in a HandshakeListener: a connection that fails them (another key, garbage, a
+// stalled Hello, an old epoch; an impostor or a misconfigured peer alike) is logged and counted
+// there and never reaches this class, so it can neither fail the world nor take a genuine peer's
+// slot; if the genuine peer never comes, the timeout names what was refused instead. Preflight
+// probes (a higher rank checking that an address of ours works) are answered and closed.
 class PeerMesh::Acceptor {
  public:
   Acceptor(PeerMesh& mesh, const TransportOptions& options, int links, int listen_fd,
@@ -60,10 +63,12 @@ class PeerMesh::Acceptor {
       : mesh_(mesh),
         options_(options),
         links_(links),
-        listen_fd_(listen_fd),
         deadline_(deadline),
-        refused_(mesh.size(), false),
         me_(mesh.Describe(mesh.rank())),
+        listener_(listen_fd,
+                  HandshakeListenerOptions{options.job_key, options.epoch, me_,
+                                           std::chrono::milliseconds(kHandshakeTimeout)},
+                  [this](const Hello& h) { return Check(h); }),
         thread_([this] { Run(); }) {}
   ~Acceptor() { Join(); }
   Acceptor(const Acceptor&) = delete;
@@ -73,15 +78,12 @@ class PeerMesh::Acceptor {
   void Join() {
     if (thread_.joinable()) thread_.join();
   }
-  // After Join: a peer with another key, and a connection that never came.
-  const Status& auth_status() const { return auth_status_; }
+  // After Join: the connections that never came.
   const Status& accept_status() const { return accept_status_; }
 
  private:
-  bool Complete() {
-    std::lock_guard<std::mutex> lock(mu_);
+  bool Complete() const {
     for (int p = mesh_.rank() + 1; p < mesh_.size(); ++p) {
-      if (refused_[p]) continue;
       for (int s = 0; s < links_; ++s) {
         if (!mesh_.conns_[p][s].valid()) return false;
       }
@@ -89,129 +91,74 @@ class PeerMesh::Acceptor {
     return true;
   }
 
-  void Reject(const std::string& what) {
-    std::lock_guard<std::mutex> lock(mu_);
-    rejections_ += "; " + what;
+  // The listener's filter: what a Hello must claim to be answered at all.
+  std::string Check(const Hello& h) const {
+    const int rank = mesh_.rank();
+    const bool probe = h.stream == kProbeStream;
+    if (h.to != rank || h.world != mesh_.size() || h.from <= rank || h.from >= mesh_.size()) {
+      return "not a higher rank of this world (to rank " + std::to_string(h.to) + ", size " +
+             std::to_string(h.world) + ")";
+    }
+    if (!probe && (h.stream < 0 || h.stream >= links_)) {
+      return "connection " + std::to_string(h.stream + 1) + ", but this rank expects " +
+             std::to_string(links_) + " per peer" + kLinksDiffer;
+    }
+    return "";
   }
 
   void Run() {
-    while (!Complete() && !stop_.load()) {
-      const Deadline slice = Deadline::After(
-          std::chrono::milliseconds(std::min(100, std::max(0, deadline_.RemainingMs()))));
-      auto accepted = AcceptTcp(listen_fd_, slice);
-      if (!accepted.ok()) {
-        if (deadline_.Expired()) break;
+    while (!Complete() && !stop_.load() && !deadline_.Expired()) {
+      auto next = listener_.Next(deadline_.Sooner(std::chrono::milliseconds(100)));
+      if (!next.ok()) continue;
+      const Hello& h = next->hello;
+      if (h.stream == kProbeStream) continue;  // answered; the prober closes it
+      Fd& slot = mesh_.conns_[h.from][h.stream];
+      if (slot.valid()) {
+        // It proved the key, so it is the peer itself dialing again: keep the first.
+        KV_LOG(kWarning, kTransport, "%s: %s opened connection %d twice; the second is closed",
+               me_.c_str(), mesh_.Describe(h.from).c_str(), h.stream + 1);
         continue;
       }
-      AcceptOne(std::move(accepted).value());
+      slot = std::move(next->fd);
+      // Named by the address it came from (its own listening address is what it dialed from).
     }
     if (!Complete()) RecordMissing();
   }
 
-  // Reads the hello of one accepted connection, answers it, and keeps it if it is a peer's.
-  void AcceptOne(Fd fd) {
-    const int rank = mesh_.rank();
-    const int size = mesh_.size();
-    const Deadline hs = HandshakeDeadline(deadline_);
-    auto read = ReadHello(fd.get(), hs);
-    if (!read.ok()) {
-      // A connection that closed or stalled before its hello is not a peer yet.
-      if (read.status().code() == StatusCode::kInvalidArgument) {
-        Reject("rejected " + read.status().message());
-      }
-      return;
-    }
-    const Hello& hello = read.value();
-    const bool probe = hello.stream == kProbeStream;
-    const bool higher_rank_of_this_world =
-        hello.to == rank && hello.world == size && hello.from > rank && hello.from < size;
-    if (higher_rank_of_this_world && !probe && hello.stream >= links_) {
-      Reject("rejected connection " + std::to_string(hello.stream + 1) + " from rank " +
-             std::to_string(hello.from) + ": this rank expects " + std::to_string(links_) +
-             " per peer" + kLinksDiffer);
-      return;
-    }
-    if (!higher_rank_of_this_world || (!probe && hello.stream < 0)) {
-      Reject("rejected rank " + std::to_string(hello.from) + " with an unexpected world (to rank " +
-             std::to_string(hello.to) + ", size " + std::to_string(hello.world) + ")");
-      return;
-    }
-    if (!probe && mesh_.conns_[hello.from][hello.stream].valid()) {
-      Reject("rejected a duplicate connection claiming to be rank " + std::to_string(hello.from));
-      return;
-    }
-    const std::string who = mesh_.Describe(hello.from);
-    const AcceptOutcome outcome =
-        AnswerHello(fd.get(), options_.job_key, hello, options_.epoch, hs, who);
-    if (outcome == AcceptOutcome::kFailed) return;
-    if (outcome == AcceptOutcome::kOtherEpoch) {
-      // A member of an old (or newer) epoch: told so and dropped; this epoch's rank may come.
-      Reject("refused a connection claiming to be " + who + " from membership epoch " +
-             std::to_string(hello.epoch) + " (this world is epoch " +
-             std::to_string(options_.epoch) + ")");
-      return;
-    }
-    if (probe) {
-      // Whatever became of a probe, the real connections are still to come: a prober with
-      // another key reports that itself, and we keep it only for a later timeout message.
-      if (outcome != AcceptOutcome::kAuthenticated) {
-        Reject(who + "'s preflight probe " +
-               (outcome == AcceptOutcome::kWrongKey
-                    ? "presented a wrong job key"
-                    : "hung up on this rank's proof of the job key"));
-      }
-      return;  // answered; the prober closes it
-    }
-    if (outcome == AcceptOutcome::kHungUp || outcome == AcceptOutcome::kWrongKey) {
-      // A peer that passed the hello hangs up on our proof only when its key differs: fail
-      // now, naming it, rather than waiting out the connect deadline.
-      std::lock_guard<std::mutex> lock(mu_);
-      if (auth_status_.ok()) {
-        auth_status_ = PermissionDenied(
-            me_ + ": " + who +
-            (outcome == AcceptOutcome::kHungUp
-                 ? " rejected this rank's proof of the job key (the job keys differ)"
-                 : " presented a wrong job key"));
-      }
-      refused_[hello.from] = true;
-      return;
-    }
-    mesh_.conns_[hello.from][hello.stream] = std::move(fd);
-  }
-
   void RecordMissing() {
     std::string missing;
+    bool key_refused = false;
     for (int p = mesh_.rank() + 1; p < mesh_.size(); ++p) {
-      if (refused_[p]) continue;
       int opened = 0;
       for (int s = 0; s < links_; ++s) opened += mesh_.conns_[p][s].valid() ? 1 : 0;
       if (opened == links_) continue;
       missing += (missing.empty() ? "" : ", ") + mesh_.Describe(p);
+      key_refused = key_refused || listener_.KeyRefusedFor(p);
       // Some but not all: the peer dialed as many as it meant to.
       if (opened > 0) {
         missing += " (it opened " + std::to_string(opened) + " of the " + std::to_string(links_) +
                    " connections this rank expects" + kLinksDiffer + ")";
       }
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    accept_status_ =
-        stop_.load() ? Aborted("stopped accepting")
-                     : DeadlineExceeded(me_ + " timed out after " +
-                                        std::to_string(options_.connect_timeout.count()) +
-                                        " ms waiting for " + missing + " to connect" + rejections_);
+    const std::string text = me_ + " timed out after " +
+                             std::to_string(options_.connect_timeout.count()) +
+                             " ms waiting for " + missing + " to connect" +
+                             listener_.RejectionSummary();
+    // A connection claiming to be a missing rank failed the key check: most likely that rank
+    // holds another job key, and the code says so (the text names the sources either way).
+    accept_status_ = stop_.load()  ? Aborted("stopped accepting")
+                     : key_refused ? PermissionDenied(text + " (the job keys differ?)")
+                                   : DeadlineExceeded(text);
   }
 
   PeerMesh& mesh_;
   const TransportOptions& options_;
   const int links_;
-  const int listen_fd_;
   const Deadline deadline_;
   std::atomic<bool> stop_{false};
-  std::mutex mu_;
-  Status accept_status_, auth_status_;
-  std::string rejections_;
-  std::vector<bool> refused_;  // peers whose key did not match (guarded by mu_)
+  Status accept_status_;
   const std::string me_;
+  HandshakeListener listener_;
   std::thread thread_;  // last: starts once every member above is constructed
 };
 
@@ -278,7 +225,6 @@ StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const TransportOptions& op
   if (!dialed.status.ok()) acceptor.Stop();
   acceptor.Join();
   KV_RETURN_IF_ERROR(dialed.auth_status);
-  KV_RETURN_IF_ERROR(acceptor.auth_status());
   KV_RETURN_IF_ERROR(dialed.status);
   KV_RETURN_IF_ERROR(acceptor.accept_status());
 

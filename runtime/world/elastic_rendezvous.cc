@@ -98,6 +98,14 @@ StatusOr<std::unique_ptr<ElasticRendezvousServer>> ElasticRendezvousServer::Star
 ElasticRendezvousServer::ElasticRendezvousServer(ElasticServerOptions options, Fd listener,
                                                  uint16_t port)
     : options_(std::move(options)), listener_(std::move(listener)), port_(port) {
+  handshakes_ = std::make_unique<HandshakeListener>(
+      listener_.get(),
+      HandshakeListenerOptions{options_.job_key, 0,
+                               "the elastic membership server on port " + std::to_string(port),
+                               kPerConnection},
+      [](const Hello& h) -> std::string {
+        return h.stream == kRendezvousStream ? "" : "not an elastic registration or query";
+      });
   epoch_ = options_.resume_epoch;
   members_ = options_.resume_members;
   live_.insert(members_.begin(), members_.end());
@@ -156,7 +164,7 @@ std::vector<std::string> ElasticRendezvousServer::TakeLost() {
 
 void ElasticRendezvousServer::Run() {
   while (!stop_.load()) {
-    std::vector<pollfd> fds{{listener_.get(), POLLIN, 0}};
+    std::vector<pollfd> fds{{handshakes_->ready_fd(), POLLIN, 0}};
     std::vector<std::string> names;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -167,7 +175,7 @@ void ElasticRendezvousServer::Run() {
     }
     const int n = ::poll(fds.data(), fds.size(), static_cast<int>(kPollSlice.count()));
     if (n > 0 && (fds[0].revents & POLLIN) != 0) {
-      auto accepted = AcceptTcp(listener_.get(), Deadline::After(std::chrono::milliseconds(0)));
+      auto accepted = handshakes_->Next(Deadline::After(std::chrono::milliseconds(0)));
       if (accepted.ok()) Accept(std::move(accepted).value());
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -183,15 +191,10 @@ void ElasticRendezvousServer::Run() {
 
 // One connection: the handshake, then a query (answered at once) or a registration (kept open
 // until its epoch forms, or refused with the reason).
-void ElasticRendezvousServer::Accept(Fd fd) {
+void ElasticRendezvousServer::Accept(AuthenticatedConnection c) {
+  Fd fd = std::move(c.fd);
   const Deadline hs = Deadline::After(kPerConnection);
-  auto hello = ReadHello(fd.get(), hs);
-  if (!hello.ok() || hello->stream != kRendezvousStream) return;
-  const std::string who = "elastic worker";
-  if (AnswerHello(fd.get(), options_.job_key, *hello, 0, hs, who) !=
-      AcceptOutcome::kAuthenticated) {
-    return;
-  }
+  const std::string who = "elastic worker at " + c.source;
   FrameType type{};
   auto text = ReadFrame(fd.get(), "RQ", kMaxRegistration, hs, who, &type);
   if (!text.ok()) return;

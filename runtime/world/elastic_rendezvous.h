@@ -41,6 +41,7 @@
 #include "common/deadline.h"
 #include "common/fd.h"
 #include "common/status.h"
+#include "runtime/transport/handshake_listener.h"
 #include "runtime/transport/transport_options.h"
 #include "runtime/world/world.h"
 
@@ -93,13 +94,15 @@ class ElasticRendezvousServer {
  private:
   explicit ElasticRendezvousServer(ElasticServerOptions options, Fd listener, uint16_t port);
   void Run();
-  void Accept(Fd fd);
+  void Accept(AuthenticatedConnection c);
   void TryForm();  // with mu_ held
   void Form(const std::vector<std::string>& order);
   void FailAll(const Status& s);  // with mu_ held
 
   ElasticServerOptions options_;
   Fd listener_;
+  // Handshakes run concurrently here: a stalled or lying client never holds up the server.
+  std::unique_ptr<HandshakeListener> handshakes_;
   uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
 

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "runtime/transport/handshake.h"
+#include "runtime/transport/handshake_listener.h"
 #include "runtime/transport/socket.h"
 #include "runtime/world/rendezvous_frame.h"
 #include "runtime/world/world_table.h"
@@ -46,44 +47,41 @@ StatusOr<std::vector<RankEntry>> Serve(const RendezvousOptions& o, Deadline dead
   auto missing = [&] {
     return static_cast<int>(std::count(registered.begin(), registered.end(), false));
   };
+  // Handshakes run concurrently in the listener: a client that stalls, floods or lies is refused
+  // there and cannot hold up the genuine ranks' registrations.
+  HandshakeListener listener(
+      listen_fd,
+      HandshakeListenerOptions{o.job_key, 0, me + ", rendezvous coordinator",
+                               std::chrono::milliseconds(kPerConnection)},
+      [&o](const Hello& h) -> std::string {
+        if (h.stream != kRendezvousStream || h.to != 0 || h.world != o.size || h.from <= 0 ||
+            h.from >= o.size) {
+          return "not a registration for this world (size " + std::to_string(o.size) + ")";
+        }
+        return "";
+      });
   while (missing() > 0) {
-    auto accepted = AcceptTcp(listen_fd, deadline);
+    auto accepted = listener.Next(deadline);
     if (!accepted.ok()) {
-      if (!deadline.Expired()) continue;
       std::string absent, present;
+      bool key_refused = false;
       for (int r = 0; r < o.size; ++r) {
         std::string& list = registered[r] ? present : absent;
         list += (list.empty() ? "rank " : ", rank ") + std::to_string(r);
         if (registered[r]) list += " (host " + table[r].host_name + ")";
+        key_refused = key_refused || (!registered[r] && listener.KeyRefusedFor(r));
       }
-      return DeadlineExceeded(me + ": the rendezvous at " + o.coordinator.ToString() +
-                              " timed out after " + Ms(o.timeout) + ": " + absent +
-                              " did not register (registered: " + present + ")" + rejections);
+      const std::string text = me + ": the rendezvous at " + o.coordinator.ToString() +
+                               " timed out after " + Ms(o.timeout) + ": " + absent +
+                               " did not register (registered: " + present + ")" + rejections +
+                               listener.RejectionSummary();
+      return key_refused ? PermissionDenied(text + " (the job keys differ?)")
+                         : DeadlineExceeded(text);
     }
-    Fd fd = std::move(accepted).value();
-    const Deadline hs = deadline.Sooner(kPerConnection);
-    auto hello = ReadHello(fd.get(), hs);
-    if (!hello.ok()) {
-      if (hello.status().code() == StatusCode::kInvalidArgument) {
-        rejections += "; rejected " + hello.status().message();
-      }
-      continue;
-    }
-    const int from = hello->from;
-    if (hello->stream != kRendezvousStream || hello->to != 0 || hello->world != o.size ||
-        from <= 0 || from >= o.size) {
-      rejections += "; rejected rank " + std::to_string(from) +
-                    " registering for another world (size " + std::to_string(hello->world) + ")";
-      continue;
-    }
-    const std::string who = "rank " + std::to_string(from);
-    const AcceptOutcome auth = AnswerHello(fd.get(), o.job_key, *hello, /*epoch=*/0, hs, who);
-    if (auth == AcceptOutcome::kWrongKey || auth == AcceptOutcome::kHungUp) {
-      rejections += "; refused a connection claiming to be " + who + ": the job keys differ";
-      continue;
-    }
-    if (auth != AcceptOutcome::kAuthenticated) continue;
-    auto text = ReadFrame(fd.get(), "R", kMaxRegistration, hs, who);
+    Fd fd = std::move(accepted->fd);
+    const int from = accepted->hello.from;
+    const std::string who = "rank " + std::to_string(from) + " (" + accepted->source + ")";
+    auto text = ReadFrame(fd.get(), "R", kMaxRegistration, deadline.Sooner(kPerConnection), who);
     if (!text.ok()) continue;
     auto entry = ParseRankLine(*text, who + "'s registration: ");
     if (!entry.ok() || entry->first != from) {

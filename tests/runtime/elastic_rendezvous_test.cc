@@ -9,6 +9,8 @@
 #include <map>
 #include <thread>
 
+#include "runtime/transport/socket.h"
+
 namespace korovod {
 namespace {
 
@@ -205,6 +207,29 @@ TEST(ElasticRendezvous, AnotherJobKeyIsRefused) {
   auto q = QueryMembership({"127.0.0.1", server->port()}, "another-job", 0,
                            Deadline::After(milliseconds(5000)));
   EXPECT_EQ(q.status().code(), StatusCode::kPermissionDenied);
+}
+
+// Clients that connect and say nothing, or half a Hello, do not hold the server up: it answers
+// a genuine worker's query and registration at once (one after another, each stalled client
+// would cost 5 s, more than this test's 4 s deadline on the join).
+TEST(ElasticRendezvous, StalledClientsDoNotHoldTheServer) {
+  auto server = Serve(1, milliseconds(20000));
+  server->SetLiveWorkers({"a"});
+  std::vector<Fd> stalled;
+  const Deadline d = Deadline::After(milliseconds(5000));
+  for (int i = 0; i < 8; ++i) {
+    auto fd = ConnectTcp({"127.0.0.1", server->port()}, d);
+    ASSERT_TRUE(fd.ok());
+    if (i % 2 == 1) (void)WriteFull(fd->get(), "KVRD", 4, d, "server");
+    stalled.push_back(std::move(fd).value());
+  }
+  auto q = QueryMembership({"127.0.0.1", server->port()}, kKey, 0,
+                           Deadline::After(milliseconds(4000)));
+  EXPECT_TRUE(q.ok()) << q.status().ToString();
+  ElasticJoinOptions o = JoinOptions(*server, "a", 0, 30000);
+  o.timeout = milliseconds(4000);
+  auto r = JoinElasticEpoch(o);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
 }
 
 TEST(ElasticRendezvous, NoServerIsADeadlineNamingIt) {

@@ -181,7 +181,8 @@ TEST(Preflight, ARankOfAnotherEpochIsRefused) {
       << s1.ToString();
   EXPECT_FALSE(world.reports[0].created);
   EXPECT_TRUE(Contains(world.reports[0].status.message(),
-                       "from membership epoch 4 (this world is epoch 5)"))
+                       "claimed rank 1 of a world of 2 (epoch 4): belongs to another membership "
+                       "epoch (this one is 5)"))
       << world.reports[0].status.ToString();
 }
 

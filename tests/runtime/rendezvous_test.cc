@@ -121,6 +121,27 @@ TEST(Rendezvous, AWrongJobKeyIsRefusedAndTheRealRankStillJoins) {
   EXPECT_EQ(FormatWorldTable(*out[1]), FormatWorldTable(*real));
 }
 
+// Silent and half-Hello clients connected to the coordinator hold nothing up: the real ranks
+// register within a 4 s timeout (one after another, each would cost its 5 s handshake deadline).
+TEST(Rendezvous, StalledClientsDoNotHoldTheCoordinator) {
+  Coordinator c;
+  std::vector<Fd> stalled;
+  const Deadline d = Deadline::After(milliseconds(5000));
+  for (int i = 0; i < 8; ++i) {
+    auto fd = ConnectTcp({"127.0.0.1", c.port}, d);
+    ASSERT_TRUE(fd.ok());
+    if (i % 2 == 1) (void)WriteFull(fd->get(), "KVRD", 4, d, "coordinator");
+    stalled.push_back(std::move(fd).value());
+  }
+  std::vector<RendezvousOptions> opts;
+  for (int r = 0; r < 3; ++r) {
+    opts.push_back(Options(c, r, 3, "n" + std::to_string(r)));
+    opts.back().timeout = milliseconds(4000);
+  }
+  auto out = RunAll(opts);
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(out[r].ok()) << out[r].status().ToString();
+}
+
 TEST(Rendezvous, AnAbsentCoordinatorIsAnErrorWithinTheTimeoutNamingIt) {
   const uint16_t closed = testing::UnusedLoopbackPort();
   RendezvousOptions o;
