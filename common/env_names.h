@@ -53,6 +53,8 @@ inline constexpr char kDataPort[] = "KOROVOD_DATA_PORT";
 inline constexpr char kListenFd[] = "KOROVOD_LISTEN_FD";
 inline constexpr char kJobKey[] = "KOROVOD_JOB_KEY";
 inline constexpr char kJobKeyFile[] = "KOROVOD_JOB_KEY_FILE";
+// Debugging only: a sidecar without a job key (no authentication at all), said loudly at start.
+inline constexpr char kInsecureNoKey[] = "KOROVOD_INSECURE_NO_KEY";
 inline constexpr char kSocket[] = "KOROVOD_SOCKET";
 inline constexpr char kShmPrefix[] = "KOROVOD_SHM_PREFIX";
 inline constexpr char kMetricsPort[] = "KOROVOD_METRICS_PORT";
@@ -60,6 +62,8 @@ inline constexpr char kMetricsPort[] = "KOROVOD_METRICS_PORT";
 // else none), nccl, host (host memory standing in for GPUs: tests), none.
 inline constexpr char kDeviceBackend[] = "KOROVOD_DEVICE_BACKEND";
 inline constexpr char kStartTimeoutSeconds[] = "KOROVOD_START_TIMEOUT_SECONDS";
+// One collective, start to finish, before the extra a large tensor gets (common/op_timeout.h).
+inline constexpr char kOpTimeoutSeconds[] = "KOROVOD_OP_TIMEOUT_SECONDS";
 inline constexpr char kArenaHeapMib[] = "KOROVOD_ARENA_HEAP_MIB";
 inline constexpr char kArenaHeapMaxMib[] = "KOROVOD_ARENA_HEAP_MAX_MIB";
 // The world's generation (the operator's status.epoch): part of every peer handshake, so a rank

@@ -8,6 +8,8 @@ import os
 import sys
 import threading
 
+from korovod.exceptions import HorovodInternalError
+
 
 def _import_client():
     """korovod._client, its own libraries bound to each other. TensorFlow makes its copies of the
@@ -146,7 +148,13 @@ def init(comm=None, process_sets=None):
         if not path:
             raise RuntimeError("korovod: not started by korovodrun (KOROVOD_SOCKET unset)")
         timeout = float(os.environ.get("KOROVOD_CONNECT_TIMEOUT", "60"))
-        _client_obj = _client.Client.connect(path, timeout)
+        try:
+            _client_obj = _client.Client.connect(path, timeout)
+        except Exception as e:
+            # hvd.elastic recovers from HorovodInternalError: a sidecar that is restarting (or
+            # gone) is that kind of failure, not a bug in the script.
+            raise HorovodInternalError("korovod: no session with the sidecar at %s: %s"
+                                       % (path, e)) from e
         global_process_set.ranks = list(range(_client_obj.size))
         for ps in _process_sets.values():
             if ps is not global_process_set:

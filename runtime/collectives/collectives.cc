@@ -112,7 +112,7 @@ Status Allreduce(Communicator& comm, const AllreduceOptions& o) {
       return InvalidArgument(std::string("allreduce: the shared_memory algorithm needs the shm ") +
                              "transport with a window (this one is " + comm.transport_name() + ")");
     }
-    AlgorithmContext ctx{comm, *set, comm.OpDeadline()};
+    AlgorithmContext ctx{comm, *set, comm.OpDeadline(bytes)};
     // Straight from the input into the window: no copy into the output first.
     Status s = SharedMemoryAllreduce(ctx, *windows, static_cast<const std::byte*>(o.input), out,
                                      o.count, o.type, o.op, o.prescale, postscale, divisor);
@@ -127,7 +127,7 @@ Status Allreduce(Communicator& comm, const AllreduceOptions& o) {
     ScaleInPlace(out, o.count, o.type, postscale, divisor);
     return OkStatus();
   }
-  AlgorithmContext ctx{comm, *set, comm.OpDeadline()};
+  AlgorithmContext ctx{comm, *set, comm.OpDeadline(bytes)};
   Status s;
   if (algo == AllreduceAlgorithm::kHierarchical) {
     AlgorithmContext local{comm, comm.local_set(), ctx.deadline, comm.local_transport()};
@@ -160,7 +160,7 @@ Status Allgather(Communicator& comm, const AllgatherOptions& o) {
   auto* out = static_cast<std::byte*>(o.output);
   if (mine > 0) std::memmove(out + blocks[set->rank()], o.input, mine * esize);
   if (set->size() == 1) return OkStatus();
-  AlgorithmContext ctx{comm, *set, comm.OpDeadline()};
+  AlgorithmContext ctx{comm, *set, comm.OpDeadline(Total(o.counts) * esize)};
   if (comm.hierarchy().on && set->size() == comm.size() && comm.host_layout().contiguous()) {
     AlgorithmContext local{comm, comm.local_set(), ctx.deadline, comm.local_transport()};
     AlgorithmContext cross{comm, comm.cross_set(), ctx.deadline};
@@ -182,7 +182,7 @@ Status Broadcast(Communicator& comm, const BroadcastOptions& o) {
                            std::to_string(set->size()) + "-rank set");
   }
   if (o.count > 0 && o.buffer == nullptr) return InvalidArgument("broadcast: null buffer");
-  AlgorithmContext ctx{comm, *set, comm.OpDeadline()};
+  AlgorithmContext ctx{comm, *set, comm.OpDeadline(o.count * DataTypeSize(o.type))};
   auto* buf = static_cast<std::byte*>(o.buffer);
   const size_t len = o.count * DataTypeSize(o.type);
   if (comm.hierarchy().on && set->size() == comm.size()) {
@@ -224,7 +224,7 @@ Status Alltoall(Communicator& comm, const AlltoallOptions& o) {
     std::memcpy(copy, in, send_total);
     in = copy;
   }
-  AlgorithmContext ctx{comm, *set, comm.OpDeadline()};
+  AlgorithmContext ctx{comm, *set, comm.OpDeadline(send_total)};
   PhaseScope phase(ctx, "PAIRWISE_EXCHANGE");
   return Run(comm, kWhat,
              PairwiseAlltoall(ctx, in, BlocksOf(o.send_counts.data(), set->size(), esize),
@@ -250,7 +250,7 @@ Status ReduceScatter(Communicator& comm, const ReduceScatterOptions& o) {
   if (total > 0) std::memcpy(work, o.input, total * esize);
   ScaleInPlace(work, total, o.type, o.prescale);
   if (set->size() > 1) {
-    AlgorithmContext ctx{comm, *set, comm.OpDeadline()};
+    AlgorithmContext ctx{comm, *set, comm.OpDeadline(total * esize)};
     PhaseScope phase(ctx, "RING_REDUCE_SCATTER");
     KV_RETURN_IF_ERROR(Run(comm, kWhat, RingReduceScatter(ctx, work, blocks, o.type, o.op)));
   }

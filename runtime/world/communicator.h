@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/deadline.h"
+#include "common/op_timeout.h"
 #include "common/status.h"
 #include "runtime/transport/transport.h"
 #include "runtime/world/host_layout.h"
@@ -60,7 +61,10 @@ class Communicator {
   Transport& transport() { return *transport_; }
   const char* transport_name() const { return transport_->Name(); }
 
-  Deadline OpDeadline() const { return Deadline::After(options_.op_timeout); }
+  // One collective's deadline: the op timeout, longer for large tensors (common/op_timeout.h).
+  Deadline OpDeadline(uint64_t bytes = 0) const {
+    return Deadline::After(ScaledOpTimeout(options_.op_timeout, bytes));
+  }
 
   // Grow-only scratch owned by the communicator, reused across collectives (no per-op
   // allocation once warm). Two independent buffers.

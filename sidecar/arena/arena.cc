@@ -1,5 +1,7 @@
 #include "sidecar/arena/arena.h"
 
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,8 +10,10 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <utility>
 
+#include "common/log.h"
 #include "sidecar/arena/op_queue.h"
 
 namespace korovod::sidecar {
@@ -31,6 +35,39 @@ std::string Hex(uint64_t v) {
   char buf[24];
   std::snprintf(buf, sizeof(buf), "0x%016" PRIx64, v);
   return buf;
+}
+
+// Whether a live process holds the flock of the arena open at `fd` (its sidecar holds it
+// exclusively for life). A client's probe holds it shared for an instant, so a free lock is
+// believed only after a few tries.
+bool HeldByLiveProcess(int fd) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      ::flock(fd, LOCK_UN);
+      return false;
+    }
+    if (errno != EWOULDBLOCK) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+// An arena of this name exists. Left by a dead sidecar (a restart in the same pod): removed, so
+// the caller may create it again. Held by a live one: an error naming it.
+Status ReclaimStale(const std::string& name) {
+  int err = 0;
+  StatusOr<ShmSegment> old = ShmSegment::Open(name, &err);
+  if (!old.ok()) return err == ENOENT ? OkStatus() : old.status().WithContext("arena " + name);
+  if (HeldByLiveProcess(old->fd())) {
+    return FailedPrecondition("arena " + name +
+                              " is in use by a running sidecar (it holds the arena's lock): two "
+                              "sidecars with the same KOROVOD_SHM_PREFIX and rank?");
+  }
+  KV_LOG(kWarning, kArena,
+         "arena %s was left by a sidecar that is gone (restarted?): removing it and starting "
+         "afresh",
+         name.c_str());
+  return old->Unlink();
 }
 
 std::string MiB(uint64_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; }
@@ -68,16 +105,18 @@ StatusOr<std::unique_ptr<Arena>> Arena::Create(const std::string& name, const Ar
   // fails.
   int err = 0;
   StatusOr<ShmSegment> created = ShmSegment::Create(name, layout.total_bytes, kArenaMode, &err);
+  if (!created.ok() && err == EEXIST) {
+    KV_RETURN_IF_ERROR(ReclaimStale(name));
+    created = ShmSegment::Create(name, layout.total_bytes, kArenaMode, &err);
+  }
   if (!created.ok()) {
-    if (err == EEXIST) {
-      return FailedPrecondition("arena " + name +
-                                " already exists (another sidecar uses it, or a stale one was "
-                                "left behind: remove /dev/shm" +
-                                name + ")");
-    }
     return created.status().WithContext("arena " + name + " of " + MiB(layout.total_bytes));
   }
   ShmSegment segment = std::move(created).value();
+  // Held for the sidecar's life: how clients and a restarted sidecar tell it is alive.
+  if (::flock(segment.fd(), LOCK_EX | LOCK_NB) != 0) {
+    return ErrnoStatus(StatusCode::kFailedPrecondition, "flock(arena " + name + ")", errno);
+  }
   // Header, queues and the first heap_reserve_bytes of each heap now; the rest as the heaps grow.
   const uint64_t client_end =
       layout.client_heap.offset + std::min(sizes.heap_reserve_bytes, layout.client_heap.bytes);
@@ -254,6 +293,44 @@ Status Arena::Reserve(ArenaHeap heap, uint64_t end) {
 uint64_t Arena::reserved(ArenaHeap heap) {
   std::lock_guard<std::mutex> lock(reserve_mu_);
   return reserved_[static_cast<int>(heap)];
+}
+
+Status Arena::CheckSidecar(std::chrono::milliseconds unresponsive_after) {
+  ArenaHeader& h = header();
+  const std::string who = "the sidecar (pid " +
+                          std::to_string(h.sidecar_pid.value.load(std::memory_order_relaxed)) +
+                          " in its own PID namespace) of arena " + name_;
+  if (h.sidecar_alive.value.load(std::memory_order_acquire) == 0) {
+    return Unavailable(who + " has shut down");
+  }
+  if (::flock(segment_.fd(), LOCK_SH | LOCK_NB) == 0) {
+    ::flock(segment_.fd(), LOCK_UN);
+    const bool restarted = Replaced();
+    return Unavailable(who + " died without shutting down (killed, e.g. by SIGKILL or the OOM " +
+                       "killer, or crashed)" +
+                       (restarted ? "; a new sidecar has since started in its place (restarted): "
+                                    "this session cannot continue"
+                                  : ""));
+  }
+  const auto now = std::chrono::steady_clock::now();
+  const uint32_t beat = h.sidecar_heartbeat.value.load(std::memory_order_relaxed);
+  if (beat != seen_heartbeat_ || heartbeat_moved_ == std::chrono::steady_clock::time_point{}) {
+    seen_heartbeat_ = beat;
+    heartbeat_moved_ = now;
+  } else if (now - heartbeat_moved_ > unresponsive_after) {
+    return DeadlineExceeded(
+        who + " has not run for " +
+        std::to_string(
+            std::chrono::duration_cast<std::chrono::seconds>(now - heartbeat_moved_).count()) +
+        " s (stopped, e.g. by SIGSTOP, or starved of CPU)");
+  }
+  return OkStatus();
+}
+
+bool Arena::Replaced() const {
+  struct stat mine {}, now {};
+  return ::fstat(segment_.fd(), &mine) == 0 && ::stat(("/dev/shm" + name_).c_str(), &now) == 0 &&
+         mine.st_ino != now.st_ino;
 }
 
 void Arena::ReleaseClient() { header().client_alive.value.store(0, std::memory_order_release); }

@@ -13,6 +13,7 @@
 // sidecar's view of the regions.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -31,7 +32,10 @@ enum class ArenaHeap { kClient, kResult };
 class Arena {
  public:
   // Sidecar side. `name` is a POSIX shm name: "/" followed by 1-254 characters, no other "/".
-  // Fails (naming the arena) if it exists, or if /dev/shm cannot hold it.
+  // The sidecar holds an exclusive flock on the arena for its life (the kernel drops it however
+  // the process ends). An arena of that name left by a dead sidecar (the lock is free: a
+  // restarted native sidecar, whose pod's /dev/shm survived) is removed and created afresh;
+  // one whose lock a live process holds fails, naming it, as does a /dev/shm that cannot hold it.
   static StatusOr<std::unique_ptr<Arena>> Create(const std::string& name, const ArenaSizes& sizes);
   // Client side. Checks magic, protocol version, header, layout and file size; refuses a second
   // client while one is attached.
@@ -74,6 +78,16 @@ class Arena {
   // The other side's liveness word (a process that was killed leaves it set: pair this with the
   // gRPC session for death detection).
   bool peer_alive();
+  // Client side: OK while the sidecar process lives and runs. Unavailable when it shut down, or
+  // died without a word (its flock on the arena is free: SIGKILL, the OOM killer, a crash; the
+  // text says whether a new sidecar has since created this arena's name, i.e. it restarted);
+  // DeadlineExceeded when its heartbeat has not moved for `unresponsive_after` (SIGSTOP).
+  Status CheckSidecar(std::chrono::milliseconds unresponsive_after);
+  // Whether this arena's name now leads to another object than the one mapped here: a new
+  // sidecar created it again (a restart).
+  bool Replaced() const;
+  // Sidecar side: proof of life for CheckSidecar (its op loop calls it every ~100 ms).
+  void Heartbeat() { header().sidecar_heartbeat.value.fetch_add(1, std::memory_order_relaxed); }
   // Sidecar: forgets a client that went away without detaching, so a new one may Open.
   void ReleaseClient();
 
@@ -95,6 +109,9 @@ class Arena {
   std::mutex reserve_mu_;
   uint64_t reserved_[2] = {0, 0};  // per ArenaHeap, guarded by reserve_mu_
   bool attached_ = false;          // fully created/opened: the destructor updates the header
+  // CheckSidecar's view of the heartbeat (client side).
+  uint32_t seen_heartbeat_ = 0;
+  std::chrono::steady_clock::time_point heartbeat_moved_{};
 };
 
 }  // namespace korovod::sidecar

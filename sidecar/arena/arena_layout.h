@@ -22,7 +22,7 @@
 namespace korovod::sidecar {
 
 inline constexpr uint64_t kArenaMagic = 0x314e524156524b4bull;  // "KKRVARN1" little-endian
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;  // 2: sidecar_heartbeat
 inline constexpr size_t kArenaPageBytes = 4096;  // header page; regions start on page boundaries
 inline constexpr size_t kCacheLineBytes = 64;
 
@@ -297,6 +297,9 @@ struct ArenaHeader {
   SharedWord client_generation;
   SharedWord sidecar_pid;
   SharedWord client_pid;
+  // Bumped by the sidecar's op loop every ~100 ms: a client that sees it stand still for the op
+  // timeout knows its sidecar is stopped (SIGSTOP) or starved, not merely busy.
+  SharedWord sidecar_heartbeat;
   QueueControl submission;
   QueueControl completion;
 };

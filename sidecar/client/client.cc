@@ -30,8 +30,9 @@ namespace korovod::sidecar {
 // What the client's objects share: the arena, the client heap allocator, the submission queue.
 class ClientCore : public std::enable_shared_from_this<ClientCore> {
  public:
-  explicit ClientCore(std::unique_ptr<Arena> arena)
-      : arena_(std::move(arena)),
+  ClientCore(std::unique_ptr<Arena> arena, std::chrono::milliseconds unresponsive_after)
+      : unresponsive_after_(unresponsive_after),
+        arena_(std::move(arena)),
         heap_(arena_->layout().client_heap.bytes, "client heap of arena " + arena_->name(),
               [a = arena_.get()](uint64_t end) { return a->Reserve(ArenaHeap::kClient, end); }),
         submissions_(*arena_),
@@ -71,6 +72,11 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // op still pending has then failed with the reason.
   bool PollOnce(Deadline deadline, const std::atomic<bool>* interrupt);
   bool finished() const { return finished_.load(std::memory_order_acquire); }
+  // Once finished: why (the sidecar shut down, died, or stopped running), for later submissions.
+  Status failure() const {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    return failure_;
+  }
   // Waits for `st` to complete, polling the completions itself when no other thread does.
   Status WaitFor(HandleState& st, Deadline deadline);
   int direct_waiters() const { return direct_waiters_.load(std::memory_order_acquire); }
@@ -99,6 +105,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   Status Register(SubmissionRecord& r, const std::shared_ptr<HandleState>& state);
   void Unregister(uint64_t op_id);
 
+  const std::chrono::milliseconds unresponsive_after_;  // the sidecar's op timeout
   std::unique_ptr<Arena> arena_;
   HeapAllocator heap_;
   std::mutex submit_mu_;
@@ -107,8 +114,9 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   uint64_t next_group_id_ = 1;
   uint64_t next_release_id_ = 1;
   CompletionQueue completions_;
-  std::mutex pending_mu_;
+  mutable std::mutex pending_mu_;
   std::unordered_map<uint64_t, std::shared_ptr<HandleState>> pending_;
+  Status failure_;  // guarded by pending_mu_: set with finished_
   std::atomic<uint64_t> staged_in_bytes_{0};
   std::atomic<uint64_t> staged_out_bytes_{0};
   std::atomic<uint64_t> staged_tensors_{0};
@@ -171,6 +179,16 @@ Status ClientCore::Register(SubmissionRecord& r, const std::shared_ptr<HandleSta
   }
   state->name = std::string(NameOf(r));
   std::lock_guard<std::mutex> plock(pending_mu_);
+  // Nothing would ever complete it: no one polls a finished queue (set under this lock).
+  if (finished()) {
+    if (failure_.code() != StatusCode::kUnavailable ||
+        failure_.message().find("(restarted)") != std::string::npos || !arena_->Replaced()) {
+      return failure_;
+    }
+    return Status(failure_.code(), failure_.message() +
+                                       "; a new sidecar has since started in its place "
+                                       "(restarted): start a new session (hvd.init)");
+  }
   pending_[r.op_id] = state;
   return OkStatus();
 }
@@ -386,16 +404,26 @@ bool ClientCore::PollOnce(Deadline deadline, const std::atomic<bool>* interrupt)
     while (q.TryPop(&c)) Complete(c);
     return true;
   }
-  if (s.code() == StatusCode::kDeadlineExceeded) {
-    if (arena().peer_alive()) return true;
-    // The sidecar may have pushed its last completions right before it went: read them first.
+  bool over = s.code() == StatusCode::kAborted || s.code() == StatusCode::kUnavailable;
+  if (over) {
+    s = s.WithContext("sidecar arena " + arena().name());
+  } else if (s.code() == StatusCode::kDeadlineExceeded) {
+    // Quiet for a poll slice: is the sidecar still there and running? However it died, the
+    // kernel freed its lock on the arena; a stopped one's heartbeat stands still.
+    Status alive = arena().CheckSidecar(unresponsive_after_);
+    if (alive.ok()) return true;
+    // It may have pushed its last completions right before it went: read them first.
     while (q.TryPop(&c)) Complete(c);
-    s = Unavailable("the sidecar has shut down");
+    s = std::move(alive);
+    over = true;
   }
-  const bool over = s.code() == StatusCode::kAborted || s.code() == StatusCode::kUnavailable;
-  // The queue is closed: nothing more will come.
-  if (over) finished_.store(true, std::memory_order_release);
-  for (auto& st : TakeAll()) st->Finish(s.WithContext("sidecar arena " + arena().name()));
+  if (over) {
+    // Nothing more will come: later submissions fail at once with the same cause.
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    if (failure_.ok()) failure_ = s;
+    finished_.store(true, std::memory_order_release);
+  }
+  for (auto& st : TakeAll()) st->Finish(s);
   return !over;
 }
 
@@ -521,7 +549,10 @@ StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socket_path
   }
   auto arena = Arena::Open(impl->hello.arena_name());
   if (!arena.ok()) return arena.status();
-  impl->core = std::make_shared<ClientCore>(std::move(*arena));
+  // A sidecar that predates the field: its default op timeout.
+  const auto unresponsive_after = std::chrono::milliseconds(
+      impl->hello.op_timeout_ms() > 0 ? impl->hello.op_timeout_ms() : 60000);
+  impl->core = std::make_shared<ClientCore>(std::move(*arena), unresponsive_after);
   Impl* raw = impl.get();
   impl->completion_thread = std::thread([raw] { raw->RunCompletions(); });
   return std::make_unique<Client>(std::move(impl));

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <functional>
 #include <memory>
@@ -67,6 +68,7 @@ StatusOr<WorldOptions> WorldOptionsFrom(const SidecarConfig& cfg) {
   world.hosts = cfg.hosts;
   world.listen_fd = cfg.listen_fd;
   world.connect_timeout = cfg.start_timeout;
+  world.op_timeout = cfg.op_timeout;
   world.shm_prefix = cfg.shm_prefix;  // korovodrun unlinks the job's prefix if a rank is killed
   world.epoch = cfg.epoch;            // elastic epochs replace it (ApplyDiscoveredWorld)
   if (!cfg.job_key_file.empty()) {
@@ -140,7 +142,9 @@ StatusOr<std::unique_ptr<http::HealthServer>> ServeHealth(const SidecarConfig& c
 // with its final mode (0660), so nobody sees it before it is usable.
 std::unique_ptr<grpc::Server> ServeTrainers(const std::string& socket_path,
                                             SidecarService& service) {
-  ::unlink(socket_path.c_str());  // a stale socket of an earlier run
+  // A stale socket of an earlier run: a live sidecar of this rank would hold the arena's lock,
+  // and Arena::Create, before this, refused to go on.
+  ::unlink(socket_path.c_str());
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
   builder.RegisterService(&service);
@@ -222,9 +226,19 @@ int Main() {
                                     : "ranks " + std::to_string(cfg.rank) + "-" +
                                           std::to_string(cfg.rank + cfg.ranks - 1));
 
-  // Out of /proc/<pid>/environ's reach for anything we start; before any thread reads the
-  // environment.
-  if (!cfg.job_key.empty()) ::unsetenv(env::kJobKey);
+  // Out of /proc/<pid>/environ, before any thread starts: unsetenv alone only drops the pointer,
+  // and /proc/<pid>/environ reads the block the process started with, so the value's bytes there
+  // are overwritten first (cfg holds the copy).
+  if (char* key = ::getenv(env::kJobKey); key != nullptr) {
+    std::memset(key, 0, std::strlen(key));
+    ::unsetenv(env::kJobKey);
+  }
+  if (cfg.insecure_no_key) {
+    KV_LOG(kError, kSidecar,
+           "%s=1: NO JOB KEY. Peers are not authenticated: any process that reaches this "
+           "sidecar's ports can join this job, feed it tensors or stop it. For debugging only.",
+           env::kInsecureNoKey);
+  }
 
   auto device = ChooseDeviceBackend(cfg.device_backend, cfg.shm_prefix);
   if (!device.ok()) return Fail(device.status());

@@ -137,6 +137,7 @@ void OpLoop::Run() {
   while (!stop_.load()) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= next_check) {
+      arena_.Heartbeat();
       CheckClient();
       next_check = now + std::chrono::milliseconds(100);
     }

@@ -181,6 +181,19 @@ StatusOr<SidecarConfig> SidecarConfig::FromEnvironment(const Getenv& getenv) {
     return InvalidArgument(Name(env::kJobKey) + " has " + std::to_string(c.job_key.size()) +
                            " characters; at least 32 are required");
   }
+  KV_ASSIGN_OR_RETURN(c.insecure_no_key, settings.Bool(env::kInsecureNoKey, false));
+  if (c.job_key.empty() && c.job_key_file.empty() && !c.insecure_no_key) {
+    // Without a key any process that reaches this sidecar's ports could join or stop the job.
+    return InvalidArgument(
+        "no job key: set " + std::string(env::kJobKeyFile) +
+        " (a file holding at least 32 random characters; korovodrun and the operator make one) "
+        "or " + env::kJobKey + "; " + env::kInsecureNoKey +
+        "=1 runs without any authentication, for debugging only");
+  }
+  if (c.insecure_no_key && !(c.job_key.empty() && c.job_key_file.empty())) {
+    return InvalidArgument(std::string(env::kInsecureNoKey) + "=1 and a job key are both set; " +
+                           "set one");
+  }
   KV_ASSIGN_OR_RETURN(const std::string socket_path, settings.RequiredString(env::kSocket));
   const std::string* socket = &socket_path;
   if (socket->size() >= 100) {
@@ -206,6 +219,8 @@ StatusOr<SidecarConfig> SidecarConfig::FromEnvironment(const Getenv& getenv) {
                                                         {"auto", "nccl", "host", "none"}));
   KV_ASSIGN_OR_RETURN(int64_t timeout, settings.Int(env::kStartTimeoutSeconds, 60, 1, 86400));
   c.start_timeout = std::chrono::seconds(timeout);
+  KV_ASSIGN_OR_RETURN(int64_t op_timeout, settings.Int(env::kOpTimeoutSeconds, 60, 1, 86400));
+  c.op_timeout = std::chrono::seconds(op_timeout);
   KV_ASSIGN_OR_RETURN(c.arena_heap_mib, settings.Int(env::kArenaHeapMib, 64, 1, 1 << 20));
   KV_ASSIGN_OR_RETURN(c.arena_heap_max_mib, settings.Int(env::kArenaHeapMaxMib, 16384, 1, 1 << 20));
   if (c.arena_heap_mib > c.arena_heap_max_mib) {

@@ -52,11 +52,13 @@ struct SidecarConfig {
   // secretKeyRef (a non-root sidecar cannot read a root-owned 0400 Secret file). At most one of
   // the two is set; neither = unauthenticated.
   std::string job_key;
+  bool insecure_no_key = false;  // KOROVOD_INSECURE_NO_KEY=1: no key, no authentication
   std::string socket_path;                 // KOROVOD_SOCKET
   std::string shm_prefix;                  // KOROVOD_SHM_PREFIX, e.g. "/korovod-<job>-"
   int metrics_port = -1;                   // KOROVOD_METRICS_PORT; -1: no HTTP server, 0: ephemeral
   std::string device_backend = "auto";     // KOROVOD_DEVICE_BACKEND: auto, nccl, host, none
   std::chrono::seconds start_timeout{60};  // KOROVOD_START_TIMEOUT_SECONDS
+  std::chrono::seconds op_timeout{60};     // KOROVOD_OP_TIMEOUT_SECONDS
   // Each of the arena's two heaps (client, result): reserved in /dev/shm at start, and the most
   // it may grow to as bursts need it.
   int arena_heap_mib = 64;         // KOROVOD_ARENA_HEAP_MIB

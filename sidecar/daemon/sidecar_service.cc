@@ -58,6 +58,8 @@ grpc::Status SidecarService::Hello(grpc::ServerContext* ctx, const v1::HelloRequ
   reply->set_arena_bytes(arena_bytes_);
   reply->set_device_backend(device_backend_);
   reply->set_nccl_version(nccl_version_);
+  reply->set_op_timeout_ms(static_cast<uint32_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(config_.op_timeout).count()));
   reply->set_session_id("rank" + std::to_string(e.rank) + "-session" +
                         std::to_string(sessions.fetch_add(1) + 1));
   return grpc::Status::OK;

@@ -374,6 +374,9 @@ StatusOr<SidecarConfig> ValidConfigWith(std::map<std::string, std::string> extra
                                                    {"KOROVOD_SOCKET", "/tmp/x.sock"},
                                                    {"KOROVOD_SHM_PREFIX", "/korovod-j-"}};
   extra.insert(base.begin(), base.end());
+  if (!extra.count("KOROVOD_JOB_KEY") && !extra.count("KOROVOD_INSECURE_NO_KEY")) {
+    extra.emplace("KOROVOD_JOB_KEY_FILE", "/k");
+  }
   return SidecarConfig::FromEnvironment(
       [extra](const std::string& name) -> std::optional<std::string> {
         auto it = extra.find(name);
@@ -461,6 +464,23 @@ TEST(SidecarConfigTest, JobKeyFromTheEnvironment) {
   auto short_key = with({{"KOROVOD_JOB_KEY", "abc"}});
   ASSERT_FALSE(short_key.ok());
   EXPECT_NE(short_key.status().message().find("at least 32"), std::string::npos);
+}
+
+// Issue 30: a sidecar without a key refuses to start, naming both settings; the insecure mode
+// is an explicit choice that excludes a key.
+TEST(SidecarConfigTest, AJobKeyIsRequired) {
+  auto none = ValidConfigWith({{"KOROVOD_INSECURE_NO_KEY", "0"}});
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("no job key: set KOROVOD_JOB_KEY_FILE"),
+            std::string::npos)
+      << none.status().message();
+  EXPECT_NE(none.status().message().find("or KOROVOD_JOB_KEY;"), std::string::npos);
+  auto insecure = ValidConfigWith({{"KOROVOD_INSECURE_NO_KEY", "1"}});
+  ASSERT_TRUE(insecure.ok()) << insecure.status().ToString();
+  EXPECT_TRUE(insecure->insecure_no_key);
+  auto both =
+      ValidConfigWith({{"KOROVOD_INSECURE_NO_KEY", "1"}, {"KOROVOD_JOB_KEY", std::string(64, 'k')}});
+  EXPECT_FALSE(both.ok());
 }
 
 }  // namespace
