@@ -250,14 +250,15 @@ std::string EncodeResponses(const ResponseList& list) {
 StatusOr<ResponseList> DecodeResponses(const std::byte* data, size_t len) {
   Reader rd(data, len);
   uint32_t magic = 0, n = 0;
-  uint8_t shutdown = 0, has_tuning = 0;
+  bool has_tuning = false;
   ResponseList list;
   if (!rd.Get(magic) || magic != kResponseMagic) return Corrupt("bad response magic", rd.left());
-  if (!rd.Get(shutdown) || !rd.GetString(list.shutdown_reason) || !rd.Get(has_tuning)) {
+  // Flags are 0 or 1: one meaning has one encoding (what is accepted re-encodes to itself).
+  if (!GetBool(rd, list.shutdown) || !rd.GetString(list.shutdown_reason) ||
+      !GetBool(rd, has_tuning)) {
     return Corrupt("truncated response header", rd.left());
   }
-  list.shutdown = shutdown != 0;
-  if (has_tuning != 0) {
+  if (has_tuning) {
     TunableParams t;
     if (!rd.Get(t.fusion_threshold_bytes) || !rd.Get(t.cycle_time_ms) ||
         !rd.Get(t.small_allreduce_max_bytes) || !rd.Get(t.tcp_stripe_min_bytes)) {
