@@ -77,6 +77,10 @@ StatusOr<std::pair<int, RankFile>> ParseRankFile(const std::string& path, std::s
   } catch (const json::parse_error& e) {
     return InvalidArgument(path + ": malformed JSON at byte " + std::to_string(e.byte) + ": " +
                            e.what());
+  } catch (const json::exception& e) {
+    // Well-formed but unrepresentable, e.g. a number past a double (out_of_range 406): found by
+    // timeline_merge_fuzzer; it ended korovod-timeline with std::terminate.
+    return InvalidArgument(path + ": unreadable JSON: " + e.what());
   }
   if (!file.events.is_array()) return InvalidArgument(not_timeline);
   for (const json& e : file.events) {
