@@ -159,5 +159,23 @@ TEST(WorldTable, RankLineRoundTripsAndRefusesEmptyOrSeveralLines) {
   EXPECT_FALSE(ParseRankLine(FormatRankLine(0, e) + "\n" + FormatRankLine(1, e), "reg: ").ok());
 }
 
+TEST(WorldTable, OneHighRankLineCostsNoMoreThanItsLine) {
+  // The table was sized by the largest rank seen (found reading it for world_table_fuzzer), so
+  // one line of 60 bytes from another process allocated a million entries.
+  auto t = ParseWorldTable("rank=1048575 host=h port=1 addr=a\n", "the world table", 0);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("has no line for rank 0 (ranks 0..1048575"),
+            std::string::npos)
+      << t.status().message();
+  auto gap = ParseWorldTable(
+      "rank=0 host=h port=1 addr=a\nrank=2 host=h port=1 addr=a\n", "the world table", 0);
+  ASSERT_FALSE(gap.ok());
+  EXPECT_NE(gap.status().message().find("no line for rank 1"), std::string::npos);
+  auto dup = ParseWorldTable(
+      "rank=0 host=h port=1 addr=a\nrank=0 host=h port=1 addr=a\n", "the world table", 0);
+  ASSERT_FALSE(dup.ok());
+  EXPECT_NE(dup.status().message().find("line 2: rank 0 is already on line 1"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace korovod
