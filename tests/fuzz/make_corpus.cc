@@ -81,8 +81,8 @@ void ArenaRecords() {
 
 void OpQueue() {
   // capacity 4, head 0, tail 0; push, push, pop, the peer rewrites head, pop, close.
-  Put("op_queue", "steps", std::string("\x02\0\0\0\0\0\0\0\0\x03\x03\x05\x00\x05\0\0\0\x05\x02\x01\0\0\0",
-                                       24));
+  Put("op_queue", "steps",
+      std::string("\x02\0\0\0\0\0\0\0\0\x03\x03\x05\x00\x05\0\0\0\x05\x02\x01\0\0\0", 24));
 }
 
 void Negotiation() {
@@ -149,7 +149,8 @@ void Frames() {
 
 void Elastic() {
   Put("elastic_frames", "registration",
-      std::string(1, '\0') + "worker=h0/0 epoch=1\nrank=0 host=h0 port=29500 addr=eth0/10.0.0.1 node=h0");
+      std::string(1, '\0') +
+          "worker=h0/0 epoch=1\nrank=0 host=h0 port=29500 addr=eth0/10.0.0.1 node=h0");
   Put("elastic_frames", "query", std::string("\x01since=2", 8));
   Put("elastic_frames", "assignment",
       "\x02" "epoch=2 rank=1 size=2 version=5\n"

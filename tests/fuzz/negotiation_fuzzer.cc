@@ -43,7 +43,8 @@ void Requests(const std::byte* data, size_t size, int set_size, int set_rank) {
   }
   // What the coordinator sends, the others accept.
   const std::string encoded = EncodeResponses(list);
-  auto decoded = DecodeResponses(reinterpret_cast<const std::byte*>(encoded.data()), encoded.size());
+  auto decoded =
+      DecodeResponses(reinterpret_cast<const std::byte*>(encoded.data()), encoded.size());
   FUZZ_CHECK(decoded.ok());
   FUZZ_CHECK(CheckResponsesForSet(*decoded, set_size).ok());
 }
