@@ -5,31 +5,39 @@
 # timeout or out-of-memory (the input is left in build-fuzz/findings/<name>/ to be added to
 # tests/fuzz/regressions/<name>/ with the fix).
 #
+#   fuzz.sh [build|run]   both by default; scripts/test.sh builds in the background beside the
+#                         k8s tests and runs after the ASan tests
 #   FUZZ_SECONDS  total fuzzing time, split evenly over the targets (default 60)
 #   JOBS          build parallelism (default 2)
 #   FUZZ_TARGETS  a subset, e.g. "negotiation world_table" (default: every target)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+MODE="${1:-all}"
+case "$MODE" in all|build|run) ;; *) echo "usage: fuzz.sh [build|run]" >&2; exit 2 ;; esac
 JOBS="${JOBS:-2}"
 FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
 CLANG="${CLANG:-clang-16}"
 CLANGXX="${CLANGXX:-clang++-16}"
 command -v "$CLANGXX" >/dev/null || { echo "fuzz.sh: $CLANGXX not found (scripts/install-deps.sh)" >&2; exit 1; }
 
-CMAKE_CACHE_ARGS=()
-if command -v ccache >/dev/null; then
-  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
-  CMAKE_CACHE_ARGS=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-fi
-# -O1 -g1: the usual sanitizer setting (reports name file and line); nothing but the fuzzers and
-# the libraries they link is built.
-cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_C_COMPILER="$CLANG" -DCMAKE_CXX_COMPILER="$CLANGXX" \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
-  -DKOROVOD_BUILD_FUZZERS=ON -DKOROVOD_BUILD_TESTS=OFF -DKOROVOD_BUILD_OPERATOR=OFF \
-  -DKOROVOD_BUILD_BENCH=OFF -DKOROVOD_BUILD_PYTHON=OFF -DKOROVOD_BUILD_TENSORFLOW=OFF \
-  -DKOROVOD_WITH_NCCL=OFF "${CMAKE_CACHE_ARGS[@]}" >/dev/null
-cmake --build build-fuzz -j"$JOBS" --target fuzzers
+build() {
+  CMAKE_CACHE_ARGS=()
+  if command -v ccache >/dev/null; then
+    export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
+    CMAKE_CACHE_ARGS=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  fi
+  # -O1 -g1: the usual sanitizer setting (reports name file and line); nothing but the fuzzers and
+  # the libraries they link is built.
+  cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER="$CLANG" -DCMAKE_CXX_COMPILER="$CLANGXX" \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+    -DKOROVOD_BUILD_FUZZERS=ON -DKOROVOD_BUILD_TESTS=OFF -DKOROVOD_BUILD_OPERATOR=OFF \
+    -DKOROVOD_BUILD_BENCH=OFF -DKOROVOD_BUILD_PYTHON=OFF -DKOROVOD_BUILD_TENSORFLOW=OFF \
+    -DKOROVOD_WITH_NCCL=OFF "${CMAKE_CACHE_ARGS[@]}" >/dev/null
+  cmake --build build-fuzz -j"$JOBS" --target fuzzers
+}
+[ "$MODE" = run ] || build
+[ "$MODE" != build ] || exit 0
 
 if [ -n "${FUZZ_TARGETS:-}" ]; then
   read -r -a TARGETS <<<"$FUZZ_TARGETS"
