@@ -10,6 +10,9 @@ namespace korovod {
 namespace {
 
 constexpr size_t kMaxLineTokens = 256;
+// A formatted line is rank, host, port, node and the addresses: an entry that parsed must format
+// to a line that parses (a registration without node= gains one in the table).
+constexpr size_t kMaxAddresses = kMaxLineTokens - 4;
 
 bool ParseNumber(std::string_view text, long long lo, long long hi, long long* out) {
   const char* end = text.data() + text.size();
@@ -69,6 +72,9 @@ StatusOr<std::pair<int, RankEntry>> ParseLine(std::string line, const std::strin
       }
       if (!IsName(a.host) || (slash != std::string::npos && !IsName(a.iface))) {
         return InvalidArgument(where + "addr=" + value + " is not ADDRESS or INTERFACE/ADDRESS");
+      }
+      if (e.addresses.size() == kMaxAddresses) {
+        return InvalidArgument(where + "more than " + std::to_string(kMaxAddresses) + " addr=");
       }
       e.addresses.push_back(std::move(a));
     } else {

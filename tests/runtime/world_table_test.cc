@@ -177,5 +177,19 @@ TEST(WorldTable, OneHighRankLineCostsNoMoreThanItsLine) {
   EXPECT_NE(dup.status().message().find("line 2: rank 0 is already on line 1"), std::string::npos);
 }
 
+TEST(WorldTable, AnAcceptedRegistrationFormatsToALineThatParses) {
+  // Found by world_table_fuzzer: 253 addresses and no node= made a 256-token registration that
+  // the coordinator accepted, then sent back with node= added: 257 tokens, refused by every rank.
+  std::string line = "rank=0 host=h port=1";
+  for (int i = 0; i < 252; ++i) line += " addr=10.0.0." + std::to_string(i % 250 + 1);
+  auto ok = ParseRankLine(line, "reg: ");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_TRUE(ParseWorldTable(FormatWorldTable({ok->second}), "table", 1).ok());
+  auto bad = ParseRankLine(line + " addr=10.0.0.9", "reg: ");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("more than 252 addr="), std::string::npos)
+      << bad.status().message();
+}
+
 }  // namespace
 }  // namespace korovod
