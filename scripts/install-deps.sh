@@ -52,7 +52,9 @@ SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
 
+# clang-16 and libclang-rt-16-dev: the libFuzzer targets (scripts/fuzz.sh).
 PKGS=(g++ make cmake ninja-build ccache pkg-config libgtest-dev libssl-dev nlohmann-json3-dev libyaml-cpp-dev iproute2
+      clang-16 libclang-rt-16-dev
       python3 python3-dev python3-pip python3-venv
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libcpp-httplib-dev
       python3-grpcio python3-sklearn python3-numpy python3-torch pybind11-dev python3-pytest

@@ -14,6 +14,8 @@
 #      the ASan+UBSan build of the C++ unit and multi-process tests of common, runtime, sidecar,
 #      launcher and operator (KOROVOD_BUILD_SYSTEM_TESTS=OFF) beside them at nice 10
 #   6. those unit and multi-process tests under ASan+UBSan
+#   7. the libFuzzer targets (scripts/fuzz.sh: built with clang beside the k8s tests, run here for
+#      60 s in all, with every past finding replayed)
 # Both builds go through ccache (outside the clone), so a fresh clone on a machine that ran this
 # before recompiles nothing it has seen. ctest starts the longest tests first from
 # tests/ctest-costs.txt (measured; a run's own measurements refresh it: see tests/README.md).
@@ -39,6 +41,7 @@ summary() {
   if [ "$rc" != 0 ]; then
     [ -z "${TESTINFRA_PID:-}" ] || kill_tree "$TESTINFRA_PID"
     [ -z "${ASAN_PID:-}" ] || kill_tree "$ASAN_PID"
+    [ -z "${FUZZ_PID:-}" ] || kill_tree "$FUZZ_PID"
   fi
   printf '\n==== stage times (%s)\n' "$([ "$rc" = 0 ] && echo passed || echo "FAILED, rc $rc")"
   local s
@@ -143,6 +146,17 @@ if [ "$SANITIZE" = 1 ]; then
   ASAN_PID=$!
 fi
 
+# The libFuzzer targets (tests/fuzz, clang, its own build-fuzz) are built beside the k8s tests too,
+# at nice 15 so the ASan build keeps the CPU first (a few dozen files, ~1 CPU-min cold; ccache);
+# they run after the ASan tests (scripts/fuzz.sh run: 60 s), where nothing timing-sensitive runs.
+FUZZ=1
+[ "${KOROVOD_SKIP_FUZZ:-0}" = 1 ] && FUZZ=0
+if [ "$FUZZ" = 1 ]; then
+  printf '\n==== build (libFuzzer targets) in the background at nice 15 (log in build-fuzz.log)\n'
+  nice -n 15 bash scripts/fuzz.sh build > build-fuzz.log 2>&1 &
+  FUZZ_PID=$!
+fi
+
 # A missing kube-apiserver, kubectl, helm, etcd, node binary or image archive fails the k8s tests
 # here instead of skipping them.
 KOROVOD_REQUIRE_K8S=1 stage "tests (Release, k8s; the ASan build beside them)" \
@@ -163,5 +177,16 @@ if [ "$SANITIZE" = 1 ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     stage "tests (ASan+UBSan: unit and multi-process)" \
     ctest --test-dir build-asan -j"$JOBS" --output-on-failure --timeout 1800
+fi
+if [ "$FUZZ" = 1 ]; then
+  fuzz_stage() {
+    if ! wait "$FUZZ_PID"; then
+      tail -50 build-fuzz.log >&2
+      echo "the fuzz build failed (build-fuzz.log)" >&2
+      return 1
+    fi
+    bash scripts/fuzz.sh run
+  }
+  stage "fuzz (libFuzzer: every target, 60 s in all)" fuzz_stage
 fi
 if command -v ccache >/dev/null; then ccache --show-stats | sed -n '1,6p'; fi

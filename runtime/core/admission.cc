@@ -27,11 +27,29 @@ Request ReportOf(const OpRequest& r, const std::string& group, int32_t group_siz
 }  // namespace
 
 Status CheckRequest(const OpRequest& r, int set_size, int set_rank) {
+  // The peers refuse what exceeds the negotiation's caps: refused here, on this rank, at once.
+  if (r.name.size() > kMaxTensorNameBytes) {
+    return InvalidArgument("tensor \"" + r.name.substr(0, 64) + "...\": a name of " +
+                           std::to_string(r.name.size()) + " bytes, longer than " +
+                           std::to_string(kMaxTensorNameBytes));
+  }
   const std::string who = "tensor \"" + r.name + "\": ";
+  if (r.shape.size() > kMaxTensorDims) {
+    return InvalidArgument(who + std::to_string(r.shape.size()) + " dimensions, more than " +
+                           std::to_string(kMaxTensorDims));
+  }
+  if (r.members.size() > kMaxEntryRanks) {
+    return InvalidArgument(who + std::to_string(r.members.size()) + " ranks, more than " +
+                           std::to_string(kMaxEntryRanks));
+  }
   for (int64_t d : r.shape) {
     if (d < 0) return InvalidArgument(who + "negative dimension in shape " + ShapeString(r.shape));
   }
   const int64_t elems = NumElements(r.shape);
+  if (elems < 0 || NumBytes(r.shape, DataTypeSize(r.dtype)) < 0) {
+    return InvalidArgument(who + "shape " + ShapeString(r.shape) + " of " +
+                           DataTypeName(r.dtype) + " overflows 64 bits");
+  }
   const bool has_data = r.type != OpType::kBarrier && r.type != OpType::kJoin &&
                         r.type != OpType::kAddProcessSet && r.type != OpType::kRemoveProcessSet;
   if (has_data && elems > 0 && r.input == nullptr) {
@@ -65,7 +83,9 @@ Status CheckRequest(const OpRequest& r, int set_size, int set_rank) {
     int64_t sum = 0;
     for (int64_t v : r.splits) {
       if (v < 0) return InvalidArgument(who + "alltoall split is negative");
-      sum += v;
+      if (__builtin_add_overflow(sum, v, &sum)) {
+        return InvalidArgument(who + "alltoall splits overflow 64 bits");
+      }
     }
     if (sum != r.shape[0]) {
       return InvalidArgument(who + "alltoall splits sum to " + std::to_string(sum) +

@@ -132,6 +132,18 @@ Response Coordinator::Decide(const std::string& name, const Entry& e) const {
     for (int r = 0; r < size_; ++r) {
       if (e.by_rank[r] && !e.by_rank[r]->shape.empty()) resp.first_dims[r] = e.by_rank[r]->shape[0];
     }
+    // Each rank's shape fits (DecodeRequests); their rows together must too.
+    int64_t rows = 0;
+    bool overflow = false;
+    for (int64_t d : resp.first_dims) overflow = overflow || __builtin_add_overflow(rows, d, &rows);
+    TensorShape whole = resp.shape;
+    whole.insert(whole.begin(), rows);
+    if (overflow || NumBytes(whole, DataTypeSize(resp.dtype)) < 0) {
+      resp.error = "tensor \"" + name + "\": the ranks' rows together (" +
+                   ShapeString(resp.first_dims) + ") overflow 64 bits";
+      resp.first_dims.clear();
+      resp.shape.clear();
+    }
   }
   return resp;
 }

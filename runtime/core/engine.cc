@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <map>
 #include <thread>
 
@@ -34,14 +35,6 @@ std::string RanksString(const std::vector<int>& ranks) {
   std::string s = "[";
   for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
   return s + "]";
-}
-
-std::string ExpandRank(const std::string& path, int rank) {
-  std::string out = path;
-  for (size_t at = out.find("{rank}"); at != std::string::npos; at = out.find("{rank}")) {
-    out.replace(at, 6, std::to_string(rank));
-  }
-  return out;
 }
 
 // Errors, join and process set changes complete ops without a collective.
@@ -281,7 +274,7 @@ struct Engine::Impl {
     }
     if (start) {
       TimelineOptions o;
-      o.path = ExpandRank(start->first, rank());
+      o.path = ExpandTimelinePath(start->first, rank());
       o.rank = rank();
       o.clock_offset_ns = clock_offset_ns;
       o.mark_cycles = start->second;
@@ -884,6 +877,9 @@ StatusOr<std::vector<OpHandle>> Engine::SubmitGroup(std::vector<OpRequest> reque
 
 StatusOr<int> Engine::AddProcessSet(std::vector<int> ranks, Deadline deadline) {
   std::sort(ranks.begin(), ranks.end());
+  // Validated here so that a bad list fails on this rank at once (and before the name is built
+  // from what may be a trainer's list of millions of ranks).
+  KV_RETURN_IF_ERROR(ProcessSet::Create(ranks, size(), rank()).status());
   OpRequest r;
   r.type = OpType::kAddProcessSet;
   r.name = "process_set.add";
@@ -891,9 +887,17 @@ StatusOr<int> Engine::AddProcessSet(std::vector<int> ranks, Deadline deadline) {
     r.name += '.';
     r.name += std::to_string(x);
   }
+  if (r.name.size() > 256) {
+    // A large set: a short name (names are capped in negotiation), the same on every rank; the
+    // members themselves are compared by the coordinator.
+    uint64_t h = 1469598103934665603ull;  // FNV-1a
+    for (unsigned char c : r.name) h = (h ^ c) * 1099511628211ull;
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+    r.name = "process_set.add." + std::to_string(ranks.size()) + "_ranks." +
+             std::to_string(ranks.front()) + "-" + std::to_string(ranks.back()) + "." + hex;
+  }
   r.members.assign(ranks.begin(), ranks.end());
-  // Validated here so that a bad list fails on this rank at once.
-  KV_RETURN_IF_ERROR(ProcessSet::Create(ranks, size(), rank()).status());
   OpHandle h;
   { KV_ASSIGN_OR_RETURN(h, Submit(std::move(r))); }
   // The members travel to every rank in the request's report (see Admission).

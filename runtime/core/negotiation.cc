@@ -35,13 +35,21 @@ std::string WriteOwnState(SetState& s, int words, bool shutdown, bool news) {
   if (!s.pending.empty()) s.state[0] |= kFlagPending;
   std::string payload;
   if (!s.unsent.empty()) {
+    // At most what a peer accepts in one message (negotiation_messages.h); the rest go in the
+    // next cycles, in order.
     std::vector<Request> reqs;
-    reqs.reserve(s.unsent.size());
+    size_t bytes = 8, taken = 0;
     for (PendingOp* op : s.unsent) {
+      const size_t b = EncodedRequestBytes(op->report);
+      if (taken > 0 && (taken == kMaxRequestsPerMessage || bytes + b > kMaxRequestPayloadBytes)) {
+        break;
+      }
+      bytes += b;
       reqs.push_back(op->report);
       op->sent = true;
+      ++taken;
     }
-    s.unsent.clear();
+    s.unsent.erase(s.unsent.begin(), s.unsent.begin() + static_cast<std::ptrdiff_t>(taken));
     payload = EncodeRequests(reqs);
   }
   s.state[1] = payload.size();
@@ -296,6 +304,13 @@ Status GatherRequests(Communicator& comm, SetState& s, const StateExchange& x,
   counts.assign(n, 0);
   size_t total = 0;
   for (int r = 0; r < n; ++r) {
+    // Declared by the peer: checked before it sizes the buffer (every rank sees the same words,
+    // so every rank refuses the same peer).
+    if (x.payload_bytes(r) > kMaxRequestPayloadBytes) {
+      return Internal("corrupt negotiation state from " + s.DescribeRank(comm, r) + ": " +
+                      std::to_string(x.payload_bytes(r)) + " bytes of requests, more than " +
+                      std::to_string(kMaxRequestPayloadBytes));
+    }
     counts[r] = x.payload_bytes(r);
     total += counts[r];
   }
@@ -347,6 +362,12 @@ Status BroadcastAnswer(Communicator& comm, SetState& s, std::string& encoded) {
   b.type = DataType::kInt64;
   b.set = &s.set;
   KV_RETURN_IF_ERROR(korovod::Broadcast(comm, b));
+  // Checked by every rank (the coordinator too) before anything is sized by it.
+  if (len > kMaxResponsePayloadBytes) {
+    return Internal("the coordinator, " + s.DescribeRank(comm, 0) + ", answered with " +
+                    std::to_string(len) + " bytes of responses, more than " +
+                    std::to_string(kMaxResponsePayloadBytes));
+  }
   if (!s.coordinator) encoded.resize(len);
   b.buffer = encoded.data();
   b.count = len;
@@ -369,7 +390,9 @@ StatusOr<ResponseList> NegotiateNewRequests(Communicator& comm, SetState& s, con
   if (s.coordinator) return list;
   auto decoded =
       DecodeResponses(reinterpret_cast<const std::byte*>(encoded.data()), encoded.size());
-  if (!decoded.ok()) return decoded.status().WithContext("from the coordinator");
+  const std::string from = "from the coordinator, " + s.DescribeRank(comm, 0);
+  if (!decoded.ok()) return decoded.status().WithContext(from);
+  if (Status c = CheckResponsesForSet(*decoded, s.set.size()); !c.ok()) return c.WithContext(from);
   return std::move(*decoded);
 }
 

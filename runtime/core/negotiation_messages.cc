@@ -1,5 +1,6 @@
 #include "runtime/core/negotiation_messages.h"
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -54,10 +55,15 @@ class Reader {
     left_ -= n;
     return true;
   }
-  template <typename T>
-  bool GetVector(std::vector<T>& v) {
+  bool GetString(std::string& s, uint32_t max) {
     uint32_t n = 0;
-    if (!Get(n) || n > left_ / sizeof(T)) return false;
+    if (!Peek(n) || n > max) return false;
+    return GetString(s);
+  }
+  template <typename T>
+  bool GetVector(std::vector<T>& v, uint32_t max) {
+    uint32_t n = 0;
+    if (!Get(n) || n > max || n > left_ / sizeof(T)) return false;
     v.resize(n);
     for (T& x : v) Get(x);
     return true;
@@ -70,6 +76,12 @@ class Reader {
     return true;
   }
   size_t left() const { return left_; }
+  template <typename T>
+  bool Peek(T& v) const {
+    if (left_ < sizeof(T)) return false;
+    std::memcpy(&v, p_, sizeof(T));
+    return true;
+  }
 
  private:
   const std::byte* p_;
@@ -93,7 +105,56 @@ bool GetBool(R& rd, bool& out) {
   return true;
 }
 
+// The sizes an entry's shape implies fit in 64 bits (the executors compute them unchecked).
+bool ShapeFits(const TensorShape& shape, DataType dtype) {
+  return NumBytes(shape, DataTypeSize(dtype)) >= 0;
+}
+
+bool AllNonNegative(const std::vector<int64_t>& v) {
+  return std::all_of(v.begin(), v.end(), [](int64_t x) { return x >= 0; });
+}
+
+// An allgather's output: the rows of every rank times the bytes of a row.
+bool AllgatherFits(const Response& r) {
+  int64_t rows = 0;
+  for (int64_t d : r.first_dims) {
+    if (d < 0 || __builtin_add_overflow(rows, d, &rows)) return false;
+  }
+  TensorShape whole = r.shape;
+  whole.insert(whole.begin(), rows);
+  return ShapeFits(whole, r.dtype);
+}
+
 }  // namespace
+
+size_t EncodedRequestBytes(const Request& r) {
+  return 44 + r.name.size() + r.group.size() + r.shape.size() * sizeof(int64_t) +
+         r.set_ranks.size() * sizeof(int32_t);
+}
+
+Status CheckRequestLimits(const Request& r) {
+  const std::string who = "tensor \"" + r.name.substr(0, 256) + "\": ";
+  if (r.name.size() > kMaxTensorNameBytes) {
+    return InvalidArgument(who + "name of " + std::to_string(r.name.size()) +
+                           " bytes is longer than " + std::to_string(kMaxTensorNameBytes));
+  }
+  if (r.group.size() > kMaxGroupNameBytes) {
+    return InvalidArgument(who + "group name longer than " + std::to_string(kMaxGroupNameBytes));
+  }
+  if (r.shape.size() > kMaxTensorDims) {
+    return InvalidArgument(who + std::to_string(r.shape.size()) + " dimensions, more than " +
+                           std::to_string(kMaxTensorDims));
+  }
+  if (r.set_ranks.size() > kMaxEntryRanks) {
+    return InvalidArgument(who + std::to_string(r.set_ranks.size()) + " set ranks, more than " +
+                           std::to_string(kMaxEntryRanks));
+  }
+  if (!ShapeFits(r.shape, r.dtype)) {
+    return InvalidArgument(who + "shape " + ShapeString(r.shape) + " of " +
+                           DataTypeName(r.dtype) + " is negative or overflows 64 bits");
+  }
+  return OkStatus();
+}
 
 bool Request::SameAs(const Request& o) const {
   return type == o.type && name == o.name && dtype == o.dtype && shape == o.shape && op == o.op &&
@@ -128,17 +189,24 @@ StatusOr<std::vector<Request>> DecodeRequests(const std::byte* data, size_t len)
   Reader rd(data, len);
   uint32_t magic = 0, n = 0;
   if (!rd.Get(magic) || magic != kRequestMagic) return Corrupt("bad request magic", rd.left());
-  if (!rd.Get(n) || n > rd.left() / kMinRequestBytes) {
+  if (len > kMaxRequestPayloadBytes) return Corrupt("requests over the size limit", rd.left());
+  if (!rd.Get(n) || n > rd.left() / kMinRequestBytes || n > kMaxRequestsPerMessage) {
     return Corrupt("bad request count", rd.left());
   }
   std::vector<Request> out(n);
   for (Request& r : out) {
-    if (!rd.GetEnum(r.type, kMaxOpType) || !rd.GetString(r.name) ||
-        !rd.GetEnum(r.dtype, kMaxDataType) || !rd.GetVector(r.shape) ||
+    if (!rd.GetEnum(r.type, kMaxOpType) || !rd.GetString(r.name, kMaxTensorNameBytes) ||
+        !rd.GetEnum(r.dtype, kMaxDataType) || !rd.GetVector(r.shape, kMaxTensorDims) ||
         !rd.GetEnum(r.op, kMaxReduceOp) || !rd.Get(r.prescale) || !rd.Get(r.postscale) ||
-        !rd.Get(r.root) || !rd.GetString(r.group) || !rd.Get(r.group_size) ||
-        !rd.GetVector(r.set_ranks) || !GetBool(rd, r.on_device)) {
-      return Corrupt("truncated request", rd.left());
+        !rd.Get(r.root) || !rd.GetString(r.group, kMaxGroupNameBytes) || !rd.Get(r.group_size) ||
+        !rd.GetVector(r.set_ranks, kMaxEntryRanks) || !GetBool(rd, r.on_device)) {
+      return Corrupt("truncated request, or a field over its limit", rd.left());
+    }
+    if (!ShapeFits(r.shape, r.dtype)) {
+      return Corrupt(("request for a negative or 64-bit-overflowing shape " +
+                      ShapeString(r.shape))
+                         .c_str(),
+                     rd.left());
     }
   }
   if (rd.left() != 0) return Corrupt("trailing bytes after requests", rd.left());
@@ -182,14 +250,15 @@ std::string EncodeResponses(const ResponseList& list) {
 StatusOr<ResponseList> DecodeResponses(const std::byte* data, size_t len) {
   Reader rd(data, len);
   uint32_t magic = 0, n = 0;
-  uint8_t shutdown = 0, has_tuning = 0;
+  bool has_tuning = false;
   ResponseList list;
   if (!rd.Get(magic) || magic != kResponseMagic) return Corrupt("bad response magic", rd.left());
-  if (!rd.Get(shutdown) || !rd.GetString(list.shutdown_reason) || !rd.Get(has_tuning)) {
+  // Flags are 0 or 1: one meaning has one encoding (what is accepted re-encodes to itself).
+  if (!GetBool(rd, list.shutdown) || !rd.GetString(list.shutdown_reason) ||
+      !GetBool(rd, has_tuning)) {
     return Corrupt("truncated response header", rd.left());
   }
-  list.shutdown = shutdown != 0;
-  if (has_tuning != 0) {
+  if (has_tuning) {
     TunableParams t;
     if (!rd.Get(t.fusion_threshold_bytes) || !rd.Get(t.cycle_time_ms) ||
         !rd.Get(t.small_allreduce_max_bytes) || !rd.Get(t.tcp_stripe_min_bytes)) {
@@ -197,22 +266,57 @@ StatusOr<ResponseList> DecodeResponses(const std::byte* data, size_t len) {
     }
     list.tuning = t;
   }
-  if (!rd.Get(n) || n > rd.left() / kMinResponseBytes) {
+  if (!rd.Get(n) || n > rd.left() / kMinResponseBytes || n > kMaxResponsesPerMessage) {
     return Corrupt("bad response count", rd.left());
   }
   list.responses.resize(n);
   for (Response& r : list.responses) {
-    if (!rd.GetEnum(r.type, kMaxOpType) || !rd.GetString(r.name) || !rd.GetString(r.error) ||
-        !rd.GetEnum(r.dtype, kMaxDataType) || !rd.GetVector(r.shape) ||
-        !rd.GetVector(r.first_dims) || !rd.GetEnum(r.op, kMaxReduceOp) || !rd.Get(r.prescale) ||
-        !rd.Get(r.postscale) || !rd.Get(r.root) || !rd.GetString(r.group) ||
-        !rd.Get(r.group_size) || !rd.Get(r.last_joined_rank) || !rd.GetVector(r.set_ranks) ||
-        !rd.GetVector(r.absent) || !GetBool(rd, r.on_device)) {
-      return Corrupt("truncated response", rd.left());
+    if (!rd.GetEnum(r.type, kMaxOpType) || !rd.GetString(r.name, kMaxTensorNameBytes) ||
+        !rd.GetString(r.error) || !rd.GetEnum(r.dtype, kMaxDataType) ||
+        !rd.GetVector(r.shape, kMaxTensorDims) || !rd.GetVector(r.first_dims, kMaxEntryRanks) ||
+        !rd.GetEnum(r.op, kMaxReduceOp) || !rd.Get(r.prescale) || !rd.Get(r.postscale) ||
+        !rd.Get(r.root) || !rd.GetString(r.group, kMaxGroupNameBytes) || !rd.Get(r.group_size) ||
+        !rd.Get(r.last_joined_rank) || !rd.GetVector(r.set_ranks, kMaxEntryRanks) ||
+        !rd.GetVector(r.absent, kMaxEntryRanks) || !GetBool(rd, r.on_device)) {
+      return Corrupt("truncated response, or a field over its limit", rd.left());
+    }
+    if (!ShapeFits(r.shape, r.dtype) || !AllNonNegative(r.first_dims) || !AllgatherFits(r)) {
+      return Corrupt(("response for a negative or 64-bit-overflowing shape " +
+                      ShapeString(r.shape) + " (allgather rows " + ShapeString(r.first_dims) +
+                      ")")
+                         .c_str(),
+                     rd.left());
     }
   }
   if (rd.left() != 0) return Corrupt("trailing bytes after responses", rd.left());
   return list;
+}
+
+Status CheckResponsesForSet(const ResponseList& list, int set_size) {
+  for (const Response& r : list.responses) {
+    const std::string who = "tensor \"" + r.name.substr(0, 256) + "\": ";
+    if (r.type == OpType::kAllgather && r.error.empty() &&
+        r.first_dims.size() != static_cast<size_t>(set_size)) {
+      return Internal(who + "allgather response lists the rows of " +
+                      std::to_string(r.first_dims.size()) + " ranks in a set of " +
+                      std::to_string(set_size));
+    }
+    if (r.type == OpType::kBroadcast && r.error.empty() && (r.root < 0 || r.root >= set_size)) {
+      return Internal(who + "broadcast root " + std::to_string(r.root) + " is outside a set of " +
+                      std::to_string(set_size));
+    }
+    for (int32_t q : r.absent) {
+      if (q < 0 || q >= set_size) {
+        return Internal(who + "absent rank " + std::to_string(q) + " is outside a set of " +
+                        std::to_string(set_size));
+      }
+    }
+    if (r.type == OpType::kJoin && (r.last_joined_rank < -1 || r.last_joined_rank >= set_size)) {
+      return Internal("join response names rank " + std::to_string(r.last_joined_rank) +
+                      " outside a set of " + std::to_string(set_size));
+    }
+  }
+  return OkStatus();
 }
 
 }  // namespace korovod

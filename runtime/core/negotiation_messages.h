@@ -66,9 +66,42 @@ struct ResponseList {
   std::optional<TunableParams> tuning;  // autotune: apply before executing this cycle
 };
 
+// What a peer may declare in negotiation messages. The decoders refuse more before allocating
+// anything for it, so a corrupt or hostile peer costs at most one message's bytes, and every size
+// the executors compute from a decoded entry (elements x dtype size, allgather rows x row bytes)
+// fits in 64 bits. Admission refuses the same of this rank's own ops (CheckRequest), so a healthy
+// rank never sends what its peers would refuse.
+//   - a tensor name: 4 KiB (the arena's records carry 200 bytes; TensorFlow's longest scoped
+//     names are a few hundred); a group's name is its first member's plus "+N";
+inline constexpr uint32_t kMaxTensorNameBytes = 4096;
+inline constexpr uint32_t kMaxGroupNameBytes = kMaxTensorNameBytes + 16;
+//   - dimensions: 64 (PyTorch's own limit; the arena carries 8);
+inline constexpr uint32_t kMaxTensorDims = 64;
+//   - ranks listed in one entry (set members, allgather rows, absent ranks): 2^20, the world
+//     table's bound on a rank;
+inline constexpr uint32_t kMaxEntryRanks = 1u << 20;
+//   - requests a rank reports in one cycle: 2^18 (100x the tensors of the largest models; a
+//     sidecar's queue holds at most 2^16 ops); more wait for the next cycle (TakeReportable);
+inline constexpr uint32_t kMaxRequestsPerMessage = 1u << 18;
+//   - one rank's encoded requests per cycle: 64 MiB (2^18 requests of 256 bytes; a request is
+//     at most ~4.2 MiB, an add-process-set of 2^20 ranks), also checked before the gather sizes
+//     its buffer by what the peers declared;
+inline constexpr uint64_t kMaxRequestPayloadBytes = uint64_t{64} << 20;
+//   - the coordinator's answer: 2^20 responses, 1 GiB (checked before the broadcast sizes its
+//     buffer by the length the coordinator declared).
+inline constexpr uint32_t kMaxResponsesPerMessage = 1u << 20;
+inline constexpr uint64_t kMaxResponsePayloadBytes = uint64_t{1} << 30;
+
+// Bytes `r` takes in EncodeRequests' output (the message header aside).
+size_t EncodedRequestBytes(const Request& r);
+// Checks one of this rank's requests against the caps above (InvalidArgument naming the tensor).
+Status CheckRequestLimits(const Request& r);
+
 std::string EncodeRequests(const std::vector<Request>& requests);
 StatusOr<std::vector<Request>> DecodeRequests(const std::byte* data, size_t len);
 std::string EncodeResponses(const ResponseList& list);
 StatusOr<ResponseList> DecodeResponses(const std::byte* data, size_t len);
+// What only the set's size can tell: allgather rows one per set rank, absent ranks in the set.
+Status CheckResponsesForSet(const ResponseList& list, int set_size);
 
 }  // namespace korovod

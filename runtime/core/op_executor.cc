@@ -436,7 +436,11 @@ Status OpExecutor::AllgatherFused(const ProcessSet& set, std::vector<Item>& item
     std::byte* out = nullptr;
     if (items[k].op != nullptr) {
       const TensorShape shape = layout.OutputShape(items, k);
-      StatusOr<std::byte*> o_ = Output(*items[k].op, shape, NumElements(shape) * esize);
+      const int64_t bytes = NumBytes(shape, esize);
+      StatusOr<std::byte*> o_ =
+          bytes < 0 ? InvalidArgument("tensor \"" + items[k].response->name + "\": output shape " +
+                                      ShapeString(shape) + " overflows 64 bits")
+                    : Output(*items[k].op, shape, static_cast<size_t>(bytes));
       if (o_.ok()) {
         out = *o_;
       } else {

@@ -301,6 +301,17 @@ Status PeerMesh::OnControlEvent(int peer) {
   return s;
 }
 
+// Part of a control message is readable: the rest is in flight, unless the peer has closed (then
+// it never comes, and reading the part as "in flight" on every wake-up would hide the death).
+Status PeerMesh::PartialControl(int fd, int peer) {
+  pollfd p{fd, POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) <= 0 || (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) {
+    return OkStatus();
+  }
+  watched_[peer].store(false, std::memory_order_release);
+  return Unavailable(Describe(peer) + " died: its connection closed in the middle of a message");
+}
+
 Status PeerMesh::ReadControl(int peer) {
   const int fd = conns_[peer][streams_].get();
   char buf[sizeof(ControlHeader) + kMaxReason];
@@ -313,14 +324,14 @@ Status PeerMesh::ReadControl(int peer) {
       watched_[peer].store(false, std::memory_order_release);
       return Internal("garbled control message from " + Describe(peer));
     }
-    if (static_cast<size_t>(n) < sizeof h + h.len) return OkStatus();  // rest still in flight
+    if (static_cast<size_t>(n) < sizeof h + h.len) return PartialControl(fd, peer);
     (void)::recv(fd, buf, sizeof h + h.len, MSG_DONTWAIT);
     watched_[peer].store(false,
                          std::memory_order_release);  // a peer's last word: nothing follows it
     if (h.type == kGoodbye) return OkStatus();
     return Aborted(Describe(peer) + " gave up: " + std::string(buf + sizeof h, h.len));
   }
-  if (n > 0) return OkStatus();  // a partial header: the rest is in flight
+  if (n > 0) return PartialControl(fd, peer);  // a partial header
   watched_[peer].store(false, std::memory_order_release);
   return Unavailable(Describe(peer) + " died: its connection closed without a goodbye");
 }

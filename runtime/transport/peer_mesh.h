@@ -80,8 +80,10 @@ class PeerMesh {
   void Abort(const Status& why);
 
  private:
-  class Acceptor;                // the accepting half of Connect (peer_mesh.cc)
+  friend struct PeerMeshFuzzAccess;  // tests/fuzz: feeds a control connection any bytes
+  class Acceptor;                    // the accepting half of Connect (peer_mesh.cc)
   Status ReadControl(int peer);  // OnControlEvent's read, control_mu_ held
+  Status PartialControl(int fd, int peer);  // ReadControl found part of a message
   struct Dialed {
     std::vector<PeerAddress> addresses;  // as planned: the lower ranks' chosen addresses
     Status status;                       // the first failure to reach or handshake with a peer

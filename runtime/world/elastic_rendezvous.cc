@@ -52,6 +52,85 @@ bool ValidWorkerId(const std::string& id) {
 
 }  // namespace
 
+StatusOr<ElasticRegistration> ParseElasticRegistration(std::string_view text) {
+  const size_t eol = text.find('\n');
+  const auto fields = Fields(text.substr(0, eol));
+  const auto worker_it = fields.find("worker");
+  const auto epoch_it = fields.find("epoch");
+  ElasticRegistration reg;
+  if (worker_it == fields.end() || !ValidWorkerId(worker_it->second) || epoch_it == fields.end() ||
+      !ParseU64(epoch_it->second, &reg.last_epoch) || reg.last_epoch > UINT32_MAX ||
+      eol == std::string_view::npos) {
+    return InvalidArgument(
+        "malformed elastic registration (want \"worker=ID epoch=N\" and a rank line)");
+  }
+  reg.worker = worker_it->second;
+  auto entry = ParseRankLine(text.substr(eol + 1), "worker " + reg.worker + "'s registration: ");
+  if (!entry.ok()) return entry.status();
+  reg.entry = std::move(entry->second);
+  return reg;
+}
+
+uint64_t ParseMembershipQuery(std::string_view text) {
+  uint64_t since = 0;
+  const auto fields = Fields(text.substr(0, text.find('\n')));
+  if (auto it = fields.find("since"); it != fields.end()) (void)ParseU64(it->second, &since);
+  return since;
+}
+
+StatusOr<ElasticAssignment> ParseElasticAssignment(std::string_view text, const std::string& me,
+                                                   const std::string& server) {
+  const size_t eol = text.find('\n');
+  const auto fields = Fields(text.substr(0, eol));
+  uint64_t epoch = 0, rank = 0, size = 0, version = 0;
+  auto get = [&](const char* k, uint64_t* v) {
+    auto it = fields.find(k);
+    return it != fields.end() && ParseU64(it->second, v);
+  };
+  // The epoch travels as 32 bits and the size as an int everywhere after this: a larger value
+  // would wrap (a negative world size), so it is refused here.
+  if (eol == std::string_view::npos || !get("epoch", &epoch) || !get("rank", &rank) ||
+      !get("size", &size) || !get("version", &version) || rank >= size ||
+      size > kMaxElasticWorldSize || epoch > UINT32_MAX) {
+    return InvalidArgument(me + ": " + server + " sent a malformed epoch");
+  }
+  ElasticAssignment a;
+  a.epoch = static_cast<uint32_t>(epoch);
+  a.rank = static_cast<int>(rank);
+  a.size = static_cast<int>(size);
+  a.version = version;
+  auto table = ParseWorldTable(text.substr(eol + 1),
+                               "the world table of epoch " + std::to_string(epoch), a.size);
+  if (!table.ok()) return table.status().WithContext(me);
+  a.table = std::move(table).value();
+  return a;
+}
+
+StatusOr<MembershipVersion> ParseMembershipVersion(std::string_view text, const std::string& who) {
+  const size_t eol = text.find('\n');
+  const auto fields = Fields(text.substr(0, eol));
+  MembershipVersion v;
+  uint64_t epoch = 0, update = 0;
+  auto version = fields.find("version");
+  auto e = fields.find("epoch");
+  auto u = fields.find("update");
+  if (version == fields.end() || e == fields.end() || u == fields.end() ||
+      !ParseU64(version->second, &v.version) || !ParseU64(e->second, &epoch) ||
+      !ParseU64(u->second, &update) || epoch > UINT32_MAX ||
+      update > (kHostsRemoved | kHostsAdded)) {
+    return InvalidArgument(who + " sent a malformed membership version");
+  }
+  v.epoch = static_cast<uint32_t>(epoch);
+  v.update = static_cast<int>(update);
+  if (eol != std::string_view::npos) {
+    std::istringstream gone{std::string(text.substr(eol + 1))};
+    for (std::string id; std::getline(gone, id);) {
+      if (!id.empty()) v.gone.push_back(id);
+    }
+  }
+  return v;
+}
+
 struct ElasticRendezvousServer::Waiting {
   Fd fd;
   uint32_t last_epoch = 0;
@@ -198,13 +277,9 @@ void ElasticRendezvousServer::Accept(AuthenticatedConnection c) {
   FrameType type{};
   auto text = ReadFrame(fd.get(), "RQ", kMaxRegistration, hs, who, &type);
   if (!text.ok()) return;
-  const size_t eol = text->find('\n');
-  const auto fields = Fields(std::string_view(*text).substr(0, eol));
   std::lock_guard<std::mutex> lock(mu_);
   if (type == FrameType::kQuery) {
-    uint64_t since = 0;
-    auto it = fields.find("since");
-    if (it != fields.end()) (void)ParseU64(it->second, &since);
+    const uint64_t since = ParseMembershipQuery(*text);
     int bits = kNoHostUpdate;
     for (const auto& [v, b] : updates_) {
       if (v > since) bits |= b;
@@ -220,17 +295,10 @@ void ElasticRendezvousServer::Accept(AuthenticatedConnection c) {
   auto refuse = [&](const std::string& why) {
     (void)WriteFrame(fd.get(), FrameType::kRefusal, why, hs, who);
   };
-  const auto worker_it = fields.find("worker");
-  uint64_t last_epoch = 0;
-  const auto epoch_it = fields.find("epoch");
-  if (worker_it == fields.end() || !ValidWorkerId(worker_it->second) || epoch_it == fields.end() ||
-      !ParseU64(epoch_it->second, &last_epoch) || eol == std::string::npos) {
-    return refuse("malformed elastic registration (want \"worker=ID epoch=N\" and a rank line)");
-  }
-  const std::string& worker = worker_it->second;
-  auto entry = ParseRankLine(std::string_view(*text).substr(eol + 1),
-                             "worker " + worker + "'s registration: ");
-  if (!entry.ok()) return refuse(entry.status().message());
+  auto reg = ParseElasticRegistration(*text);
+  if (!reg.ok()) return refuse(reg.status().message());
+  const std::string& worker = reg->worker;
+  const uint64_t last_epoch = reg->last_epoch;
   if (!failure_.ok()) return refuse(failure_.message());
   if (live_.count(worker) == 0) {
     return refuse("worker " + worker +
@@ -247,7 +315,7 @@ void ElasticRendezvousServer::Accept(AuthenticatedConnection c) {
   auto w = std::make_unique<Waiting>();
   w->fd = std::move(fd);
   w->last_epoch = static_cast<uint32_t>(last_epoch);
-  w->entry = std::move(entry->second);
+  w->entry = std::move(reg->entry);
   w->order = ++registrations_;
   waiting_[worker] = std::move(w);  // a worker that registers again replaces its registration
   if (!first_registered_) first_registered_ = Clock::now();
@@ -378,29 +446,7 @@ StatusOr<ElasticAssignment> JoinElasticEpoch(const ElasticJoinOptions& o) {
       if (text.ok() && type == FrameType::kRefusal) {
         return FailedPrecondition(me + ": " + *text);
       }
-      if (text.ok()) {
-        const size_t eol = text->find('\n');
-        const auto fields = Fields(std::string_view(*text).substr(0, eol));
-        uint64_t epoch = 0, rank = 0, size = 0, version = 0;
-        auto get = [&](const char* k, uint64_t* v) {
-          auto it = fields.find(k);
-          return it != fields.end() && ParseU64(it->second, v);
-        };
-        if (eol == std::string::npos || !get("epoch", &epoch) || !get("rank", &rank) ||
-            !get("size", &size) || !get("version", &version) || rank >= size) {
-          return InvalidArgument(me + ": " + server + " sent a malformed epoch");
-        }
-        ElasticAssignment a;
-        a.epoch = static_cast<uint32_t>(epoch);
-        a.rank = static_cast<int>(rank);
-        a.size = static_cast<int>(size);
-        a.version = version;
-        auto table = ParseWorldTable(std::string_view(*text).substr(eol + 1),
-                                     "the world table of epoch " + std::to_string(epoch), a.size);
-        if (!table.ok()) return table.status().WithContext(me);
-        a.table = std::move(table).value();
-        return a;
-      }
+      if (text.ok()) return ParseElasticAssignment(*text, me, server);
       s = text.status();
     }
     last_error = s.message();
@@ -421,27 +467,7 @@ StatusOr<MembershipVersion> QueryMembership(const PeerAddress& server, const std
   KV_RETURN_IF_ERROR(
       WriteFrame(fd.get(), FrameType::kQuery, "since=" + std::to_string(since), deadline, who));
   KV_ASSIGN_OR_RETURN(std::string text, ReadFrame(fd.get(), "V", kMaxAnswer, deadline, who));
-  const size_t eol = text.find('\n');
-  const auto fields = Fields(std::string_view(text).substr(0, eol));
-  MembershipVersion v;
-  uint64_t epoch = 0, update = 0;
-  auto version = fields.find("version");
-  auto e = fields.find("epoch");
-  auto u = fields.find("update");
-  if (version == fields.end() || e == fields.end() || u == fields.end() ||
-      !ParseU64(version->second, &v.version) || !ParseU64(e->second, &epoch) ||
-      !ParseU64(u->second, &update)) {
-    return InvalidArgument(who + " sent a malformed membership version");
-  }
-  v.epoch = static_cast<uint32_t>(epoch);
-  v.update = static_cast<int>(update);
-  if (eol != std::string::npos) {
-    std::istringstream gone(text.substr(eol + 1));
-    for (std::string id; std::getline(gone, id);) {
-      if (!id.empty()) v.gone.push_back(id);
-    }
-  }
-  return v;
+  return ParseMembershipVersion(text, who);
 }
 
 }  // namespace korovod

@@ -35,6 +35,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -157,5 +158,25 @@ struct MembershipVersion {
 // Asks the server whether the membership moved since `since` (an ElasticAssignment::version).
 StatusOr<MembershipVersion> QueryMembership(const PeerAddress& server, const std::string& job_key,
                                             uint64_t since, Deadline deadline);
+
+// The frames' texts, parsed apart from the sockets (the server's and the workers' only decoders
+// of another process's bytes; tests/fuzz drives them with arbitrary bytes).
+//
+// A registration: "worker=ID epoch=N" and the worker's rank line. The error is the refusal text.
+struct ElasticRegistration {
+  std::string worker;
+  uint64_t last_epoch = 0;  // <= UINT32_MAX
+  RankEntry entry;
+};
+StatusOr<ElasticRegistration> ParseElasticRegistration(std::string_view text);
+// A query "since=V": V, or 0 when absent or not a number.
+uint64_t ParseMembershipQuery(std::string_view text);
+// The server's table frame: "epoch=E rank=R size=N version=V" and the world table. `me` and
+// `server` name the two ends in the error.
+inline constexpr uint64_t kMaxElasticWorldSize = 1 << 20;  // the world table's rank bound
+StatusOr<ElasticAssignment> ParseElasticAssignment(std::string_view text, const std::string& me,
+                                                   const std::string& server);
+// The server's version frame: "version=V epoch=E update=U" and the gone members, one per line.
+StatusOr<MembershipVersion> ParseMembershipVersion(std::string_view text, const std::string& who);
 
 }  // namespace korovod

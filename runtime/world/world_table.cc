@@ -3,12 +3,16 @@
 #include <algorithm>
 #include <charconv>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 namespace korovod {
 namespace {
 
 constexpr size_t kMaxLineTokens = 256;
+// A formatted line is rank, host, port, node and the addresses: an entry that parsed must format
+// to a line that parses (a registration without node= gains one in the table).
+constexpr size_t kMaxAddresses = kMaxLineTokens - 4;
 
 bool ParseNumber(std::string_view text, long long lo, long long hi, long long* out) {
   const char* end = text.data() + text.size();
@@ -69,6 +73,9 @@ StatusOr<std::pair<int, RankEntry>> ParseLine(std::string line, const std::strin
       if (!IsName(a.host) || (slash != std::string::npos && !IsName(a.iface))) {
         return InvalidArgument(where + "addr=" + value + " is not ADDRESS or INTERFACE/ADDRESS");
       }
+      if (e.addresses.size() == kMaxAddresses) {
+        return InvalidArgument(where + "more than " + std::to_string(kMaxAddresses) + " addr=");
+      }
       e.addresses.push_back(std::move(a));
     } else {
       return InvalidArgument(where + "unknown key \"" + key +
@@ -105,9 +112,10 @@ std::string FormatRankLine(int rank, const RankEntry& e) {
 
 StatusOr<std::vector<RankEntry>> ParseWorldTable(std::string_view text, const std::string& source,
                                                  int expected_size) {
-  std::vector<RankEntry> by_rank;
-  std::vector<bool> seen;
-  std::vector<int> line_of;
+  // By rank, with the line that gave it. A map, not a vector sized by the largest rank seen: the
+  // table may come from another process, and one line "rank=1048575" must not cost a million
+  // entries.
+  std::map<int, std::pair<int, RankEntry>> lines;
   std::istringstream in{std::string(text)};
   std::string line;
   int line_no = 0;
@@ -121,30 +129,31 @@ StatusOr<std::vector<RankEntry>> ParseWorldTable(std::string_view text, const st
       return InvalidArgument(where + "rank=" + std::to_string(rank) +
                              " is outside the world of size " + std::to_string(expected_size));
     }
-    if (static_cast<size_t>(rank) >= by_rank.size()) {
-      by_rank.resize(rank + 1);
-      seen.resize(rank + 1, false);
-      line_of.resize(rank + 1, 0);
-    }
-    if (seen[rank]) {
+    const auto [it, inserted] =
+        lines.emplace(rank, std::make_pair(line_no, std::move(parsed.second)));
+    if (!inserted) {
       return InvalidArgument(where + "rank " + std::to_string(rank) + " is already on line " +
-                             std::to_string(line_of[rank]));
-    }
-    seen[rank] = true;
-    line_of[rank] = line_no;
-    by_rank[rank] = std::move(parsed.second);
-  }
-  if (by_rank.empty()) return InvalidArgument(source + " lists no ranks");
-  for (size_t r = 0; r < seen.size(); ++r) {
-    if (!seen[r]) {
-      return InvalidArgument(source + " has no line for rank " + std::to_string(r) + " (ranks 0.." +
-                             std::to_string(seen.size() - 1) + " must each have one)");
+                             std::to_string(it->second.first));
     }
   }
-  if (expected_size > 0 && static_cast<int>(by_rank.size()) != expected_size) {
-    return InvalidArgument(source + " lists " + std::to_string(by_rank.size()) +
+  if (lines.empty()) return InvalidArgument(source + " lists no ranks");
+  const int top = lines.rbegin()->first;
+  int expect = 0;
+  for (const auto& [rank, entry] : lines) {
+    if (rank != expect) break;
+    ++expect;
+  }
+  if (expect <= top) {
+    return InvalidArgument(source + " has no line for rank " + std::to_string(expect) +
+                           " (ranks 0.." + std::to_string(top) + " must each have one)");
+  }
+  if (expected_size > 0 && static_cast<int>(lines.size()) != expected_size) {
+    return InvalidArgument(source + " lists " + std::to_string(lines.size()) +
                            " ranks but the world size is " + std::to_string(expected_size));
   }
+  std::vector<RankEntry> by_rank;
+  by_rank.reserve(lines.size());
+  for (auto& [rank, entry] : lines) by_rank.push_back(std::move(entry.second));
   return by_rank;
 }
 

@@ -407,7 +407,11 @@ OutputAllocator LateOutputAllocator(const ValidatedOp& op, std::byte* client_hea
   return [pending = std::move(pending), client_heap, client_out, in_results, elem,
           name](const TensorShape& shape) -> StatusOr<void*> {
     OpLoop::Session& session = *pending->session;
-    const uint64_t bytes = static_cast<uint64_t>(NumElements(shape)) * elem;
+    const int64_t signed_bytes = NumBytes(shape, elem);
+    if (signed_bytes < 0) {
+      return InvalidArgument(name + ": output shape " + ShapeString(shape) + " overflows 64 bits");
+    }
+    const uint64_t bytes = static_cast<uint64_t>(signed_bytes);
     pending->output_bytes = bytes;
     if (in_results) {
       KV_ASSIGN_OR_RETURN(pending->output_offset, session.results.Allocate(bytes));
@@ -532,8 +536,8 @@ StatusOr<OpLoop::Prepared> OpLoop::Prepare(const ValidatedOp& op) {
       req.output = nullptr;
       req.allocate = [out, capacity, elem,
                       name = req.name](const TensorShape& shape) -> StatusOr<void*> {
-        const uint64_t bytes = static_cast<uint64_t>(NumElements(shape)) * elem;
-        if (bytes > capacity) {
+        const int64_t bytes = NumBytes(shape, elem);
+        if (bytes < 0 || static_cast<uint64_t>(bytes) > capacity) {
           return InvalidArgument(name + ": device output of " + std::to_string(capacity) +
                                  " bytes is smaller than the " + std::to_string(bytes) +
                                  " bytes received (shape " + ShapeString(shape) + ")");

@@ -315,5 +315,30 @@ TEST(ElasticRendezvous, ResumedServerContinuesTheEpochItWasGiven) {
   EXPECT_TRUE(Contains(refused.status().message(), "need the epoch")) << refused.status().ToString();
 }
 
+TEST(ElasticFrames, ValuesPastTheirTypesAreRefusedNotWrapped) {
+  const std::string table = "\nrank=0 host=h port=1 addr=a\n";
+  // A size past an int would wrap to a negative world size; an epoch past 32 bits to another
+  // epoch.
+  EXPECT_FALSE(ParseElasticAssignment("epoch=1 rank=0 size=4294967297 version=1" + table, "w",
+                                      "s").ok());
+  EXPECT_FALSE(ParseElasticAssignment("epoch=4294967296 rank=0 size=1 version=1" + table, "w",
+                                      "s").ok());
+  auto ok = ParseElasticAssignment("epoch=3 rank=0 size=1 version=9" + table, "w", "s");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->epoch, 3u);
+  EXPECT_EQ(ok->table.size(), 1u);
+  EXPECT_FALSE(ParseMembershipVersion("version=1 epoch=4294967296 update=0", "s").ok());
+  EXPECT_FALSE(ParseMembershipVersion("version=1 epoch=1 update=4", "s").ok());
+  auto v = ParseMembershipVersion("version=2 epoch=1 update=3\nh1/0\n", "s");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->gone, std::vector<std::string>{"h1/0"});
+  EXPECT_FALSE(ParseElasticRegistration("worker=w epoch=4294967296" + table).ok());
+  auto reg = ParseElasticRegistration("worker=w epoch=2\nrank=0 host=h port=1 addr=a");
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  EXPECT_EQ(reg->worker, "w");
+  EXPECT_EQ(ParseMembershipQuery("since=12"), 12u);
+  EXPECT_EQ(ParseMembershipQuery("since=x"), 0u);
+}
+
 }  // namespace
 }  // namespace korovod

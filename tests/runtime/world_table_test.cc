@@ -159,5 +159,37 @@ TEST(WorldTable, RankLineRoundTripsAndRefusesEmptyOrSeveralLines) {
   EXPECT_FALSE(ParseRankLine(FormatRankLine(0, e) + "\n" + FormatRankLine(1, e), "reg: ").ok());
 }
 
+TEST(WorldTable, OneHighRankLineCostsNoMoreThanItsLine) {
+  // The table was sized by the largest rank seen (found reading it for world_table_fuzzer), so
+  // one line of 60 bytes from another process allocated a million entries.
+  auto t = ParseWorldTable("rank=1048575 host=h port=1 addr=a\n", "the world table", 0);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("has no line for rank 0 (ranks 0..1048575"),
+            std::string::npos)
+      << t.status().message();
+  auto gap = ParseWorldTable(
+      "rank=0 host=h port=1 addr=a\nrank=2 host=h port=1 addr=a\n", "the world table", 0);
+  ASSERT_FALSE(gap.ok());
+  EXPECT_NE(gap.status().message().find("no line for rank 1"), std::string::npos);
+  auto dup = ParseWorldTable(
+      "rank=0 host=h port=1 addr=a\nrank=0 host=h port=1 addr=a\n", "the world table", 0);
+  ASSERT_FALSE(dup.ok());
+  EXPECT_NE(dup.status().message().find("line 2: rank 0 is already on line 1"), std::string::npos);
+}
+
+TEST(WorldTable, AnAcceptedRegistrationFormatsToALineThatParses) {
+  // Found by world_table_fuzzer: 253 addresses and no node= made a 256-token registration that
+  // the coordinator accepted, then sent back with node= added: 257 tokens, refused by every rank.
+  std::string line = "rank=0 host=h port=1";
+  for (int i = 0; i < 252; ++i) line += " addr=10.0.0." + std::to_string(i % 250 + 1);
+  auto ok = ParseRankLine(line, "reg: ");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_TRUE(ParseWorldTable(FormatWorldTable({ok->second}), "table", 1).ok());
+  auto bad = ParseRankLine(line + " addr=10.0.0.9", "reg: ");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("more than 252 addr="), std::string::npos)
+      << bad.status().message();
+}
+
 }  // namespace
 }  // namespace korovod

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
+#include <list>
 #include <mutex>
 #include <stop_token>
 #include <string>
@@ -82,8 +83,9 @@ struct StringHash {
 
 struct Timeline::State {
   struct Lane {
-    int tid;
+    int64_t tid;
     int open_spans = 0;  // so that an End without a Start cannot unbalance the lane
+    std::list<const std::string*>::iterator use;  // its place in `lru`
   };
 
   TimelineOptions options;
@@ -95,8 +97,10 @@ struct Timeline::State {
   std::condition_variable_any cv;
   std::string batch;
   std::unordered_map<std::string, Lane, StringHash, std::equal_to<>> lanes;
-  int next_tid = 1;
-  int cycle_tid = 0;
+  // The lanes' names (keys of `lanes`, whose nodes do not move), least recently used first.
+  std::list<const std::string*> lru;
+  int64_t next_tid = 1;
+  int64_t cycle_tid = 0;
 
   mutable std::mutex status_mu;
   Status status;  // guarded by status_mu: the first write error
@@ -152,7 +156,7 @@ struct Timeline::State {
     AppendInt(batch, options.rank);
   }
 
-  void AppendTidTs(int tid) {
+  void AppendTidTs(int64_t tid) {
     batch.append(",\"tid\":");
     AppendInt(batch, tid);
     batch.append(",\"ts\":");
@@ -166,7 +170,7 @@ struct Timeline::State {
     batch.push_back('"');
   }
 
-  void ThreadNameEvent(int tid, std::string_view name) {
+  void ThreadNameEvent(int64_t tid, std::string_view name) {
     BeginEvent("M");
     batch.append(",\"tid\":");
     AppendInt(batch, tid);
@@ -178,11 +182,31 @@ struct Timeline::State {
   // The lane of `tensor`, allocated (with its thread_name event) on first use.
   Lane& LaneOf(std::string_view tensor) {
     auto it = lanes.find(tensor);
-    if (it == lanes.end()) {
-      it = lanes.emplace(std::string(tensor), Lane{next_tid++}).first;
-      ThreadNameEvent(it->second.tid, tensor);
+    if (it != lanes.end()) {
+      lru.splice(lru.end(), lru, it->second.use);
+      return it->second;
     }
+    EvictIdleLanes();
+    it = lanes.emplace(std::string(tensor), Lane{next_tid++, 0, {}}).first;
+    it->second.use = lru.insert(lru.end(), &it->first);
+    ThreadNameEvent(it->second.tid, tensor);
     return it->second;
+  }
+
+  // Keeps at most kMaxTimelineLanes lanes: the least recently used lanes without an open span
+  // go (a name seen again gets a new lane, with its own thread_name event). Lanes with open
+  // spans stay, so the cap can be passed only by the ops in flight at once.
+  void EvictIdleLanes() {
+    auto u = lru.begin();
+    while (lanes.size() >= kMaxTimelineLanes && u != lru.end()) {
+      const auto l = lanes.find(**u);
+      if (l->second.open_spans > 0) {
+        ++u;
+        continue;
+      }
+      u = lru.erase(u);
+      lanes.erase(l);
+    }
   }
 
   // Wakes the writer early once the batch crosses kFlushBytes.
@@ -218,6 +242,7 @@ struct Timeline::State {
     const auto it = lanes.find(tensor);
     if (it == lanes.end() || it->second.open_spans == 0) return;
     --it->second.open_spans;
+    lru.splice(lru.end(), lru, it->second.use);
     const size_t before = batch.size();
     BeginEvent("E");
     AppendTidTs(it->second.tid);
@@ -274,7 +299,7 @@ void Timeline::NegotiateRankReady(std::string_view tensor, int rank) {
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mu);
   const size_t before = s.batch.size();
-  const int tid = s.LaneOf(tensor).tid;
+  const int64_t tid = s.LaneOf(tensor).tid;
   s.BeginEvent("i");
   s.AppendTidTs(tid);
   s.batch.append(",\"s\":\"t\",\"name\":\"READY rank ");
@@ -308,7 +333,28 @@ void Timeline::MarkCycle() {
   s.Appended(before);
 }
 
+std::string ExpandTimelinePath(std::string_view path, int rank) {
+  // One pass: the path comes from the trainer (StartTimeline), and searching again from the start
+  // after each replacement is quadratic in the number of "{rank}"s.
+  const std::string r = std::to_string(rank);
+  std::string out;
+  out.reserve(path.size());
+  for (size_t at = 0;;) {
+    const size_t found = path.find("{rank}", at);
+    out.append(path.substr(at, found - at));
+    if (found == std::string_view::npos) break;
+    out += r;
+    at = found + 6;
+  }
+  return out;
+}
+
 const std::string& Timeline::path() const { return state_->options.path; }
+
+size_t Timeline::lanes() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->lanes.size();
+}
 
 Status Timeline::status() const {
   std::lock_guard<std::mutex> lock(state_->status_mu);

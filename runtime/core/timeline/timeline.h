@@ -8,6 +8,7 @@
 // thread, so recording costs the engine no file I/O.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -24,6 +25,15 @@ struct TimelineOptions {
   int64_t clock_offset_ns = 0;
   bool mark_cycles = false;  // an instant event at the start of every engine cycle
 };
+
+// The tensor lanes a timeline keeps at once. Unnamed ops get a new name each time
+// ("allreduce.noname.N"), so lanes are evicted least recently used first (timeline.cc): the
+// sidecar's memory stays flat over any number of ops. 16384 is beyond the tensors of any model's
+// step (and beyond what a trace viewer shows usefully); an evicted name seen again gets a new lane.
+inline constexpr size_t kMaxTimelineLanes = size_t{1} << 14;
+
+// `path` with every "{rank}" replaced by `rank` (KOROVOD_TIMELINE, StartTimeline).
+std::string ExpandTimelinePath(std::string_view path, int rank);
 
 class Timeline {
  public:
@@ -51,6 +61,8 @@ class Timeline {
   void MarkCycle();
 
   const std::string& path() const;
+  // The lanes kept now (at most kMaxTimelineLanes, plus lanes with spans open).
+  size_t lanes() const;
   // First write error, if any (the engine logs it once; recording never blocks training).
   Status status() const;
 

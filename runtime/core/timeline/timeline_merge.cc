@@ -66,8 +66,7 @@ bool IsMetadata(const json& e, std::string_view name) {
   return e.is_object() && StringFieldIs(e, "ph", "M") && StringFieldIs(e, "name", name);
 }
 
-StatusOr<std::pair<int, RankFile>> LoadRankFile(const std::string& path) {
-  KV_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+StatusOr<std::pair<int, RankFile>> ParseRankFile(const std::string& path, std::string text) {
   RankFile file;
   file.path = path;
   const std::string not_timeline = path + ": not a korovod timeline (no korovod_clock metadata)";
@@ -78,6 +77,10 @@ StatusOr<std::pair<int, RankFile>> LoadRankFile(const std::string& path) {
   } catch (const json::parse_error& e) {
     return InvalidArgument(path + ": malformed JSON at byte " + std::to_string(e.byte) + ": " +
                            e.what());
+  } catch (const json::exception& e) {
+    // Well-formed but unrepresentable, e.g. a number past a double (out_of_range 406): found by
+    // timeline_merge_fuzzer; it ended korovod-timeline with std::terminate.
+    return InvalidArgument(path + ": unreadable JSON: " + e.what());
   }
   if (!file.events.is_array()) return InvalidArgument(not_timeline);
   for (const json& e : file.events) {
@@ -100,9 +103,27 @@ StatusOr<std::pair<int, RankFile>> LoadRankFile(const std::string& path) {
   return InvalidArgument(not_timeline);
 }
 
+StatusOr<std::pair<int, RankFile>> LoadRankFile(const std::string& path) {
+  KV_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ParseRankFile(path, std::move(text));
+}
+
 json ProcessMetadata(int rank, const char* name, json args) {
   return json{{"name", name}, {"ph", "M"}, {"pid", rank}, {"args", std::move(args)}};
 }
+
+// Adds a parsed file to `ranks`, refusing a rank seen twice.
+Status AddRank(std::map<int, RankFile>& ranks, std::pair<int, RankFile> loaded) {
+  const std::string path = loaded.second.path;
+  const auto [it, inserted] = ranks.emplace(loaded.first, std::move(loaded.second));
+  if (!inserted) {
+    return InvalidArgument("rank " + std::to_string(loaded.first) + " appears in both " +
+                           it->second.path + " and " + path);
+  }
+  return OkStatus();
+}
+
+std::string Merge(std::map<int, RankFile>& ranks);
 
 }  // namespace
 
@@ -111,13 +132,25 @@ StatusOr<std::string> MergeTimelines(const std::vector<std::string>& paths) {
   std::map<int, RankFile> ranks;  // ordered: the output lists rank 0 first
   for (const std::string& path : paths) {
     KV_ASSIGN_OR_RETURN(auto loaded, LoadRankFile(path));
-    const auto [it, inserted] = ranks.emplace(loaded.first, std::move(loaded.second));
-    if (!inserted) {
-      return InvalidArgument("rank " + std::to_string(loaded.first) + " appears in both " +
-                             it->second.path + " and " + path);
-    }
+    KV_RETURN_IF_ERROR(AddRank(ranks, std::move(loaded)));
   }
+  return Merge(ranks);
+}
 
+StatusOr<std::string> MergeTimelineTexts(
+    const std::vector<std::pair<std::string, std::string>>& files) {
+  if (files.empty()) return InvalidArgument("no timeline files to merge");
+  std::map<int, RankFile> ranks;
+  for (const auto& [name, text] : files) {
+    KV_ASSIGN_OR_RETURN(auto parsed, ParseRankFile(name, text));
+    KV_RETURN_IF_ERROR(AddRank(ranks, std::move(parsed)));
+  }
+  return Merge(ranks);
+}
+
+namespace {
+
+std::string Merge(std::map<int, RankFile>& ranks) {
   json events = json::array();
   for (auto& [rank, file] : ranks) {
     events.push_back(
@@ -144,4 +177,5 @@ StatusOr<std::string> MergeTimelines(const std::vector<std::string>& paths) {
   return out.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+}  // namespace
 }  // namespace korovod

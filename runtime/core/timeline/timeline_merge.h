@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -13,5 +14,8 @@ namespace korovod {
 // Returns the merged trace JSON text (an object {"traceEvents":[...],"displayTimeUnit":"ms"}).
 // Errors name the file and the reason (missing, not a korovod timeline, malformed JSON at byte N).
 StatusOr<std::string> MergeTimelines(const std::vector<std::string>& paths);
+// The same on texts already read: (name for messages, file contents) per rank.
+StatusOr<std::string> MergeTimelineTexts(
+    const std::vector<std::pair<std::string, std::string>>& files);
 
 }  // namespace korovod

@@ -253,5 +253,19 @@ TEST(MergeTimelines, DuplicateRankNamesBothFiles) {
 
 TEST(MergeTimelines, NoInputsIsAnError) { EXPECT_FALSE(MergeTimelines({}).ok()); }
 
+TEST(MergeTimelines, NumberPastADoubleIsAnErrorNotATerminate) {
+  // Found by timeline_merge_fuzzer: nlohmann's out_of_range escaped (only parse_error was
+  // caught), ending korovod-timeline with std::terminate.
+  ScratchDir dir;
+  const std::string path = dir.File("huge.json");
+  WriteText(path, "[{\"name\":\"korovod_clock\",\"ph\":\"M\",\"ts\":1e400}]");
+  auto merged = MergeTimelines({path});
+  ASSERT_FALSE(merged.ok());
+  EXPECT_EQ(merged.status().message().rfind(path + ": unreadable JSON: ", 0), 0u)
+      << merged.status().message();
+  auto texts = MergeTimelineTexts({{"r0", "[1e400]"}});
+  EXPECT_FALSE(texts.ok());
+}
+
 }  // namespace
 }  // namespace korovod::testing
