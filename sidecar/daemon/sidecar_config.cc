@@ -181,19 +181,6 @@ StatusOr<SidecarConfig> SidecarConfig::FromEnvironment(const Getenv& getenv) {
     return InvalidArgument(Name(env::kJobKey) + " has " + std::to_string(c.job_key.size()) +
                            " characters; at least 32 are required");
   }
-  KV_ASSIGN_OR_RETURN(c.insecure_no_key, settings.Bool(env::kInsecureNoKey, false));
-  if (c.job_key.empty() && c.job_key_file.empty() && !c.insecure_no_key) {
-    // Without a key any process that reaches this sidecar's ports could join or stop the job.
-    return InvalidArgument(
-        "no job key: set " + std::string(env::kJobKeyFile) +
-        " (a file holding at least 32 random characters; korovodrun and the operator make one) "
-        "or " + env::kJobKey + "; " + env::kInsecureNoKey +
-        "=1 runs without any authentication, for debugging only");
-  }
-  if (c.insecure_no_key && !(c.job_key.empty() && c.job_key_file.empty())) {
-    return InvalidArgument(std::string(env::kInsecureNoKey) + "=1 and a job key are both set; " +
-                           "set one");
-  }
   KV_ASSIGN_OR_RETURN(const std::string socket_path, settings.RequiredString(env::kSocket));
   const std::string* socket = &socket_path;
   if (socket->size() >= 100) {
@@ -228,6 +215,20 @@ StatusOr<SidecarConfig> SidecarConfig::FromEnvironment(const Getenv& getenv) {
                            " is more than " + env::kArenaHeapMaxMib + "=" +
                            std::to_string(c.arena_heap_max_mib) +
                            ": a heap cannot start larger than it may grow");
+  }
+  // Last, so that every other setting's mistake is named first.
+  KV_ASSIGN_OR_RETURN(c.insecure_no_key, settings.Bool(env::kInsecureNoKey, false));
+  if (c.job_key.empty() && c.job_key_file.empty() && !c.insecure_no_key) {
+    // Without a key any process that reaches this sidecar's ports could join or stop the job.
+    return InvalidArgument(
+        "no job key: set " + std::string(env::kJobKeyFile) +
+        " (a file holding at least 32 random characters; korovodrun and the operator make one) "
+        "or " + env::kJobKey + "; " + env::kInsecureNoKey +
+        "=1 runs without any authentication, for debugging only");
+  }
+  if (c.insecure_no_key && !(c.job_key.empty() && c.job_key_file.empty())) {
+    return InvalidArgument(std::string(env::kInsecureNoKey) + "=1 and a job key are both set; " +
+                           "set one");
   }
   return c;
 }

@@ -148,17 +148,53 @@ TEST(ArenaTest, ModeIs0660WhateverTheUmask) {
   EXPECT_EQ(st.st_mode & 07777, 0660u);
 }
 
-TEST(ArenaTest, CreateRefusesAnExistingName) {
+// A live sidecar's arena (its lock is held) is refused; one left by a dead sidecar (the lock is
+// free: here a bare segment nobody locked) is reclaimed, as a restarted sidecar needs.
+TEST(ArenaTest, CreateRefusesALiveArenaAndReclaimsAStaleOne) {
   const std::string name = UniqueArenaName("excl");
   auto a = Arena::Create(name, SmallSizes());
   ASSERT_TRUE(a.ok());
   auto b = Arena::Create(name, SmallSizes());
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(b.status().message().find("arena " + name + " already exists"), std::string::npos)
+  EXPECT_NE(b.status().message().find("arena " + name + " is in use by a running sidecar"),
+            std::string::npos)
       << b.status().message();
   // The failed create did not remove the first arena's name.
   EXPECT_TRUE(ShmExists(name));
+
+  const std::string stale = UniqueArenaName("stale");
+  auto left = ShmSegment::Create(stale, 4096, 0600);
+  ASSERT_TRUE(left.ok());
+  left->KeepName();  // as a killed sidecar leaves it
+  auto c = Arena::Create(stale, SmallSizes());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto client = Arena::Open(stale);
+  EXPECT_TRUE(client.ok()) << client.status().ToString();
+}
+
+// A client tells a live sidecar from a dead one by the arena's lock, and a restart by the name.
+TEST(ArenaTest, TheClientSeesTheSidecarGoneAndReplaced) {
+  const std::string name = UniqueArenaName("gone");
+  auto sidecar = Arena::Create(name, SmallSizes());
+  ASSERT_TRUE(sidecar.ok());
+  auto client = Arena::Open(name);
+  ASSERT_TRUE(client.ok());
+  EXPECT_TRUE((*client)->CheckSidecar(std::chrono::seconds(60)).ok());
+  // What a SIGKILL leaves: the lock released with the last descriptor, the flag still set.
+  (*sidecar)->header().sidecar_alive.value.store(1);
+  ASSERT_TRUE((*sidecar)->Unlink().ok());
+  sidecar->reset();
+  (*client)->header().sidecar_alive.value.store(1);
+  Status gone = (*client)->CheckSidecar(std::chrono::seconds(60));
+  EXPECT_EQ(gone.code(), StatusCode::kUnavailable) << gone.ToString();
+  EXPECT_NE(gone.message().find("died without shutting down"), std::string::npos) << gone.ToString();
+  EXPECT_FALSE((*client)->Replaced());
+  auto restarted = Arena::Create(name, SmallSizes());
+  ASSERT_TRUE(restarted.ok());
+  EXPECT_TRUE((*client)->Replaced());
+  EXPECT_NE((*client)->CheckSidecar(std::chrono::seconds(60)).message().find("(restarted)"),
+            std::string::npos);
 }
 
 TEST(ArenaTest, UnlinkRemovesTheNameButKeepsTheMapping) {

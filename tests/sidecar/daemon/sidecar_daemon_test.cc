@@ -408,7 +408,8 @@ TEST(SidecarConfigTest, ErrorsNameTheVariable) {
                                                 {"KOROVOD_RANK", "1"},
                                                 {"KOROVOD_PEERS", "127.0.0.1:1,127.0.0.1:2"},
                                                 {"KOROVOD_SOCKET", "/tmp/x.sock"},
-                                                {"KOROVOD_SHM_PREFIX", "/korovod-j-"}}));
+                                                {"KOROVOD_SHM_PREFIX", "/korovod-j-"},
+                                                {"KOROVOD_INSECURE_NO_KEY", "1"}}));
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->arena_name(), "/korovod-j-rank1");
   EXPECT_EQ(ok->peers[1].port, 2);

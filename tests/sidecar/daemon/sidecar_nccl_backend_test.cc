@@ -49,6 +49,7 @@ TEST(SidecarNcclBackend, NcclWithoutAGpuRefusesToStartNamingWhy) {
                                   "KOROVOD_SHM_PREFIX=/kvncclt-",
                                   "KOROVOD_SOCKET=" + dir + "/s.sock",
                                   "KOROVOD_DEVICE_BACKEND=nccl",
+                                  "KOROVOD_JOB_KEY=0123456789abcdef0123456789abcdef0123456789abcdef",
                                   "PATH=/usr/bin:/bin"};
   const std::string log = dir + "/log";
   const int st = RunToExit(KOROVOD_SIDECAR_NCCL_BIN, env, log, 30s);

@@ -265,7 +265,8 @@ StatusOr<SidecarConfig> Parse(const Env& kv) {
   Env all = {{"KOROVOD_SIZE", "2"},
              {"KOROVOD_RANK", "1"},
              {"KOROVOD_SOCKET", "/tmp/x.sock"},
-             {"KOROVOD_SHM_PREFIX", "/korovod-j-"}};
+             {"KOROVOD_SHM_PREFIX", "/korovod-j-"},
+             {"KOROVOD_JOB_KEY_FILE", "/k"}};
   all.insert(all.end(), kv.begin(), kv.end());
   return SidecarConfig::FromEnvironment(
       [all](const std::string& name) -> std::optional<std::string> {
@@ -327,6 +328,7 @@ TEST(SidecarConfigWorld, ElasticWorker) {
         if (name == "KOROVOD_WORKER_ID") return "localhost:1.3";
         if (name == "KOROVOD_SOCKET") return "/tmp/w.sock";
         if (name == "KOROVOD_SHM_PREFIX") return "/korovod-j-";
+        if (name == "KOROVOD_JOB_KEY_FILE") return "/k";
         return std::nullopt;
       });
   ASSERT_TRUE(bare.ok()) << bare.status().ToString();
