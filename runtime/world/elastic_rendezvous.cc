@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "common/log.h"
 #include "runtime/transport/handshake.h"
 #include "runtime/transport/socket.h"
 #include "runtime/world/rendezvous_frame.h"
@@ -307,7 +308,15 @@ void ElasticRendezvousServer::Accept(AuthenticatedConnection c) {
                   std::to_string(epoch_ + 1));
   }
   const bool member = std::find(members_.begin(), members_.end(), worker) != members_.end();
-  if (last_epoch > epoch_ || (member && last_epoch != epoch_)) {
+  // A member registering from epoch 0 is a fresh process of that worker: its sidecar restarted
+  // in place (a native sidecar restarted by the kubelet) and lost its epoch. It joins the next
+  // epoch like a newcomer, keeping its place; one from an older nonzero epoch is a stale process.
+  if (member && last_epoch == 0 && epoch_ > 0) {
+    KV_LOG(kInfo, kWorld,
+           "elastic: worker %s registers afresh while a member of epoch %u (its sidecar "
+           "restarted): it joins epoch %u",
+           worker.c_str(), epoch_, epoch_ + 1);
+  } else if (last_epoch > epoch_ || (member && last_epoch != epoch_)) {
     return refuse("worker " + worker + " registers from epoch " + std::to_string(last_epoch) +
                   " but the job is at epoch " + std::to_string(epoch_) +
                   (member ? ", which formed with it: a stale member is refused" : ""));

@@ -154,11 +154,13 @@ TEST(ElasticRendezvous, StaleAndUnknownWorkersAreRefused) {
   server->SetLiveWorkers({"a"});
   auto first = JoinAll(*server, {{"a", 0}});
   ASSERT_TRUE(first.at("a").ok());
-  // "a" formed epoch 1; registering again as if it had never been a member is stale.
-  auto stale = JoinElasticEpoch(JoinOptions(*server, "a", 0, 30100));
+  // "a" formed epoch 1 and registers from it: epoch 2. Registering from 1 again is stale.
+  auto second = JoinAll(*server, {{"a", 1}});
+  ASSERT_TRUE(second.at("a").ok()) << second.at("a").status().ToString();
+  auto stale = JoinElasticEpoch(JoinOptions(*server, "a", 1, 30100));
   ASSERT_FALSE(stale.ok());
   EXPECT_TRUE(
-      Contains(stale.status().message(), "registers from epoch 0 but the job is at epoch 1"))
+      Contains(stale.status().message(), "registers from epoch 1 but the job is at epoch 2"))
       << stale.status().ToString();
   EXPECT_TRUE(Contains(stale.status().message(), "stale member is refused"));
   auto future = JoinElasticEpoch(JoinOptions(*server, "a", 9, 30100));
@@ -169,9 +171,24 @@ TEST(ElasticRendezvous, StaleAndUnknownWorkersAreRefused) {
   EXPECT_TRUE(Contains(unknown.status().message(), "worker ghost is not a live worker of this job"))
       << unknown.status().ToString();
   // The server still serves the live worker.
-  auto again = JoinAll(*server, {{"a", 1}});
+  auto again = JoinAll(*server, {{"a", 2}});
   ASSERT_TRUE(again.at("a").ok()) << again.at("a").status().ToString();
-  EXPECT_EQ(again.at("a")->epoch, 2u);
+  EXPECT_EQ(again.at("a")->epoch, 3u);
+}
+
+// A member whose sidecar restarted in place registers from epoch 0 (it lost its epoch): it joins
+// the next epoch with the survivors and keeps its rank.
+TEST(ElasticRendezvous, AMemberWhoseSidecarRestartedJoinsTheNextEpoch) {
+  auto server = Serve(2, milliseconds(20000));
+  server->SetLiveWorkers({"a", "b"});
+  auto first = JoinAll(*server, {{"a", 0}, {"b", 0}});
+  ASSERT_TRUE(first.at("a").ok() && first.at("b").ok());
+  const int b_rank = first.at("b")->rank;
+  auto next = JoinAll(*server, {{"a", 1}, {"b", 0}});  // b restarted
+  ASSERT_TRUE(next.at("a").ok()) << next.at("a").status().ToString();
+  ASSERT_TRUE(next.at("b").ok()) << next.at("b").status().ToString();
+  EXPECT_EQ(next.at("b")->epoch, 2u);
+  EXPECT_EQ(next.at("b")->rank, b_rank);
 }
 
 TEST(ElasticRendezvous, TheResetLimitStopsTheJob) {
