@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -50,6 +51,20 @@ StatusOr<std::vector<SockAddr>> ResolveAll(const std::string& host, uint16_t por
 StatusOr<SockAddr> Resolve(const std::string& host, uint16_t port) {
   KV_ASSIGN_OR_RETURN(std::vector<SockAddr> all, ResolveAll(host, port));
   return all.front();  // getaddrinfo succeeds with at least one
+}
+
+// socket(2) failed because this process (or the machine) is out of descriptors: waiting for
+// the peer does not help, so the dialers fail at once, saying the limit.
+bool OutOfDescriptors(int err) { return err == EMFILE || err == ENFILE; }
+Status OutOfDescriptorsError(const std::string& what, int err) {
+  std::string m = what + ": " + std::strerror(err);
+  rlimit nofile{};
+  if (err == EMFILE && ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 &&
+      nofile.rlim_cur != RLIM_INFINITY) {
+    m += " (this process's descriptor limit, RLIMIT_NOFILE, is " +
+         std::to_string(nofile.rlim_cur) + ")";
+  }
+  return FailedPrecondition(m);
 }
 
 // One non-blocking connect bounded by `deadline`: the socket, or errno in *err.
@@ -108,6 +123,9 @@ StatusOr<Fd> ConnectTcp(const PeerAddress& addr, Deadline deadline) {
       KV_RETURN_IF_ERROR(SetNoDelay(fd.get()));
       return fd;
     }
+    if (OutOfDescriptors(last_err)) {
+      return OutOfDescriptorsError("cannot open a socket to " + addr.ToString(), last_err);
+    }
     if (deadline.Expired()) break;
     std::this_thread::sleep_for(
         std::chrono::milliseconds(std::min(backoff_ms, std::max(1, deadline.RemainingMs()))));
@@ -131,6 +149,9 @@ StatusOr<Fd> ConnectTcpAny(const PeerAddress& addr, Deadline deadline) {
       if (fd.valid()) {
         KV_RETURN_IF_ERROR(SetNoDelay(fd.get()));
         return fd;
+      }
+      if (OutOfDescriptors(err)) {
+        return OutOfDescriptorsError("cannot open a socket to " + addr.ToString(), err);
       }
       last = std::string(std::strerror(err));
     }
