@@ -224,9 +224,13 @@ StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const TransportOptions& op
   Dialed dialed = mesh->DialLowerRanks(options, links, plan, deadline);
   if (!dialed.status.ok()) acceptor.Stop();
   acceptor.Join();
-  KV_RETURN_IF_ERROR(dialed.auth_status);
-  KV_RETURN_IF_ERROR(dialed.status);
-  KV_RETURN_IF_ERROR(acceptor.accept_status());
+  for (const Status& s : {dialed.auth_status, dialed.status, acceptor.accept_status()}) {
+    if (s.ok()) continue;
+    // The peers whose connections to this rank are complete go on to use them: tell them why
+    // this rank gives up, or they would only see it close and name this rank as the cause.
+    mesh->Abort(s);
+    return s;
+  }
 
   for (int p = 0; p < rank; ++p) mesh->peers_[p] = dialed.addresses[p];
   for (int p = 0; p < size; ++p) {

@@ -41,14 +41,18 @@ std::vector<std::string> HostPerRank(const WorldOptions& options) {
 // on some ranks). One byte each way with every peer, before anything else uses them.
 Status AgreeOnHierarchy(PeerMesh& mesh, const HierarchyChoice& mine, Deadline deadline) {
   const char byte = mine.on ? 1 : 0;
+  // A peer that fails here (or gave up forming its own mesh) says why on its control
+  // connection: ExplainFailure names that cause rather than "closed the connection".
   for (int p = 0; p < mesh.size(); ++p) {
-    if (p != mesh.rank())
-      KV_RETURN_IF_ERROR(WriteFull(mesh.fd(p, 0), &byte, 1, deadline, mesh.Describe(p)));
+    if (p == mesh.rank()) continue;
+    Status s = WriteFull(mesh.fd(p, 0), &byte, 1, deadline, mesh.Describe(p));
+    if (!s.ok()) return mesh.ExplainFailure(p, s);
   }
   for (int p = 0; p < mesh.size(); ++p) {
     if (p == mesh.rank()) continue;
     char theirs = 0;
-    KV_RETURN_IF_ERROR(ReadFull(mesh.fd(p, 0), &theirs, 1, deadline, mesh.Describe(p)));
+    Status s = ReadFull(mesh.fd(p, 0), &theirs, 1, deadline, mesh.Describe(p));
+    if (!s.ok()) return mesh.ExplainFailure(p, s);
     if (theirs != byte) {
       return InvalidArgument(std::string("hierarchical allreduce is ") + (mine.on ? "on" : "off") +
                              " here (" + mine.reason + ") but " + (theirs ? "on" : "off") + " on " +
