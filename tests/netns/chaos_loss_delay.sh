@@ -34,7 +34,7 @@ for pair in "0 1" "1 0"; do
     -j REDIRECT --to-ports "$PROXY_PORT"
   in_host "$1" iptables -A INPUT -s "${ADDRS[$2]}" -m statistic --mode random \
     --probability "$LOSS" -j DROP
-  ip netns exec "${NS_HOSTS[$1]}" "$PROXY" --port "$PROXY_PORT" --delay-us $((DELAY_MS * 1000)) \
+  ip netns exec "${NS_HOSTS[$1]}" $CHAOS_ORPHAN_GUARD "$PROXY" --port "$PROXY_PORT" --delay-us $((DELAY_MS * 1000)) \
     --mark "$PROXY_MARK" >"$WORK/proxy$1.log" 2>&1 &
   EXTRA_PIDS+=($!)
   chaos_wait_line "$WORK/proxy$1.log" "^ready" 10 || chaos_fail "korovod-delay-proxy did not start in host $1"

@@ -24,7 +24,7 @@ chaos_need unshare nsenter
 chaos_init shm_full 3
 # One process per host holds its mount namespace (a tmpfs on /dev/shm of SHM_MIB).
 for ((i = 0; i < N; i++)); do
-  ip netns exec "${NS_HOSTS[i]}" unshare -m --propagation private sh -c \
+  ip netns exec "${NS_HOSTS[i]}" $CHAOS_ORPHAN_GUARD unshare -m --propagation private sh -c \
     "mount -t tmpfs -o size=${SHM_MIB}m kvcshm /dev/shm && echo ready && exec sleep 100000" \
     >"$WORK/holder$i.log" 2>&1 &
   EXTRA_PIDS+=($!)

@@ -19,7 +19,8 @@ chaos_wait_steps 2 60 || chaos_fail "the allreduce loop did not reach step 2 on 
 
 kill -STOP "${SIDECAR_PIDS[1]}"
 chaos_fault_now "rank 1's sidecar (pid ${SIDECAR_PIDS[1]}) stopped for $((OP_TIMEOUT + 3)) s"
-sleep $((OP_TIMEOUT + 3))
+sleep $((OP_TIMEOUT + 3)) &
+wait $!  # (not a foreground sleep: a TERM to this script is handled at once)
 kill -CONT "${SIDECAR_PIDS[1]}"
 echo "rank 1's sidecar continued at $(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)"
 

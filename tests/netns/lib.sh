@@ -26,6 +26,11 @@
 # OP_TIMEOUT + CHAOS_SLACK seconds of the fault (generous: CI machines are loaded).
 
 CHAOS_PREFIX=kvc
+# Every process a test starts dies with the test's shell, even a shell killed outright (ctest's
+# timeout): setpriv --pdeathsig KILL, where util-linux has it. Put it after `ip netns exec` /
+# nsenter (which exec) and before the program.
+CHAOS_ORPHAN_GUARD=""
+if setpriv --pdeathsig KILL true 2>/dev/null; then CHAOS_ORPHAN_GUARD="setpriv --pdeathsig KILL"; fi
 CHAOS_SKIP=77
 CHAOS_STATUS=0
 CHAOS_SUBNET=10.213.20
@@ -97,13 +102,24 @@ chaos_init() {
   SIDECAR=$(realpath "$SIDECAR")
   TRAINER=$(realpath "$TRAINER")
 
+  # The work folders and /dev/shm names of runs killed outright (their pid is gone).
+  for f in /tmp/korovod-chaos-*-[0-9]*.* /dev/shm/"$CHAOS_PREFIX"[0-9]*-*; do
+    [ -e "$f" ] || continue
+    pid=${f#/tmp/korovod-chaos-*-}
+    pid=${pid#/dev/shm/"$CHAOS_PREFIX"}
+    pid=${pid%%[.-]*}
+    [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null && rm -rf "$f"
+  done
   # Namespaces of an earlier run that was killed before its cleanup ran (its pid is gone).
   stale=$(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${CHAOS_PREFIX}[0-9]+(br|h[0-9]+)$")
   for ns in $stale; do
     pid=${ns#"$CHAOS_PREFIX"}
     pid=${pid%br}
     pid=${pid%h[0-9]*}
-    kill -0 "$pid" 2>/dev/null || ip netns del "$ns" 2>/dev/null
+    kill -0 "$pid" 2>/dev/null && continue
+    # Its processes too (a run killed outright could not stop them; see CHAOS_ORPHAN_GUARD).
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
+    ip netns del "$ns" 2>/dev/null
   done
 
   CHAOS_ID="${CHAOS_PREFIX}$$"
@@ -122,7 +138,7 @@ chaos_init() {
   if ! err=$( (chaos_build_net) 2>&1); then
     chaos_skip "cannot build the namespace network: $err"
   fi
-  WORK=$(mktemp -d "/tmp/korovod-chaos-$name.XXXXXX")
+  WORK=$(mktemp -d "/tmp/korovod-chaos-$name-$$.XXXXXX")
   printf '%064d\n' 0 | tr 0 c >"$WORK/job.key"
   chmod 600 "$WORK/job.key"
   PEERS=""
@@ -165,7 +181,7 @@ chaos_start_sidecars() {
   local i waited
   for ((i = 0; i < N; i++)); do
     # shellcheck disable=SC2086 # HOST_EXEC and SIDECAR_WRAP are word lists
-    ${HOST_EXEC[i]} ${SIDECAR_WRAP[i]:-} env -i PATH=/usr/bin:/bin \
+    ${HOST_EXEC[i]} $CHAOS_ORPHAN_GUARD ${SIDECAR_WRAP[i]:-} env -i PATH=/usr/bin:/bin \
       KOROVOD_RANK="$i" KOROVOD_SIZE="$N" KOROVOD_PEERS="$PEERS" \
       KOROVOD_JOB_KEY_FILE="$WORK/job.key" KOROVOD_SOCKET="$WORK/rank$i.sock" \
       KOROVOD_SHM_PREFIX="/$CHAOS_PREFIX$$-h$i-" KOROVOD_START_TIMEOUT_SECONDS="$START_TIMEOUT" \
@@ -191,7 +207,7 @@ chaos_start_trainers() {
   local i
   for ((i = 0; i < N; i++)); do
     # shellcheck disable=SC2086
-    ${HOST_EXEC[i]} env -i PATH=/usr/bin:/bin KOROVOD_SOCKET="$WORK/rank$i.sock" \
+    ${HOST_EXEC[i]} $CHAOS_ORPHAN_GUARD env -i PATH=/usr/bin:/bin KOROVOD_SOCKET="$WORK/rank$i.sock" \
       "$TRAINER" "$@" >"$WORK/trainer$i.log" 2>&1 &
     TRAINER_PIDS[i]=$!
   done
