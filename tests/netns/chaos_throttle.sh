@@ -64,5 +64,11 @@ echo "the $MIB MiB step started by $(date -u -d "@$FAULT_AT" +%H:%M:%S.%3N); it 
 for i in 0 1 2; do
   chaos_expect_error trainer "$i" "$R0" "$R1"
   chaos_expect_error sidecar "$i" "$R0" "$R1"
+  # Not before the op timeout: a link that moves bytes is not declared dead early.
+  t=$(chaos_line_time "$(chaos_error_line trainer "$i")")
+  if [ -n "$t" ] && awk -v d="$(chaos_elapsed "$FAULT_AT" "$t")" -v m="$OP_TIMEOUT" \
+    'BEGIN { exit !(d < 0.8 * m) }'; then
+    chaos_fail "trainer $i failed $(chaos_elapsed "$FAULT_AT" "$t") s into the step, before the op timeout of $OP_TIMEOUT s"
+  fi
 done
 chaos_exit "a $MIB MiB allreduce over a $RATE link ended, past the op timeout, naming the slow link"
