@@ -37,6 +37,6 @@ if [ "$done_all" = 1 ]; then
   for i in 0 1 2 3; do chaos_expect_done "$i"; done
   chaos_exit "rank 1's sidecar served 3 ranks within $NOFILE descriptors"
 fi
-chaos_expect_error sidecar 1 "[Tt]oo many open files.*RLIMIT_NOFILE"
+chaos_expect_error sidecar 1 "([Tt]oo many open files|out of file descriptors).*RLIMIT_NOFILE"
 for i in 0 2 3; do chaos_expect_blame "$i" 1; done
 chaos_exit "rank 1 out of descriptors was named by itself and by every other rank"
