@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -19,7 +20,8 @@ namespace {
 
 constexpr uint32_t kControlMagic = 0x5443564b;  // "KVCT"
 constexpr size_t kMaxReason = 2048;
-enum ControlType : uint32_t { kGoodbye = 1, kAbort = 2 };
+// Ping asks "are you running?" and Pong answers it (ExplainTimeout); neither is a last word.
+enum ControlType : uint32_t { kGoodbye = 1, kAbort = 2, kPing = 3, kPong = 4 };
 struct ControlHeader {
   uint32_t magic;
   uint32_t type;
@@ -39,6 +41,8 @@ PeerMesh::PeerMesh(int rank, std::vector<PeerAddress> peers, int streams)
   for (auto& c : conns_) c.resize(streams_ + 1);
   watched_ = std::make_unique<std::atomic<bool>[]>(peers_.size());
   for (size_t p = 0; p < peers_.size(); ++p) watched_[p].store(false);
+  pongs_ = std::make_unique<std::atomic<uint64_t>[]>(peers_.size());
+  for (size_t p = 0; p < peers_.size(); ++p) pongs_[p].store(0);
 }
 
 std::string PeerMesh::Describe(int peer) const {
@@ -319,25 +323,103 @@ Status PeerMesh::PartialControl(int fd, int peer) {
 Status PeerMesh::ReadControl(int peer) {
   const int fd = conns_[peer][streams_].get();
   char buf[sizeof(ControlHeader) + kMaxReason];
-  const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return OkStatus();
-  if (n >= static_cast<ssize_t>(sizeof(ControlHeader))) {
-    ControlHeader h;
-    std::memcpy(&h, buf, sizeof h);
-    if (h.magic != kControlMagic || h.len > kMaxReason) {
-      watched_[peer].store(false, std::memory_order_release);
-      return Internal("garbled control message from " + Describe(peer));
+  // Pings and pongs may precede a last word: every whole message that has arrived is read.
+  while (true) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return OkStatus();
+    if (n >= static_cast<ssize_t>(sizeof(ControlHeader))) {
+      ControlHeader h;
+      std::memcpy(&h, buf, sizeof h);
+      if (h.magic != kControlMagic || h.len > kMaxReason) {
+        watched_[peer].store(false, std::memory_order_release);
+        return Internal("garbled control message from " + Describe(peer));
+      }
+      if (static_cast<size_t>(n) < sizeof h + h.len) return PartialControl(fd, peer);
+      (void)::recv(fd, buf, sizeof h + h.len, MSG_DONTWAIT);
+      if (h.type == kPing) {
+        SendControl(fd, kPong, "");  // this rank runs: whatever it waits for, it is not stuck
+        continue;
+      }
+      if (h.type == kPong) {
+        pongs_[peer].fetch_add(1, std::memory_order_acq_rel);
+        continue;
+      }
+      watched_[peer].store(false,
+                           std::memory_order_release);  // a peer's last word: nothing follows it
+      if (h.type == kGoodbye) return OkStatus();
+      return Aborted(Describe(peer) + " gave up: " + std::string(buf + sizeof h, h.len));
     }
-    if (static_cast<size_t>(n) < sizeof h + h.len) return PartialControl(fd, peer);
-    (void)::recv(fd, buf, sizeof h + h.len, MSG_DONTWAIT);
-    watched_[peer].store(false,
-                         std::memory_order_release);  // a peer's last word: nothing follows it
-    if (h.type == kGoodbye) return OkStatus();
-    return Aborted(Describe(peer) + " gave up: " + std::string(buf + sizeof h, h.len));
+    if (n > 0) return PartialControl(fd, peer);  // a partial header
+    watched_[peer].store(false, std::memory_order_release);
+    return Unavailable(Describe(peer) + " died: its connection closed without a goodbye");
   }
-  if (n > 0) return PartialControl(fd, peer);  // a partial header
-  watched_[peer].store(false, std::memory_order_release);
-  return Unavailable(Describe(peer) + " died: its connection closed without a goodbye");
+}
+
+Status PeerMesh::PollControl(Deadline until, const std::function<bool()>& done) {
+  while (!done()) {
+    Status recorded = failure();
+    if (!recorded.ok()) return recorded;  // another transport of this mesh read a failure
+    std::vector<pollfd> fds;
+    std::vector<int> who;
+    for (int p = 0; p < size(); ++p) {
+      if (watch_fd(p) < 0) continue;
+      fds.push_back({watch_fd(p), POLLIN | POLLRDHUP, 0});
+      who.push_back(p);
+    }
+    if (until.Expired()) break;
+    const int wait = std::min(50, std::max(0, until.RemainingMs()));
+    if (fds.empty()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(wait));
+      continue;
+    }
+    if (::poll(fds.data(), fds.size(), wait) <= 0) continue;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents != 0) KV_RETURN_IF_ERROR(OnControlEvent(who[i]));
+    }
+  }
+  return OkStatus();
+}
+
+Status PeerMesh::ExplainTimeout(const std::vector<int>& waited_for, Status error) {
+  std::vector<int> asked;
+  std::vector<uint64_t> before;
+  {
+    std::lock_guard<std::mutex> lock(control_mu_);
+    for (int p : waited_for) {
+      if (p < 0 || p == rank_ || p >= size() || !watched_[p].load(std::memory_order_acquire) ||
+          std::find(asked.begin(), asked.end(), p) != asked.end()) {
+        continue;
+      }
+      asked.push_back(p);
+      before.push_back(pongs_[p].load(std::memory_order_acquire));
+      SendControl(conns_[p][streams_].get(), kPing, "");
+    }
+  }
+  if (asked.empty()) return error;
+  auto answered = [&](size_t i) { return pongs_[asked[i]].load() != before[i]; };
+  auto all_answered = [&] {
+    for (size_t i = 0; i < asked.size(); ++i) {
+      if (!answered(i)) return false;
+    }
+    return true;
+  };
+  KV_RETURN_IF_ERROR(PollControl(Deadline::After(kPingWait), all_answered));
+  std::string silent;
+  for (size_t i = 0; i < asked.size(); ++i) {
+    if (!answered(i)) silent += (silent.empty() ? "" : ", ") + Describe(asked[i]);
+  }
+  if (!silent.empty()) {
+    return Status(error.code(), error.message() + " (" + silent +
+                                    " did not answer a ping within " +
+                                    std::to_string(kPingWait.count()) +
+                                    " ms: stopped or hung, or the link is cut or congested)");
+  }
+  // Every rank waited for runs, so it waits for another in turn: that one's abort names the cause.
+  KV_RETURN_IF_ERROR(PollControl(Deadline::After(kRelayWait), [] { return false; }));
+  std::string alive;
+  for (int p : asked) alive += (alive.empty() ? "" : ", ") + Describe(p);
+  return Status(error.code(), error.message() + " (" + alive +
+                                  " answered, so it runs and waits for another rank in turn)");
 }
 
 Status PeerMesh::CheckPeersAlive() {

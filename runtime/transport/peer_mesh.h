@@ -57,9 +57,9 @@ class PeerMesh {
   std::string LocalIp(int peer) const;
   std::string RemoteIp(int peer) const;
 
-  // The control connection carries only small framed messages (goodbye, abort with its reason),
-  // never tensor bytes, so a peer's last word can always be read. -1 for self and for peers that
-  // have left or whose last word was read.
+  // The control connection carries only small framed messages (goodbye, abort with its reason,
+  // ping and pong), never tensor bytes, so a peer's last word can always be read. -1 for self
+  // and for peers that have left or whose last word was read.
   int watch_fd(int peer) const {
     return watched_[peer].load(std::memory_order_acquire) ? conns_[peer][streams_].get() : -1;
   }
@@ -76,6 +76,17 @@ class PeerMesh {
   // A data connection to `peer` failed with `error`: waits briefly for the peer's last word (or
   // another peer's death) so the error names the root cause, not a neighbour that gave up.
   Status ExplainFailure(int peer, Status error);
+  // An op's deadline passed while this rank waited for `waited_for` (timed out `error`). A peer
+  // waited for may itself be waiting for another, whose own deadline passes at about the same
+  // moment: each is pinged on its control connection (any transport of a live rank answers, a
+  // stopped, hung or cut-off one does not). One that does not answer within kPingWait is the
+  // cause (`error`, saying so); if all answer, a peer's abort naming the cause is awaited for
+  // up to kRelayWait. Returns the abort, or `error` with what the pings showed.
+  Status ExplainTimeout(const std::vector<int>& waited_for, Status error);
+  static constexpr std::chrono::milliseconds kPingWait{500};
+  static constexpr std::chrono::milliseconds kRelayWait{1500};
+  // Pongs received from `peer` so far (tests).
+  uint64_t pongs(int peer) const { return pongs_[peer].load(std::memory_order_acquire); }
   // This rank gives up: every peer is told why, so its errors name the real cause.
   void Abort(const Status& why);
 
@@ -83,6 +94,9 @@ class PeerMesh {
   friend struct PeerMeshFuzzAccess;  // tests/fuzz: feeds a control connection any bytes
   class Acceptor;                    // the accepting half of Connect (peer_mesh.cc)
   Status ReadControl(int peer);  // OnControlEvent's read, control_mu_ held
+  // Reads every watched control connection until `until` or `done()`: answers pings, counts
+  // pongs; the first peer failure (or this mesh's recorded one) ends it.
+  Status PollControl(Deadline until, const std::function<bool()>& done);
   Status PartialControl(int fd, int peer);  // ReadControl found part of a message
   struct Dialed {
     std::vector<PeerAddress> addresses;  // as planned: the lower ranks' chosen addresses
@@ -99,6 +113,7 @@ class PeerMesh {
   int streams_;
   std::vector<std::vector<Fd>> conns_;  // [peer][stream]; [peer][streams_] is control
   std::unique_ptr<std::atomic<bool>[]> watched_;
+  std::unique_ptr<std::atomic<uint64_t>[]> pongs_;  // per peer: ExplainTimeout's answers
   mutable std::mutex control_mu_;  // guards control reads, aborted_ and failure_
   bool aborted_ = false;
   Status failure_;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 namespace korovod {
 namespace {
@@ -185,7 +186,12 @@ Status TcpTransport::Exchange(const SendSpec& send, const RecvSpec& recv, Deadli
                 std::to_string(send_left) + " of " + std::to_string(send.len) + " bytes to " +
                 mesh_->Describe(send.peer);
       }
-      return Fail(DeadlineExceeded("timed out " + what));
+      // The peer waited for may be waiting for another rank itself: ExplainTimeout tells a
+      // stopped or cut-off peer from a running one, and takes the cause from the latter's abort.
+      std::vector<int> waited_for;
+      if (recv_left > 0) waited_for.push_back(recv.peer);
+      if (send_left > 0) waited_for.push_back(send.peer);
+      return Fail(mesh_->ExplainTimeout(waited_for, DeadlineExceeded("timed out " + what)));
     }
   }
   return OkStatus();
