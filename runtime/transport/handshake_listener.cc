@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -76,10 +77,15 @@ void HandshakeListener::AcceptLoop() {
       if (errno == EMFILE || errno == ENFILE) {
         // Out of descriptors: the connection waits in the backlog; say so once, and do not spin.
         if (!told_fd_limit) {
-          KV_LOG(kError, kTransport,
-                 "%s: cannot accept a connection: out of file descriptors (raise the limit; "
-                 "RLIMIT_NOFILE)",
-                 options_.owner.c_str());
+          rlimit limit{};
+          ::getrlimit(RLIMIT_NOFILE, &limit);
+          const std::string text =
+              options_.owner + ": cannot accept a connection: out of file descriptors (this " +
+              "process's limit, RLIMIT_NOFILE, is " + std::to_string(limit.rlim_cur) +
+              "; raise it)";
+          KV_LOG(kError, kTransport, "%s", text.c_str());
+          std::lock_guard<std::mutex> lock(mu_);
+          local_failure_ = Unavailable(text);
           told_fd_limit = true;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -241,6 +247,11 @@ StatusOr<AuthenticatedConnection> HandshakeListener::Next(Deadline deadline) {
   uint64_t n = 0;
   (void)!::read(ready_.get(), &n, sizeof n);
   return c;
+}
+
+Status HandshakeListener::local_failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return local_failure_;
 }
 
 bool HandshakeListener::KeyRefusedFor(int rank) const {

@@ -73,6 +73,9 @@ class HandshakeListener {
   // Whether a connection claiming to be `rank` failed the key check (a wrong proof, or a hang-up
   // on ours): the missing rank may hold another key.
   bool KeyRefusedFor(int rank) const;
+  // A failure of this process's own (out of file descriptors): accepting cannot go on, and the
+  // owner should fail now with this rather than blame a peer at its deadline. OK otherwise.
+  Status local_failure() const;
 
  private:
   struct InFlight {
@@ -109,6 +112,7 @@ class HandshakeListener {
   std::map<std::string, int> per_source_;
   std::map<std::string, SourceRecord> sources_;  // refused, by ip (first few hundred)
   std::set<int> key_refused_;                    // claimed ranks whose key check failed
+  Status local_failure_;
   std::vector<Worker> workers_;                  // touched only by the accept thread and ~
   std::thread accept_thread_;                    // last: starts once the members above exist
 };

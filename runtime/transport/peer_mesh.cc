@@ -113,7 +113,14 @@ class PeerMesh::Acceptor {
   void Run() {
     while (!Complete() && !stop_.load() && !deadline_.Expired()) {
       auto next = listener_.Next(deadline_.Sooner(std::chrono::milliseconds(100)));
-      if (!next.ok()) continue;
+      if (!next.ok()) {
+        // This process cannot accept (out of descriptors): say so now, not blame a peer later.
+        if (Status own = listener_.local_failure(); !own.ok()) {
+          accept_status_ = own;
+          return;
+        }
+        continue;
+      }
       const Hello& h = next->hello;
       if (h.stream == kProbeStream) continue;  // answered; the prober closes it
       Fd& slot = mesh_.conns_[h.from][h.stream];
@@ -141,7 +148,8 @@ class PeerMesh::Acceptor {
       // Some but not all: the peer dialed as many as it meant to.
       if (opened > 0) {
         missing += " (it opened " + std::to_string(opened) + " of the " + std::to_string(links_) +
-                   " connections this rank expects" + kLinksDiffer + ")";
+                   " connections this rank expects: it stopped halfway (it failed or died), or "
+                   "tcp_streams or KOROVOD_COLLECTIVE_LANES differ between the ranks)";
       }
     }
     const std::string text = me_ + " timed out after " +

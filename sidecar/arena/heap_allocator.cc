@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iterator>
+#include <optional>
 #include <utility>
 
 namespace korovod::sidecar {
@@ -52,7 +53,11 @@ StatusOr<uint64_t> HeapAllocator::AllocateLocked(uint64_t bytes) {
     const uint64_t offset = it->first;
     if (reserve_) {
       Status s = reserve_(offset + need);
-      if (!s.ok()) return s.WithContext(name_ + ": allocating " + std::to_string(bytes) + " bytes");
+      if (!s.ok()) {
+        // Not a full heap but a full /dev/shm: told apart so that a waiter does not wait it out.
+        return Status(StatusCode::kFailedPrecondition,
+                      name_ + ": allocating " + std::to_string(bytes) + " bytes: " + s.message());
+      }
     }
     const uint64_t rest = it->second - need;
     EraseFree(it);
@@ -70,9 +75,14 @@ StatusOr<uint64_t> HeapAllocator::AllocateWaiting(uint64_t bytes, Deadline deadl
     return InvalidArgument(name_ + ": a block of " + std::to_string(bytes) +
                            " bytes can never fit its " + std::to_string(capacity_) + " bytes");
   }
+  std::optional<Deadline> shm_grace;  // /dev/shm is full: only freed blocks can still help
   for (;;) {
     auto offset = AllocateLocked(bytes);
     if (offset.ok()) return offset;
+    if (offset.status().code() == StatusCode::kFailedPrecondition) {
+      if (!shm_grace) shm_grace = deadline.Sooner(std::chrono::milliseconds(2000));
+      if (shm_grace->Expired()) return offset.status();
+    }
     if (deadline.Expired()) {
       return DeadlineExceeded(offset.status().message() +
                               "; waited for ops in flight to complete and free space, "

@@ -274,7 +274,7 @@ TEST(HeapAllocatorTest, ReserveHookBacksEveryBlockBeforeItIsHandedOut) {
   refuse = true;
   auto c = h.Allocate(8192);
   ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(c.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(c.status().message().find("/dev/shm is full"), std::string::npos);
   EXPECT_NE(c.status().message().find("client heap: allocating 8192 bytes"), std::string::npos)
       << c.status().message();
@@ -283,6 +283,19 @@ TEST(HeapAllocatorTest, ReserveHookBacksEveryBlockBeforeItIsHandedOut) {
   ASSERT_TRUE(h.Free(a).ok());
   EXPECT_EQ(*h.Allocate(512), 0u);
   ASSERT_TRUE(h.Free(b).ok());
+}
+
+// A full /dev/shm is not a full heap: a waiter gives up after a short grace (in which a freed
+// block could still serve it) naming /dev/shm, instead of waiting out its whole deadline.
+TEST(HeapAllocatorTest, AllocateWaitingDoesNotWaitOutAFullDevShm) {
+  HeapAllocator h(1 << 20, "client heap",
+                  [](uint64_t) -> Status { return Unavailable("/dev/shm is full"); });
+  const auto start = std::chrono::steady_clock::now();
+  auto b = h.AllocateWaiting(4096, Deadline::After(std::chrono::hours(1)));
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kFailedPrecondition) << b.status().ToString();
+  EXPECT_NE(b.status().message().find("/dev/shm is full"), std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::minutes(1));
 }
 
 TEST(HeapAllocatorTest, AllocateWaitingGetsTheSpaceAFreeGivesBack) {
