@@ -46,6 +46,30 @@ bool SameDigest(const Digest& a, const Digest& b) {
   return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
+// RFC 5869 HKDF-SHA256 (extract, then one block of expand: 32 bytes). The info binds the secret
+// to this connection's Hello (ranks, stream, epoch) and the acceptor's epoch.
+ConnectionSecret DeriveSecret(const std::string& key, const Hello& hello,
+                              const unsigned char* acceptor_nonce, uint32_t epoch) {
+  unsigned char salt[64];
+  std::memcpy(salt, hello.nonce, 32);
+  std::memcpy(salt + 32, acceptor_nonce, 32);
+  Digest prk{};
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), salt, sizeof salt, reinterpret_cast<const unsigned char*>(key.data()),
+       key.size(), prk.data(), &len);
+  constexpr char kLabel[] = "korovod connection secret v1";
+  unsigned char info[sizeof kLabel - 1 + sizeof(Hello) + 4 + 1];
+  std::memcpy(info, kLabel, sizeof kLabel - 1);
+  std::memcpy(info + sizeof kLabel - 1, &hello, sizeof hello);
+  std::memcpy(info + sizeof kLabel - 1 + sizeof hello, &epoch, 4);
+  info[sizeof info - 1] = 1;  // T(1) = HMAC(PRK, info | 0x01)
+  ConnectionSecret out;
+  HMAC(EVP_sha256(), prk.data(), static_cast<int>(prk.size()), info, sizeof info,
+       out.bytes.data(), &len);
+  OPENSSL_cleanse(prk.data(), prk.size());
+  return out;
+}
+
 Status RandomNonce(unsigned char* out) {
   if (RAND_bytes(out, 32) != 1) return Internal("RAND_bytes failed");
   return OkStatus();
@@ -54,7 +78,8 @@ Status RandomNonce(unsigned char* out) {
 }  // namespace
 
 Status DialHandshake(int fd, const std::string& key, int from, int to, int stream, int world,
-                     uint32_t epoch, Deadline deadline, const std::string& who) {
+                     uint32_t epoch, Deadline deadline, const std::string& who,
+                     ConnectionSecret* secret) {
   Hello hello{};
   std::memcpy(hello.magic, kHelloMagic, 4);
   hello.version = kProtocolVersion;
@@ -83,6 +108,7 @@ Status DialHandshake(int fd, const std::string& key, int from, int to, int strea
   if (!s.ok() || verdict != 1) {
     return PermissionDenied(who + " rejected this rank's job key (wrong job key)");
   }
+  if (secret != nullptr) *secret = DeriveSecret(key, hello, ch.nonce, ch.epoch);
   return OkStatus();
 }
 
@@ -101,7 +127,8 @@ StatusOr<Hello> ReadHello(int fd, Deadline deadline) {
 }
 
 AcceptOutcome AnswerHello(int fd, const std::string& key, const Hello& hello, uint32_t epoch,
-                          Deadline deadline, const std::string& who) {
+                          Deadline deadline, const std::string& who,
+                          ConnectionSecret* secret) {
   Challenge ch{};
   ch.epoch = epoch;
   if (!RandomNonce(ch.nonce).ok()) return AcceptOutcome::kFailed;
@@ -119,6 +146,7 @@ AcceptOutcome AnswerHello(int fd, const std::string& key, const Hello& hello, ui
   const bool ok = SameDigest(their, Proof(key, "connector", hello, ch.nonce, epoch));
   const char verdict = ok ? 1 : 0;
   (void)WriteFull(fd, &verdict, 1, deadline, who);
+  if (ok && secret != nullptr) *secret = DeriveSecret(key, hello, ch.nonce, epoch);
   return ok ? AcceptOutcome::kAuthenticated : AcceptOutcome::kWrongKey;
 }
 

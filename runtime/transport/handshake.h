@@ -7,6 +7,7 @@
 // before it has the other's nonce, so a recorded exchange cannot be replayed.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -32,12 +33,23 @@ struct Hello {
   unsigned char nonce[32];
 };
 
+// What a completed handshake leaves both ends holding, for the wire-security record layer
+// (wire_security.h): HKDF-SHA256 with the job key as input key material, the dialer's and the
+// acceptor's nonces as salt, and the Hello and the acceptor's epoch in the info. Both nonces are
+// fresh per connection, so every connection gets its own secret; without the key it cannot be
+// computed from what crossed the wire.
+struct ConnectionSecret {
+  std::array<unsigned char, 32> bytes{};
+};
+
 // Dialer side: sends the Hello and completes the challenge within `deadline`. PermissionDenied
 // naming `who` when the job keys differ (whichever side noticed) or when `who` belongs to another
 // membership epoch (the message names both: a rank of an old epoch can never join a new one);
 // other failures are the socket's.
+// `secret`, if set, receives the connection's secret once the acceptor accepted.
 Status DialHandshake(int fd, const std::string& key, int from, int to, int stream, int world,
-                     uint32_t epoch, Deadline deadline, const std::string& who);
+                     uint32_t epoch, Deadline deadline, const std::string& who,
+                     ConnectionSecret* secret = nullptr);
 
 // Acceptor side, first half: reads the Hello. InvalidArgument (with a text fit for "rejected
 // ...") when it is not a korovod Hello of this protocol version; the socket's error otherwise.
@@ -52,7 +64,9 @@ enum class AcceptOutcome {
 };
 
 // Acceptor side, second half: answers a Hello the caller accepted, as a member of `epoch`.
+// `secret`, if set, receives the connection's secret when the outcome is kAuthenticated.
 AcceptOutcome AnswerHello(int fd, const std::string& key, const Hello& hello, uint32_t epoch,
-                          Deadline deadline, const std::string& who);
+                          Deadline deadline, const std::string& who,
+                          ConnectionSecret* secret = nullptr);
 
 }  // namespace korovod

@@ -162,12 +162,13 @@ void HandshakeListener::Handshake(Fd fd, std::string source, std::string ip) {
     return;
   }
   const std::string who = source + " (" + Claim(*hello) + ")";
+  ConnectionSecret secret;
   const AcceptOutcome outcome =
-      AnswerHello(raw, options_.job_key, *hello, options_.epoch, hs, who);
+      AnswerHello(raw, options_.job_key, *hello, options_.epoch, hs, who, &secret);
   finish();
   if (outcome == AcceptOutcome::kAuthenticated) {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(AuthenticatedConnection{std::move(fd), *hello, source});
+    queue_.push_back(AuthenticatedConnection{std::move(fd), *hello, source, secret});
     const uint64_t one = 1;
     (void)!::write(ready_.get(), &one, sizeof one);
     cv_.notify_all();

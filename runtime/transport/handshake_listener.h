@@ -38,6 +38,7 @@ struct AuthenticatedConnection {
   Fd fd;
   Hello hello;
   std::string source;  // "ip:port" of the dialer
+  ConnectionSecret secret;  // the handshake's per-connection secret (wire security)
 };
 
 struct HandshakeListenerOptions {

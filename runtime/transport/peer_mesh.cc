@@ -1,5 +1,6 @@
 #include "runtime/transport/peer_mesh.h"
 
+#include <openssl/crypto.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -21,7 +22,8 @@ namespace {
 constexpr uint32_t kControlMagic = 0x5443564b;  // "KVCT"
 constexpr size_t kMaxReason = 2048;
 // Ping asks "are you running?" and Pong answers it (ExplainTimeout); neither is a last word.
-enum ControlType : uint32_t { kGoodbye = 1, kAbort = 2, kPing = 3, kPong = 4 };
+// kWireMode: the first frame on every control connection, the sender's wire security by name.
+enum ControlType : uint32_t { kGoodbye = 1, kAbort = 2, kPing = 3, kPong = 4, kWireMode = 5 };
 struct ControlHeader {
   uint32_t magic;
   uint32_t type;
@@ -39,6 +41,8 @@ PeerMesh::PeerMesh(int rank, std::vector<PeerAddress> peers, int streams)
     : rank_(rank), peers_(std::move(peers)), streams_(streams) {
   conns_.resize(peers_.size());
   for (auto& c : conns_) c.resize(streams_ + 1);
+  secrets_.resize(peers_.size(), std::vector<ConnectionSecret>(streams_ + 1));
+  control_keys_ = std::make_unique<ControlKeys[]>(peers_.size());
   watched_ = std::make_unique<std::atomic<bool>[]>(peers_.size());
   for (size_t p = 0; p < peers_.size(); ++p) watched_[p].store(false);
   pongs_ = std::make_unique<std::atomic<uint64_t>[]>(peers_.size());
@@ -131,6 +135,7 @@ class PeerMesh::Acceptor {
         continue;
       }
       slot = std::move(next->fd);
+      mesh_.secrets_[h.from][h.stream] = next->secret;
       // Named by the address it came from (its own listening address is what it dialed from).
     }
     if (!Complete()) RecordMissing();
@@ -191,7 +196,7 @@ PeerMesh::Dialed PeerMesh::DialLowerRanks(const TransportOptions& options, int l
       }
       Fd fd = std::move(conn).value();
       Status hs = DialHandshake(fd.get(), options.job_key, rank_, p, s, size(), options.epoch,
-                                HandshakeDeadline(deadline), who);
+                                HandshakeDeadline(deadline), who, &secrets_[p][s]);
       if (hs.code() == StatusCode::kPermissionDenied) {
         if (d.auth_status.ok()) d.auth_status = PermissionDenied(me + ": " + hs.message());
         break;  // on to the next peer, which learns of the mismatch from us too
@@ -218,7 +223,14 @@ StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const TransportOptions& op
   if (streams < 1 || streams > 64) {
     return InvalidArgument("tcp_streams must be in [1, 64], got " + std::to_string(streams));
   }
+  if (options.wire_security != WireSecurity::kNone && options.job_key.empty()) {
+    // Without a key the connection secrets follow from the nonces, which cross the wire.
+    return InvalidArgument(std::string("KOROVOD_WIRE_SECURITY=") +
+                           WireSecurityName(options.wire_security) +
+                           " needs a job key (KOROVOD_JOB_KEY or KOROVOD_JOB_KEY_FILE)");
+  }
   auto mesh = std::make_unique<PeerMesh>(rank, options.peers, streams);
+  mesh->wire_security_ = options.wire_security;
   const Deadline deadline = Deadline::After(options.connect_timeout);
   if (size == 1) return mesh;
 
@@ -248,7 +260,10 @@ StatusOr<std::unique_ptr<PeerMesh>> PeerMesh::Connect(const TransportOptions& op
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
     for (int s = 0; s < links; ++s) KV_RETURN_IF_ERROR(SetNonBlocking(mesh->fd(p, s), true));
-    mesh->watched_[p].store(true, std::memory_order_release);
+  }
+  KV_RETURN_IF_ERROR(mesh->SetUpWireSecurity(options, deadline));
+  for (int p = 0; p < size; ++p) {
+    if (p != rank) mesh->watched_[p].store(true, std::memory_order_release);
   }
   return mesh;
 }
@@ -271,22 +286,109 @@ std::string PeerMesh::RemoteIp(int peer) const {
 
 namespace {
 
-void SendControl(int fd, ControlType type, const std::string& reason) {
+// A control frame: header, reason, and with a job key the GCM tag over both (the header is the
+// additional data; the reason is encrypted in encrypt mode once the modes are agreed).
+std::string ControlFrame(uint32_t type, const std::string& reason, RecordKey* key, bool encrypt) {
   const std::string r = reason.substr(0, kMaxReason);
-  std::string msg(sizeof(ControlHeader) + r.size(), '\0');
+  const size_t tag = key != nullptr ? RecordKey::kTagBytes : 0;
+  std::string msg(sizeof(ControlHeader) + r.size() + tag, '\0');
   const ControlHeader h{kControlMagic, type, static_cast<uint32_t>(r.size())};
   std::memcpy(msg.data(), &h, sizeof h);
   std::memcpy(msg.data() + sizeof h, r.data(), r.size());
-  // Best effort: a few hundred bytes always fit an idle socket's buffer.
-  (void)::send(fd, msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (key != nullptr) {
+    auto* body = reinterpret_cast<std::byte*>(msg.data() + sizeof h);
+    auto* t = reinterpret_cast<unsigned char*>(msg.data() + sizeof h + r.size());
+    if (!key->Seal(encrypt, body, r.size(), body, t, &h, sizeof h)) return "";
+  }
+  return msg;
 }
 
 }  // namespace
 
+void PeerMesh::SendControl(int peer, uint32_t type, const std::string& reason) {
+  ControlKeys& ck = control_keys_[peer];
+  const std::string msg =
+      ControlFrame(type, reason, ck.keyed ? &ck.keys.send : nullptr, ck.encrypt);
+  // Best effort: a few hundred bytes always fit an idle socket's buffer.
+  (void)::send(conns_[peer][streams_].get(), msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+Status PeerMesh::SetUpWireSecurity(const TransportOptions& options, Deadline deadline) {
+  const bool keyed = !options.job_key.empty();
+  if (wire_security_ != WireSecurity::kNone) keys_.resize(peers_.size());
+  for (int p = 0; p < size(); ++p) {
+    if (p == rank_) continue;
+    const bool dialer = p < rank_;  // this rank dialed every connection to a lower rank
+    if (!keys_.empty()) {
+      keys_[p] = std::vector<ConnectionKeys>(streams_);
+      for (int s = 0; s < streams_; ++s) {
+        KV_RETURN_IF_ERROR(InitConnectionKeys(secrets_[p][s], dialer, &keys_[p][s]));
+      }
+    }
+    control_keys_[p].keyed = keyed;
+    if (keyed) {
+      KV_RETURN_IF_ERROR(
+          InitConnectionKeys(secrets_[p][streams_], dialer, &control_keys_[p].keys));
+    }
+  }
+  for (auto& per_peer : secrets_) {
+    for (auto& secret : per_peer) OPENSSL_cleanse(secret.bytes.data(), secret.bytes.size());
+  }
+  secrets_.clear();
+  KV_RETURN_IF_ERROR(AgreeOnWireSecurity(deadline));
+  for (int p = 0; p < size(); ++p) {
+    control_keys_[p].encrypt = wire_security_ == WireSecurity::kEncrypt;
+  }
+  return OkStatus();
+}
+
+Status PeerMesh::AgreeOnWireSecurity(Deadline deadline) {
+  const std::string mine = WireSecurityName(wire_security_);
+  for (int p = 0; p < size(); ++p) {
+    if (p == rank_) continue;
+    ControlKeys& ck = control_keys_[p];
+    const std::string msg = ControlFrame(kWireMode, mine, ck.keyed ? &ck.keys.send : nullptr,
+                                         /*encrypt=*/false);
+    KV_RETURN_IF_ERROR(WriteFull(conns_[p][streams_].get(), msg.data(), msg.size(), deadline,
+                                 Describe(p)));
+  }
+  constexpr uint32_t kMaxName = 32;
+  for (int p = 0; p < size(); ++p) {
+    if (p == rank_) continue;
+    ControlKeys& ck = control_keys_[p];
+    const int fd = conns_[p][streams_].get();
+    ControlHeader h{};
+    KV_RETURN_IF_ERROR(ReadFull(fd, &h, sizeof h, deadline, Describe(p)));
+    if (h.magic == kControlMagic && h.type == kAbort && h.len <= kMaxReason) {
+      // The peer failed to connect to another rank and told us before any keys existed (Connect).
+      std::string reason(h.len, '\0');
+      KV_RETURN_IF_ERROR(ReadFull(fd, reason.data(), h.len, deadline, Describe(p)));
+      return Aborted(Describe(p) + " gave up while connecting (unauthenticated): " + reason);
+    }
+    if (h.magic != kControlMagic || h.type != kWireMode || h.len > kMaxName) {
+      return Internal("garbled wire security announcement from " + Describe(p));
+    }
+    char body[kMaxName + RecordKey::kTagBytes];
+    const size_t tag = ck.keyed ? RecordKey::kTagBytes : 0;
+    KV_RETURN_IF_ERROR(ReadFull(fd, body, h.len + tag, deadline, Describe(p)));
+    if (ck.keyed && !ck.keys.recv.Open(false, reinterpret_cast<std::byte*>(body), h.len,
+                                       reinterpret_cast<unsigned char*>(body + h.len), &h,
+                                       sizeof h)) {
+      return AuthenticationFailed(Describe(p), streams_ + 1, 0);
+    }
+    const std::string theirs(body, h.len);
+    if (theirs != mine) {
+      return InvalidArgument(Describe(p) + " runs KOROVOD_WIRE_SECURITY=" + theirs +
+                             ", this rank " + mine + ": set it alike on every rank");
+    }
+  }
+  return OkStatus();
+}
+
 PeerMesh::~PeerMesh() {
   for (int p = 0; p < size(); ++p) {
     if (p == rank_ || !conns_[p][streams_].valid()) continue;
-    if (!aborted_) SendControl(conns_[p][streams_].get(), kGoodbye, "");
+    if (!aborted_) SendControl(p, kGoodbye, "");
     for (auto& c : conns_[p]) ::shutdown(c.get(), SHUT_RDWR);
   }
 }
@@ -298,7 +400,7 @@ void PeerMesh::Abort(const Status& why) {
   if (failure_.ok()) failure_ = why.ok() ? Aborted("this rank aborted") : why;
   for (int p = 0; p < size(); ++p) {
     if (p != rank_ && conns_[p][streams_].valid()) {
-      SendControl(conns_[p][streams_].get(), kAbort, why.message());
+      SendControl(p, kAbort, why.message());
     }
   }
 }
@@ -330,7 +432,9 @@ Status PeerMesh::PartialControl(int fd, int peer) {
 
 Status PeerMesh::ReadControl(int peer) {
   const int fd = conns_[peer][streams_].get();
-  char buf[sizeof(ControlHeader) + kMaxReason];
+  ControlKeys& ck = control_keys_[peer];
+  const size_t tag = ck.keyed ? RecordKey::kTagBytes : 0;
+  char buf[sizeof(ControlHeader) + kMaxReason + RecordKey::kTagBytes];
   // Pings and pongs may precede a last word: every whole message that has arrived is read.
   while (true) {
     const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
@@ -342,10 +446,18 @@ Status PeerMesh::ReadControl(int peer) {
         watched_[peer].store(false, std::memory_order_release);
         return Internal("garbled control message from " + Describe(peer));
       }
-      if (static_cast<size_t>(n) < sizeof h + h.len) return PartialControl(fd, peer);
-      (void)::recv(fd, buf, sizeof h + h.len, MSG_DONTWAIT);
+      if (static_cast<size_t>(n) < sizeof h + h.len + tag) return PartialControl(fd, peer);
+      (void)::recv(fd, buf, sizeof h + h.len + tag, MSG_DONTWAIT);
+      auto* body = reinterpret_cast<std::byte*>(buf + sizeof h);
+      if (ck.keyed && !ck.keys.recv.Open(ck.encrypt, body, h.len,
+                                         reinterpret_cast<unsigned char*>(buf + sizeof h + h.len),
+                                         &h, sizeof h)) {
+        // Injected or altered: not the peer's word, and the connection can no longer be trusted.
+        watched_[peer].store(false, std::memory_order_release);
+        return AuthenticationFailed(Describe(peer), streams_ + 1, ck.keys.recv.records() - 1);
+      }
       if (h.type == kPing) {
-        SendControl(fd, kPong, "");  // this rank runs: whatever it waits for, it is not stuck
+        SendControl(peer, kPong, "");  // this rank runs: whatever it waits for, it is not stuck
         continue;
       }
       if (h.type == kPong) {
@@ -400,7 +512,7 @@ Status PeerMesh::ExplainTimeout(const std::vector<int>& waited_for, Status error
       }
       asked.push_back(p);
       before.push_back(pongs_[p].load(std::memory_order_acquire));
-      SendControl(conns_[p][streams_].get(), kPing, "");
+      SendControl(p, kPing, "");
     }
   }
   if (asked.empty()) return error;

@@ -12,8 +12,10 @@
 
 #include "common/deadline.h"
 #include "common/status.h"
+#include "runtime/transport/handshake.h"
 #include "runtime/transport/socket.h"
 #include "runtime/transport/transport_options.h"
+#include "runtime/transport/wire_security.h"
 
 namespace korovod {
 
@@ -53,13 +55,23 @@ class PeerMesh {
   const PeerAddress& peer(int p) const { return peers_[p]; }
   // Renames `peer` in messages (the address a higher rank actually came from). Before use only.
   void SetPeerAddress(int p, PeerAddress a) { peers_[p] = std::move(a); }
+  // KOROVOD_WIRE_SECURITY, agreed by every peer in Connect.
+  WireSecurity wire_security() const { return wire_security_; }
+  // The record keys of data connection `stream` to `peer` (wire_security.h); null when
+  // wire_security() is kNone. One transport uses a stream at a time, so they need no lock.
+  ConnectionKeys* keys(int peer, int stream) {
+    return keys_.empty() ? nullptr : &keys_[peer][stream];
+  }
+
   // The IPs at this end and at the peer's end of the connection to `peer` ("" for self).
   std::string LocalIp(int peer) const;
   std::string RemoteIp(int peer) const;
 
   // The control connection carries only small framed messages (goodbye, abort with its reason,
-  // ping and pong), never tensor bytes, so a peer's last word can always be read. -1 for self
-  // and for peers that have left or whose last word was read.
+  // ping and pong), never tensor bytes, so a peer's last word can always be read. With a job key
+  // every frame carries a GCM tag under the connection's control keys (encrypted too in encrypt
+  // mode), so nobody on the path can inject an abort, a goodbye or a pong. -1 for self and for
+  // peers that have left or whose last word was read.
   int watch_fd(int peer) const {
     return watched_[peer].load(std::memory_order_acquire) ? conns_[peer][streams_].get() : -1;
   }
@@ -107,11 +119,28 @@ class PeerMesh {
   // lower rank. Runs while the acceptor answers higher ranks.
   Dialed DialLowerRanks(const TransportOptions& options, int links, const DialPlanner& plan,
                         Deadline deadline);
+  // After every connection is made: the record keys from the handshakes' secrets, then every
+  // peer's KOROVOD_WIRE_SECURITY over the control connections (a frame authenticated whatever
+  // the mode); a peer with another mode is an error naming both.
+  Status SetUpWireSecurity(const TransportOptions& options, Deadline deadline);
+  Status AgreeOnWireSecurity(Deadline deadline);
+  void SendControl(int peer, uint32_t type, const std::string& reason);
+
+  struct ControlKeys {
+    ConnectionKeys keys;
+    bool keyed = false;    // the job has a key: frames carry tags
+    bool encrypt = false;  // frames after the agreement are encrypted
+  };
 
   int rank_;
   std::vector<PeerAddress> peers_;
   int streams_;
   std::vector<std::vector<Fd>> conns_;  // [peer][stream]; [peer][streams_] is control
+  // Handshake secrets, [peer][stream] like conns_: dropped once the keys are made.
+  std::vector<std::vector<ConnectionSecret>> secrets_;
+  WireSecurity wire_security_ = WireSecurity::kNone;
+  std::vector<std::vector<ConnectionKeys>> keys_;  // [peer][data stream]; empty for kNone
+  std::unique_ptr<ControlKeys[]> control_keys_;    // [peer]; used under control_mu_
   std::unique_ptr<std::atomic<bool>[]> watched_;
   std::unique_ptr<std::atomic<uint64_t>[]> pongs_;  // per peer: ExplainTimeout's answers
   mutable std::mutex control_mu_;  // guards control reads, aborted_ and failure_

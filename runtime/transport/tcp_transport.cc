@@ -24,7 +24,9 @@ TcpTransport::TcpTransport(std::shared_ptr<PeerMesh> mesh, size_t stripe_min, Wa
       stripe_min_(stripe_min),
       first_stream_(first_stream),
       streams_(streams > 0 ? streams : mesh_->streams() - first_stream),
-      wait_(wait) {}
+      wait_(wait),
+      sealed_(mesh_->wire_security() != WireSecurity::kNone),
+      encrypt_(mesh_->wire_security() == WireSecurity::kEncrypt) {}
 
 void TcpTransport::PlanParts(int peer, size_t len, std::vector<Part>* parts) const {
   parts->clear();
@@ -35,7 +37,9 @@ void TcpTransport::PlanParts(int peer, size_t len, std::vector<Part>* parts) con
   for (int s = 0; s < streams; ++s) {
     const size_t b = std::min(len, s * part);
     const size_t e = std::min(len, b + part);
-    if (b < e) parts->push_back(Part{mesh_->fd(peer, first_stream_ + s), b, e});
+    if (b < e) {
+      parts->push_back(Part{mesh_->fd(peer, first_stream_ + s), b, e, 0, 0, first_stream_ + s});
+    }
   }
 }
 
@@ -151,6 +155,7 @@ Status TcpTransport::Exchange(const SendSpec& send, const RecvSpec& recv, Deadli
   if (send.peer == mesh_->rank() || recv.peer == mesh_->rank()) {
     return InvalidArgument("a rank cannot exchange with itself");
   }
+  if (sealed_) return SealedExchange(send, recv, deadline);
   PlanParts(send.peer, send.len, &send_parts_);
   PlanParts(recv.peer, recv.len, &recv_parts_);
   // Consumed messages land in one granule-sized window per stream, reused as soon as the consumer
@@ -175,26 +180,29 @@ Status TcpTransport::Exchange(const SendSpec& send, const RecvSpec& recv, Deadli
     if (!idle.Pause()) continue;
     KV_RETURN_IF_ERROR(WaitForSockets(deadline));
     idle.Reset();
-    if (deadline.Expired()) {
-      std::string what;
-      if (recv_left > 0) {
-        what = "waiting to receive " + std::to_string(recv_left) + " of " +
-               std::to_string(recv.len) + " bytes from " + mesh_->Describe(recv.peer);
-      }
-      if (send_left > 0) {
-        what += (what.empty() ? "" : " and ") + std::string("waiting to send ") +
-                std::to_string(send_left) + " of " + std::to_string(send.len) + " bytes to " +
-                mesh_->Describe(send.peer);
-      }
-      // The peer waited for may be waiting for another rank itself: ExplainTimeout tells a
-      // stopped or cut-off peer from a running one, and takes the cause from the latter's abort.
-      std::vector<int> waited_for;
-      if (recv_left > 0) waited_for.push_back(recv.peer);
-      if (send_left > 0) waited_for.push_back(send.peer);
-      return Fail(mesh_->ExplainTimeout(waited_for, DeadlineExceeded("timed out " + what)));
-    }
+    if (deadline.Expired()) return TimedOut(send, recv, send_left, recv_left);
   }
   return OkStatus();
+}
+
+Status TcpTransport::TimedOut(const SendSpec& send, const RecvSpec& recv, size_t send_left,
+                              size_t recv_left) {
+  std::string what;
+  if (recv_left > 0) {
+    what = "waiting to receive " + std::to_string(recv_left) + " of " + std::to_string(recv.len) +
+           " bytes from " + mesh_->Describe(recv.peer);
+  }
+  if (send_left > 0) {
+    what += (what.empty() ? "" : " and ") + std::string("waiting to send ") +
+            std::to_string(send_left) + " of " + std::to_string(send.len) + " bytes to " +
+            mesh_->Describe(send.peer);
+  }
+  // The peer waited for may be waiting for another rank itself: ExplainTimeout tells a stopped
+  // or cut-off peer from a running one, and takes the cause from the latter's abort.
+  std::vector<int> waited_for;
+  if (recv_left > 0) waited_for.push_back(recv.peer);
+  if (send_left > 0) waited_for.push_back(send.peer);
+  return Fail(mesh_->ExplainTimeout(waited_for, DeadlineExceeded("timed out " + what)));
 }
 
 }  // namespace korovod

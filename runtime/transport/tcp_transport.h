@@ -1,6 +1,8 @@
 // TcpTransport: several connections per peer pair; messages of at least stripe_min bytes are
 // split into equal, page-aligned parts, one per connection, so both cores and several socket
 // buffers work on one large message. Non-blocking sockets, no per-message allocation once warm.
+// When the mesh has wire security (wire_security.h), every part is sent as sealed records
+// (tcp_sealed.cc); with none, the bytes go as they are, and the one check is per message.
 #pragma once
 
 #include <poll.h>
@@ -33,6 +35,15 @@ class TcpTransport : public Transport {
     size_t end;
     size_t done = 0;      // bytes moved
     size_t consumed = 0;  // bytes handed to the consumer (receive side)
+    int stream = 0;       // the mesh's stream index (wire security: its keys, its name)
+  };
+  // Wire security: the record a part is moving (tcp_sealed.cc). Part::done counts the payload of
+  // the records complete (received ones verified).
+  struct RecordProgress {
+    size_t begin = 0;  // offset of the record in its part
+    size_t len = 0;    // payload bytes; 0: the next record has not been started
+    size_t moved = 0;  // bytes of payload and tag sent or received
+    unsigned char tag[16] = {};
   };
   void PlanParts(int peer, size_t len, std::vector<Part>* parts) const;
   Status Fail(Status s);
@@ -44,6 +55,13 @@ class TcpTransport : public Transport {
   // Blocks until a socket with work is ready, a watched peer speaks or hangs up, or a poll slice
   // (bounded by `deadline`) ends. A peer's abort or death is the error.
   Status WaitForSockets(Deadline deadline);
+  Status TimedOut(const SendSpec& send, const RecvSpec& recv, size_t send_left,
+                  size_t recv_left);
+  // The same exchange over sealed records (tcp_sealed.cc).
+  Status SealedExchange(const SendSpec& send, const RecvSpec& recv, Deadline deadline);
+  Status SealedSendPass(const SendSpec& send, size_t& send_left, bool& progressed);
+  Status SealedReceivePass(const RecvSpec& recv, size_t& recv_left, bool& progressed);
+  Status SealedReceiveRecord(const RecvSpec& recv, size_t i, std::byte* payload);
 
   std::shared_ptr<PeerMesh> mesh_;
   size_t stripe_min_;
@@ -60,6 +78,10 @@ class TcpTransport : public Transport {
   std::vector<pollfd> pollfds_;   // reused across waits: no allocation per message
   std::vector<int> pollfd_peer_;  // peer owning each control entry, -1 for data entries
   Status broken_;
+  const bool sealed_;   // wire security other than none
+  const bool encrypt_;  // records are encrypted (else authenticated only)
+  std::vector<RecordProgress> send_records_, recv_records_;  // one per part
+  std::vector<std::byte> seal_staging_;  // encrypt: one record of ciphertext per send part
 };
 
 }  // namespace korovod

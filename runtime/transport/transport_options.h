@@ -32,6 +32,15 @@ struct SharedRegion {
   size_t bytes = 0;           // mapped length, the same on every rank
 };
 
+// What protects the bytes on the TCP data and control connections after the handshake
+// (KOROVOD_WIRE_SECURITY; wire_security.h, docs/security.md). One value for the whole job: the
+// mesh refuses a peer with another, naming both. Shared memory is not affected (one pod).
+enum class WireSecurity : uint8_t {
+  kNone,       // data as is: anyone on the path can read and alter tensors
+  kIntegrity,  // every record authenticated (AES-256-GMAC), replays and reordering refused
+  kEncrypt,    // every record encrypted and authenticated (AES-256-GCM)
+};
+
 struct TransportOptions {
   int rank = 0;
   std::vector<PeerAddress> peers;  // one per rank, indexed by rank; size() is the world size
@@ -44,6 +53,8 @@ struct TransportOptions {
   // Membership epoch (elastic training makes a new one per resize or recovery). Part of every
   // handshake: a rank of another epoch is refused, naming both.
   uint32_t epoch = 0;
+  // Needs a job key unless kNone.
+  WireSecurity wire_security = WireSecurity::kNone;
 
   TransportKind transport = TransportKind::kAuto;
   std::chrono::milliseconds connect_timeout{30000};
