@@ -212,6 +212,9 @@ flags:
                       rank's ops through its own korovod-sidecar process with the C++ client,
                       tensors in the shared-memory arena; rows say e.g. "shm+sidecar"
   --sidecar-binary P  korovod-sidecar for --via sidecar (default: next to korovod-bench)
+  --wire-security L   none | integrity | encrypt, or a comma list (default none): TCP records
+                      authenticated / encrypted (KOROVOD_WIRE_SECURITY); each world is run once
+                      per mode, back to back; rows say e.g. "tcp+encrypt"
   --target-time S     seconds of timed loop per size (default $TARGET_TIME, else 0.7;
                       crossover 0.2)
   --algo A            allreduce algorithm: auto | ring | rd (recursive doubling) |
@@ -306,7 +309,8 @@ std::optional<BenchOptions> ParseArgs(int argc, char** argv, UsageError* error, 
     if (a != "--ranks" && a != "--sizes" && a != "--transport" && a != "--target-time" &&
         a != "--algo" && a != "--dtype" && a != "--min-iters" && a != "--max-iters" &&
         a != "--timeout" && a != "--via" && a != "--sidecar-binary" && a != "--join" &&
-        a != "--peers" && a != "--hosts" && a != "--job-key-file" && a != "--hierarchy") {
+        a != "--peers" && a != "--hosts" && a != "--job-key-file" && a != "--hierarchy" &&
+        a != "--wire-security") {
       return fail("unknown flag '" + std::string(a) + "'");
     }
     if (!need_value()) return fail("missing value for " + std::string(a));
@@ -341,6 +345,17 @@ std::optional<BenchOptions> ParseArgs(int argc, char** argv, UsageError* error, 
         return fail(bad.empty() ? "--via is empty" : "bad --via '" + bad + "' (inproc or sidecar)");
       }
       o.vias = *v;
+    } else if (a == "--wire-security") {
+      auto w = ParseChoiceList<WireSecurity>(value,
+                                             {{"none", WireSecurity::kNone},
+                                              {"integrity", WireSecurity::kIntegrity},
+                                              {"encrypt", WireSecurity::kEncrypt}},
+                                             &bad);
+      if (!w) {
+        return fail(bad.empty() ? "--wire-security is empty"
+                                : "bad --wire-security '" + bad + "' (none, integrity, encrypt)");
+      }
+      o.wire_modes = *w;
     } else if (a == "--sidecar-binary") {
       o.sidecar_binary = std::string(value);
     } else if (a == "--join") {

@@ -34,6 +34,9 @@ struct BenchOptions {
   std::vector<size_t> sizes;  // bytes as requested; ops may round (see RoundBytes)
   std::vector<TransportKind> transports;
   std::vector<BenchVia> vias;  // default: in process only
+  // --wire-security: each world is measured once per mode, back to back (innermost), so the
+  // modes' ratios come from one run; rows of a mode other than none say it ("tcp+encrypt").
+  std::vector<WireSecurity> wire_modes = {WireSecurity::kNone};
   // --via sidecar: the korovod-sidecar binary; empty: the one next to korovod-bench.
   std::string sidecar_binary;
   double target_s = 0.7;  // same default as the peers (bench_common.h)

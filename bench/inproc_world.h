@@ -14,11 +14,15 @@ namespace korovod::bench {
 
 class InprocWorld final : public BenchWorld {
  public:
-  explicit InprocWorld(Communicator& comm) : comm_(comm) {}
+  // `label_suffix`: appended to the transport's name in the rows ("+encrypt").
+  explicit InprocWorld(Communicator& comm, std::string label_suffix = "")
+      : comm_(comm), label_suffix_(std::move(label_suffix)) {}
 
   int rank() const override { return comm_.rank(); }
   int size() const override { return comm_.size(); }
-  std::string transport_label() const override { return comm_.transport_name(); }
+  std::string transport_label() const override {
+    return comm_.transport_name() + label_suffix_;
+  }
   Status Barrier() override;
   Status MaxDoubles(double* v, size_t n) override;
   StatusOr<std::unique_ptr<BenchBuffer>> Allocate(size_t bytes) override;
@@ -36,6 +40,7 @@ class InprocWorld final : public BenchWorld {
 
  private:
   Communicator& comm_;
+  std::string label_suffix_;
   std::vector<size_t> counts_;  // N equal blocks, kept so the timed ops allocate nothing
 };
 

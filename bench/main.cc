@@ -23,9 +23,11 @@
 #include "bench/protocol.h"
 #include "bench/sidecar_job.h"
 #include "bench/sidecar_world.h"
+#include "common/env_names.h"
 #include "common/env_settings.h"
 #include "common/json_escape.h"
 #include "common/log.h"
+#include "runtime/transport/wire_security.h"
 #include "runtime/world/communicator.h"
 #include "runtime/world/world.h"
 #include "sidecar/client/client.h"
@@ -201,14 +203,21 @@ int RunWorld(BenchWorld& world, const BenchOptions& o) {
   return failures != 0 ? kExitVerifyFailed : kExitOk;
 }
 
-int RunInprocRank(const BenchOptions& o, TransportKind transport, const std::string& job_key,
-                  int rank, int listen_fd, const std::vector<PeerAddress>& peers) {
+// "" for none, "+integrity" / "+encrypt" otherwise: the rows' transport label.
+std::string WireSuffix(WireSecurity mode) {
+  return mode == WireSecurity::kNone ? "" : std::string("+") + WireSecurityName(mode);
+}
+
+int RunInprocRank(const BenchOptions& o, TransportKind transport, WireSecurity wire,
+                  const std::string& job_key, int rank, int listen_fd,
+                  const std::vector<PeerAddress>& peers) {
   WorldOptions w;
   w.rank = rank;
   w.peers = peers;
   w.listen_fd = listen_fd;
   w.job_key = job_key;
   w.transport = transport;
+  w.wire_security = wire;
   w.hosts = o.join_hosts;
   w.hierarchical = o.algo == AllreduceAlgorithm::kHierarchical ? HierarchyMode::kOn : o.hierarchy;
   auto comm_or = Communicator::Create(w);
@@ -216,12 +225,13 @@ int RunInprocRank(const BenchOptions& o, TransportKind transport, const std::str
     RankError(rank, comm_or.status().WithContext("creating the communicator"));
     return kExitRankFailed;
   }
-  InprocWorld world(*comm_or.value());
+  // Shared memory ignores the mode: its rows keep their plain label.
+  InprocWorld world(*comm_or.value(), transport == TransportKind::kShm ? "" : WireSuffix(wire));
   return RunWorld(world, o);
 }
 
 // A trainer's view: only the sidecar's socket, as korovodrun gives it in KOROVOD_SOCKET.
-int RunSidecarRank(const BenchOptions& o, TransportKind transport, const std::string& socket,
+int RunSidecarRank(const BenchOptions& o, const std::string& label, const std::string& socket,
                    int rank) {
   constexpr auto kConnectTimeout = std::chrono::seconds(30);
   // Like WorldOptions::op_timeout: a wait that outlives it names the op instead of hanging
@@ -232,7 +242,7 @@ int RunSidecarRank(const BenchOptions& o, TransportKind transport, const std::st
     RankError(rank, client.status().WithContext("connecting to its sidecar"));
     return kExitRankFailed;
   }
-  SidecarWorld world(std::move(*client), TransportFlagName(transport), kOpTimeout);
+  SidecarWorld world(std::move(*client), label, kOpTimeout);
   return RunWorld(world, o);
 }
 
@@ -257,11 +267,12 @@ double DefaultTimeout(const BenchOptions& o) {
   return 60.0 + per_size * static_cast<double>(o.sizes.size()) * (o.crossover ? 2 : 1);
 }
 
-LaunchOutcome LaunchInproc(const BenchOptions& o, TransportKind transport, int n, double timeout) {
+LaunchOutcome LaunchInproc(const BenchOptions& o, TransportKind transport, WireSecurity wire, int n,
+                           double timeout) {
   const std::string key = RandomJobKey();
   return LaunchRanks(n, timeout,
                      [&](int rank, int listen_fd, const std::vector<PeerAddress>& peers) {
-                       return RunInprocRank(o, transport, key, rank, listen_fd, peers);
+                       return RunInprocRank(o, transport, wire, key, rank, listen_fd, peers);
                      });
 }
 
@@ -284,7 +295,12 @@ int ArenaHeapMiB(const BenchOptions& o) {
 }
 
 LaunchOutcome LaunchThroughSidecars(const BenchOptions& o, const std::string& binary,
-                                    TransportKind transport, int n, double timeout) {
+                                    TransportKind transport, WireSecurity wire, int n,
+                                    double timeout) {
+  // The sidecars inherit korovod-bench's environment (sidecar_job.h).
+  ::setenv(env::kWireSecurity, WireSecurityName(wire), 1);
+  const std::string label =
+      TransportFlagName(transport) + (transport == TransportKind::kShm ? "" : WireSuffix(wire));
   SidecarJobOptions so;
   so.binary = binary;
   so.ranks = n;
@@ -297,7 +313,7 @@ LaunchOutcome LaunchThroughSidecars(const BenchOptions& o, const std::string& bi
       n, timeout,
       [&](int rank, int listen_fd, const std::vector<PeerAddress>&) {
         ::close(listen_fd);  // the sidecars hold the world's connections, not the ranks
-        return RunSidecarRank(o, transport, sidecars.socket(rank), rank);
+        return RunSidecarRank(o, label, sidecars.socket(rank), rank);
       },
       [&] { return sidecars.Failures(); });
   if (out.exit_code == kExitRankFailed) {
@@ -352,32 +368,36 @@ int Main(int argc, char** argv) {
         return kExitUsage;
       }
     }
-    return RunInprocRank(o, o.transports[0], key, o.join_rank, -1, o.join_peers);
+    return RunInprocRank(o, o.transports[0], o.wire_modes[0], key, o.join_rank, -1,
+                         o.join_peers);
   }
   const double timeout = o.timeout_s > 0 ? o.timeout_s : DefaultTimeout(o);
   const char* what = o.crossover ? "crossover" : BenchOpName(o.op);
   bool verify_failed = false;
-  // Via innermost: the in-process and through-sidecar rows of one world are measured back to
-  // back, so drift of the machine hits both alike.
+  // Via and wire security innermost: the in-process and through-sidecar rows, and the wire
+  // modes, of one world are measured back to back, so drift of the machine hits them alike.
   for (TransportKind transport : o.transports) {
     for (int n : o.ranks) {
       for (BenchVia via : o.vias) {
-        LaunchOutcome out = via == BenchVia::kInproc
-                                ? LaunchInproc(o, transport, n, timeout)
-                                : LaunchThroughSidecars(o, sidecar_binary, transport, n, timeout);
-        if (out.exit_code == kExitRankFailed) {
-          KV_LOG(kError, kBench, "%s N=%d transport=%s%s failed: %s", what, n,
-                 TransportFlagName(transport), via == BenchVia::kSidecar ? "+sidecar" : "",
-                 out.message.c_str());
-          if (out.signal != 0) {
-            // Everything of ours is gone by now; end the way the signal would have.
-            std::fflush(nullptr);
-            signal(out.signal, SIG_DFL);
-            raise(out.signal);
+        for (WireSecurity wire : o.wire_modes) {
+          LaunchOutcome out =
+              via == BenchVia::kInproc
+                  ? LaunchInproc(o, transport, wire, n, timeout)
+                  : LaunchThroughSidecars(o, sidecar_binary, transport, wire, n, timeout);
+          if (out.exit_code == kExitRankFailed) {
+            KV_LOG(kError, kBench, "%s N=%d transport=%s%s%s failed: %s", what, n,
+                   TransportFlagName(transport), WireSuffix(wire).c_str(),
+                   via == BenchVia::kSidecar ? "+sidecar" : "", out.message.c_str());
+            if (out.signal != 0) {
+              // Everything of ours is gone by now; end the way the signal would have.
+              std::fflush(nullptr);
+              signal(out.signal, SIG_DFL);
+              raise(out.signal);
+            }
+            return kExitRankFailed;
           }
-          return kExitRankFailed;
+          if (out.exit_code == kExitVerifyFailed) verify_failed = true;
         }
-        if (out.exit_code == kExitVerifyFailed) verify_failed = true;
       }
     }
   }

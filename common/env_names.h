@@ -28,6 +28,7 @@ inline constexpr char kAutotuneWarmupSamples[] = "KOROVOD_AUTOTUNE_WARMUP_SAMPLE
 inline constexpr char kAutotuneCyclesPerSample[] = "KOROVOD_AUTOTUNE_CYCLES_PER_SAMPLE";
 inline constexpr char kAutotuneSamplesPerTrial[] = "KOROVOD_AUTOTUNE_SAMPLES_PER_TRIAL";
 inline constexpr char kAutotuneMaxTrials[] = "KOROVOD_AUTOTUNE_MAX_TRIALS";
+inline constexpr char kWireSecurity[] = "KOROVOD_WIRE_SECURITY";
 // end engine-variables
 
 // sidecar-variables: read by korovod-sidecar (its placement and wiring).

@@ -2,6 +2,7 @@
 
 #include "common/env_names.h"
 #include "common/env_settings.h"
+#include "runtime/transport/wire_security.h"
 
 namespace korovod {
 namespace {
@@ -56,6 +57,13 @@ const std::vector<EngineVariable>& EngineVariables() {
       {env::kAutotuneCyclesPerSample, "10", "engine cycles that moved data per sample"},
       {env::kAutotuneSamplesPerTrial, "3", "samples per trial (median scores the trial)"},
       {env::kAutotuneMaxTrials, "24", "trials before autotune settles on the best"},
+      {env::kWireSecurity, "none",
+       "what protects tensors on the TCP connections between ranks: none (as they are: anyone on"
+       " the network path can read and alter them; the job-key handshake still keeps strangers "
+       "out), integrity (every record authenticated, AES-256-GMAC: altered, replayed or "
+       "reordered bytes fail the op naming the peer), encrypt (AES-256-GCM: also unreadable on "
+       "the path). integrity and encrypt need a job key; shared memory within a pod is not "
+       "affected (docs/security.md)"},
   };
   return vars;
 }
@@ -80,6 +88,9 @@ StatusOr<EngineConfig> EngineConfig::FromEnvironment(const Getenv& getenv) {
   if (!hierarchical.ok()) return hierarchical.status();
   if (*hierarchical == "1") c.hierarchical = HierarchyMode::kOn;
   if (*hierarchical == "0") c.hierarchical = HierarchyMode::kOff;
+  KV_ASSIGN_OR_RETURN(const std::string wire, settings.Choice(env::kWireSecurity, "none",
+                                                              {"none", "integrity", "encrypt"}));
+  c.wire_security = ParseWireSecurity(wire).value_or(WireSecurity::kNone);
   // The upper bound is Validate()'s, which words its own error for values set in code.
   KV_ASSIGN_OR_RETURN(c.cycle_time_ms, settings.Number(env::kCycleTime, c.cycle_time_ms, 1e-9, 1e9,
                                                        "expected milliseconds > 0"));

@@ -38,6 +38,10 @@ struct EngineConfig {
   // Hierarchical allreduce (runtime/world/host_layout.h); the world is made with it
   // (WorldOptions::hierarchical), so the sidecar passes it on before connecting.
   HierarchyMode hierarchical = HierarchyMode::kAuto;
+  // KOROVOD_WIRE_SECURITY (runtime/transport/wire_security.h): the world's connections are
+  // made with it (TransportOptions::wire_security), so the sidecar passes it on; the mesh
+  // refuses a peer with another value, naming both.
+  WireSecurity wire_security = WireSecurity::kNone;
   // Background cycle: the longest an idle engine waits before it reports to the other ranks (a
   // submit wakes it sooner).
   double cycle_time_ms = 1.0;

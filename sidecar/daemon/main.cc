@@ -281,6 +281,7 @@ StatusOr<WorldOptions> EpochWorld(const RankContext& rc) {
   KV_ASSIGN_OR_RETURN(WorldOptions world, WorldOptionsFrom(rc.cfg));
   world.collective_lanes = rc.engine_config.collective_lanes;  // connections are made per lane
   world.hierarchical = rc.engine_config.hierarchical;          // shared memory among a host's ranks
+  world.wire_security = rc.engine_config.wire_security;        // records on the TCP connections
   // Ranks on one host map each other's arenas, so the engine reduces tensors in the arena
   // straight from the peers' mappings.
   world.shared_regions.push_back(
