@@ -89,6 +89,8 @@ std::vector<VariableCase> EveryVariable() {
        [](const EngineConfig& c) { EXPECT_EQ(c.collective_lanes, 4); }},
       {"KOROVOD_HIERARCHICAL_ALLREDUCE", "1",
        [](const EngineConfig& c) { EXPECT_EQ(c.hierarchical, HierarchyMode::kOn); }},
+      {"KOROVOD_WIRE_SECURITY", "encrypt",
+       [](const EngineConfig& c) { EXPECT_EQ(c.wire_security, WireSecurity::kEncrypt); }},
       {"KOROVOD_CYCLE_TIME", "2.5", [](const EngineConfig& c) { EXPECT_EQ(c.cycle_time_ms, 2.5); }},
       {"KOROVOD_STRAGGLER_THRESHOLD_MS", "250",
        [](const EngineConfig& c) { EXPECT_EQ(c.straggler_threshold, 250ms); }},
@@ -263,6 +265,10 @@ TEST(EngineConfigTest, BadCollectiveLanes) {
 TEST(EngineConfigTest, HierarchicalAllreduceIsAutoOneOrZeroAndTakesHorovodsName) {
   EXPECT_EQ(Parse({})->hierarchical, HierarchyMode::kAuto);
   EXPECT_EQ(Parse({{"KOROVOD_HIERARCHICAL_ALLREDUCE", "0"}})->hierarchical, HierarchyMode::kOff);
+  EXPECT_EQ(Parse({})->wire_security, WireSecurity::kNone);
+  EXPECT_EQ(Parse({{"KOROVOD_WIRE_SECURITY", "integrity"}})->wire_security,
+            WireSecurity::kIntegrity);
+  EXPECT_FALSE(Parse({{"KOROVOD_WIRE_SECURITY", "tls"}}).ok());
   EXPECT_EQ(Parse({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}})->hierarchical, HierarchyMode::kOn);
   EXPECT_EQ(
       Parse({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}, {"KOROVOD_HIERARCHICAL_ALLREDUCE", "0"}})
