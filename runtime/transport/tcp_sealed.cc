@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "runtime/transport/tcp_transport.h"
+#include "runtime/transport/tcp_transport.h"  // the class these members belong to
 #include "runtime/transport/wire_security.h"
 
 namespace korovod {

@@ -392,8 +392,9 @@ TEST_P(Tampering, AReplayedRecordFails) {
     return OkStatus();
   });
   ExpectAllRanksOk(world);
-  EXPECT_TRUE(Contains(errors[0], "rank 1 (" + world.peers[1].ToString() +
-                                      "): message authentication failed on connection 1 (record 1)"))
+  const std::string sender = "rank 1 (" + world.peers[1].ToString() + ")";
+  EXPECT_TRUE(
+      Contains(errors[0], sender + ": message authentication failed on connection 1 (record 1)"))
       << errors[0];
   EXPECT_TRUE(Contains(errors[1], "message authentication failed")) << errors[1];
 }
@@ -431,7 +432,9 @@ TEST_P(Tampering, AForgedAbortIsNotBelieved) {
 
 INSTANTIATE_TEST_SUITE_P(Sealed, Tampering,
                          ::testing::Values(WireSecurity::kIntegrity, WireSecurity::kEncrypt),
-                         [](const auto& info) { return std::string(WireSecurityName(info.param)); });
+                         [](const auto& info) {
+                           return std::string(WireSecurityName(info.param));
+                         });
 
 // Encrypt: a tensor's bytes never cross the wire as they are (integrity: they do, which shows
 // that the relay sees them).
