@@ -14,8 +14,7 @@ namespace korovod {
 namespace {
 
 constexpr char kHelloMagic[4] = {'K', 'V', 'R', 'D'};
-// 2: the epoch in Hello and Challenge; 3: the acceptor's epoch inside its proof.
-constexpr uint32_t kProtocolVersion = 3;
+constexpr uint32_t kProtocolVersion = kHandshakeProtocolVersion;
 
 using Digest = std::array<unsigned char, 32>;
 

@@ -20,6 +20,10 @@ namespace korovod {
 inline constexpr int32_t kProbeStream = -1;       // preflight reachability probe (closed after)
 inline constexpr int32_t kRendezvousStream = -2;  // registration with the rendezvous coordinator
 
+// The Hello's version: 2 the epoch in Hello and Challenge; 3 the acceptor's epoch inside its
+// proof; 4 the mode agreement and authenticated frames on the control connection (wire security).
+inline constexpr uint32_t kHandshakeProtocolVersion = 4;
+
 // The dialer's opening message (wire layout, fixed size).
 struct Hello {
   char magic[4];

@@ -128,7 +128,7 @@ void Negotiation() {
 void Handshake() {
   Hello h{};
   std::memcpy(h.magic, "KVRD", 4);
-  h.version = 2;
+  h.version = kHandshakeProtocolVersion;
   h.from = 1;
   h.to = 0;
   h.stream = 0;

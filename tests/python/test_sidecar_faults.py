@@ -161,7 +161,7 @@ def test_an_impostor_without_the_key_does_not_stop_a_forming_world(job):
         except OSError:
             assert time.monotonic() < deadline
             time.sleep(0.05)
-    hello = struct.pack("<4sIiiiiII32s", b"KVRD", 3, 1, 0, 0, 2, 0, 0, os.urandom(32))
+    hello = struct.pack("<4sIiiiiII32s", b"KVRD", 4, 1, 0, 0, 2, 0, 0, os.urandom(32))
     s.sendall(hello)
     challenge = b""
     while len(challenge) < 68:

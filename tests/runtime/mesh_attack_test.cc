@@ -30,7 +30,7 @@ constexpr size_t kChallengeBytes = 4 + 32 + 32;  // epoch, nonce, proof (handsha
 Hello ImpostorHello(int from, int to, int world, int32_t stream) {
   Hello h{};
   std::memcpy(h.magic, "KVRD", 4);
-  h.version = 3;
+  h.version = kHandshakeProtocolVersion;
   h.from = from;
   h.to = to;
   h.stream = stream;
