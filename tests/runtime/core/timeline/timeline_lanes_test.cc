@@ -53,8 +53,12 @@ TEST(TimelineLanesTest, MillionUnnamedOpsKeepLanesAndMemoryBounded) {
   std::printf("timeline: %d distinct names, at most %zu lanes; RSS %.1f MiB after 10^5 ops, "
               "%.1f MiB after 10^6\n",
               kOps, max_lanes, rss_at_100k, rss_end);
-  // Unbounded, 900k more lanes would be ~100 MiB (a name, a node, a list entry each).
+  // Unbounded, 900k more lanes would be ~100 MiB (a name, a node, a list entry each). Under
+  // AddressSanitizer freed memory sits in its quarantine (256 MiB) and RSS says nothing about
+  // what the timeline keeps: there the lane count above is the bound.
+#if !defined(__SANITIZE_ADDRESS__)
   EXPECT_LT(rss_end - rss_at_100k, 32.0);
+#endif
 }
 
 TEST(TimelineLanesTest, OpenSpansSurviveEvictionAndRecurringNamesKeepTheirLane) {
