@@ -13,6 +13,10 @@
 namespace korovod::k8s_operator {
 namespace {
 
+// JSON nesting an AdmissionReview may have: a pod's spec is about 10 deep; 64 leaves room for
+// any real value (annotations, CRD-style env) and keeps every walk over the review shallow.
+constexpr int kMaxReviewDepth = 64;
+
 using nlohmann::json;
 
 const json& Member(const json& object, const char* key) {
@@ -259,7 +263,26 @@ InjectionPlan PlanInjection(const json& pod, const std::string& ns,
 
 AdmissionReply ReviewPodCreation(std::string_view request_body, const OperatorSettings& settings) {
   AdmissionReply reply;
-  json review = json::parse(request_body, nullptr, /*allow_exceptions=*/false);
+  // Deeper values are dropped while parsing (the parser keeps its own stack), so nothing built
+  // from the review recurses that deep: a pod's spec nested 100,000 levels once crashed the
+  // operator (issue 31). No real pod comes near the limit.
+  bool too_deep = false;
+  json review = json::parse(
+      request_body,
+      [&too_deep](int depth, json::parse_event_t, json&) {
+        if (depth > kMaxReviewDepth) too_deep = true;
+        return depth <= kMaxReviewDepth;
+      },
+      /*allow_exceptions=*/false);
+  if (too_deep) {
+    reply.http_status = 400;
+    reply.body = {{"error", "the AdmissionReview is nested deeper than " +
+                                std::to_string(kMaxReviewDepth) + " levels"}};
+    reply.log = "rejected an AdmissionReview nested deeper than " +
+                std::to_string(kMaxReviewDepth) + " levels";
+    reply.outcome = "error";
+    return reply;
+  }
   const json& request = Member(review, "request");
   const std::string uid = StringMember(request, "uid");
   if (review.is_discarded() || StringMember(review, "kind") != "AdmissionReview" || uid.empty()) {

@@ -286,5 +286,26 @@ TEST(SidecarInjector, MalformedReviewsGetA400AndNeverThrow) {
   EXPECT_FALSE(update.body["response"].contains("patch"));
 }
 
+// Issue 31: a pod that opts in with a value nested 100,000 levels deep in its spec killed the
+// operator (SIGSEGV). The review is refused with a 400 naming the depth; nothing recurses.
+TEST(SidecarInjector, ADeeplyNestedReviewIsRefusedNotACrash) {
+  json pod = StatefulSetPod(0);
+  std::string deep(100000, '[');
+  deep += std::string(100000, ']');
+  std::string body = Review(pod).dump();
+  const std::string marker = "\"spec\":{";
+  const size_t at = body.find(marker);
+  ASSERT_NE(at, std::string::npos);
+  body.insert(at + marker.size(), "\"deep\":" + deep + ",");
+  const AdmissionReply reply = ReviewPodCreation(body, {});
+  EXPECT_EQ(reply.http_status, 400);
+  EXPECT_NE(reply.body.dump().find("nested deeper than"), std::string::npos) << reply.body.dump();
+  // A thousand levels, as deep as anything real, is still only JSON: answered.
+  std::string shallow = Review(pod).dump();
+  shallow.insert(shallow.find(marker) + marker.size(),
+                 "\"deep\":" + std::string(50, '[') + std::string(50, ']') + ",");
+  EXPECT_EQ(ReviewPodCreation(shallow, {}).http_status, 200);
+}
+
 }  // namespace
 }  // namespace korovod::k8s_operator
