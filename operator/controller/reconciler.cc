@@ -1078,8 +1078,23 @@ class JobReconciler {
       Create(BuildWorldConfigMap(job_, status_.epoch, settings_),
              "world of epoch " + std::to_string(status_.epoch));
     }
-    if (job_.spec.scheduling_policy.gang.enabled &&
-        FindByName(observed_.pod_groups, PodGroupName(job_)) == nullptr) {
+    const json* group = job_.spec.scheduling_policy.gang.enabled
+                            ? FindByName(observed_.pod_groups, PodGroupName(job_))
+                            : nullptr;
+    if (group != nullptr) {
+      // A resize changes the gang's size: a PodGroup still asking for the old world's minMember
+      // would never let the new epoch's pods be bound (fewer pods) or bind them early (more).
+      // It is replaced: deleted now (workers wait), created afresh on the next reconcile.
+      const json want = BuildPodGroup(job_);
+      const json* have = FindPath(*group, {"spec", "minMember"});
+      if (have == nullptr || *have != want["spec"]["minMember"]) {
+        Delete(*group, want["apiVersion"].get<std::string>(), kPodGroupKind,
+               "gang of another size (minMember " + (have ? have->dump() : std::string("unset")) +
+                   ", now " + want["spec"]["minMember"].dump() + ")");
+        pod_group_ready_ = false;
+        Requeue(out_, 1);
+      }
+    } else if (job_.spec.scheduling_policy.gang.enabled) {
       Create(BuildPodGroup(job_), "gang scheduling");
       // Workers wait until the PodGroup is observed: created without it they would be placed
       // one by one (or never, when the scheduler's CRD is missing and the create fails). The

@@ -859,6 +859,26 @@ TEST(Reconcile, GangPodGroupIsCreatedForBothProviders) {
   }
 }
 
+// Issue 31: a resize changes the gang's size. The PodGroup of the old size is replaced before the
+// new epoch's workers are created, so the gang scheduler binds exactly the new world.
+TEST(Reconcile, AResizeReplacesThePodGroupOfTheOldSize) {
+  json job = MinimalJob(4);
+  job["spec"]["schedulingPolicy"] = {{"gang", {{"enabled", true}, {"provider", "volcano"}}}};
+  FakeCluster c = RunningJob(job);
+  ASSERT_EQ(c.pod_groups().size(), 1u);
+  EXPECT_EQ(c.pod_groups()[0]["spec"]["minMember"], 4);
+  c.spec()["replicas"] = 3;
+  c.job()["metadata"]["generation"] = 2;
+  const ReconcileResult r = c.Step(kT0 + 20);
+  EXPECT_EQ(Names(r, Action::Kind::kDelete, "PodGroup"), std::vector<std::string>{"j"});
+  EXPECT_EQ(CountKind(r, Action::Kind::kCreate, "Pod"), 0);  // not before the gang is right
+  c.Settle(kT0 + 21);
+  ASSERT_EQ(c.pod_groups().size(), 1u);
+  EXPECT_EQ(c.pod_groups()[0]["spec"]["minMember"], 3);
+  EXPECT_EQ(c.PodNames().size(), 3u);
+  EXPECT_EQ(c.status()["epoch"], 2);
+}
+
 // --- the world in status, per-rank state, the start-up bound, managedBy ---------------------
 
 // The current epoch's size lives in status.worldSize: a resize is seen even when the world
