@@ -25,6 +25,19 @@ void LeaderElector::Start() {
   std::lock_guard<std::mutex> lock(mu_);
   if (thread_.joinable() || stopping_) return;
   thread_ = std::thread([this] { Run(); });
+  deadline_thread_ = std::thread([this] { WatchRenewDeadline(); });
+}
+
+void LeaderElector::WatchRenewDeadline() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, std::chrono::milliseconds(50), [this] { return stopping_; });
+    if (stopping_ || !leader_) continue;
+    if (std::chrono::steady_clock::now() - last_renew_ < config_.renew_deadline) continue;
+    lock.unlock();
+    SetLeader(false);
+    lock.lock();
+  }
 }
 
 void LeaderElector::Stop() {
@@ -34,6 +47,7 @@ void LeaderElector::Stop() {
     cv_.notify_all();
   }
   if (thread_.joinable()) thread_.join();
+  if (deadline_thread_.joinable()) deadline_thread_.join();
 }
 
 bool LeaderElector::IsLeader() const {
@@ -140,6 +154,8 @@ void LeaderElector::Run() {
       if (stopping_) break;
     }
     StatusOr<bool> held = Internal("lease attempt did not run");
+    // A renewal counts from when it was sent: the lease's clock starts no later than that.
+    const auto attempt_start = std::chrono::steady_clock::now();
     try {
       held = TryAcquireOrRenew();
     } catch (const std::exception& e) {  // a malformed lease must not kill the thread
@@ -154,6 +170,10 @@ void LeaderElector::Run() {
     }
     if (held.ok() && held.value()) {
       last_renew = now;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        last_renew_ = attempt_start;
+      }
       SetLeader(true);
     } else if (IsLeader()) {
       // Another holder: lost at once. A failed request: keep leading until the renew deadline,

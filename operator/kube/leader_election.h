@@ -58,6 +58,10 @@ class LeaderElector {
 
  private:
   void Run();
+  // Drops leadership once the last successful renewal is renew_deadline old, even while a
+  // request hangs (one GET and PUT can take two read timeouts): a standby takes over after the
+  // lease duration, and two leaders would serve two membership servers per elastic job.
+  void WatchRenewDeadline();
   void Release();
   void SetLeader(bool leader);
 
@@ -73,7 +77,9 @@ class LeaderElector {
   // them, on one thread at a time (the elector's, or a test's before Start()).
   std::string observed_record_;
   std::chrono::steady_clock::time_point observed_time_{};
+  std::chrono::steady_clock::time_point last_renew_{};  // guarded by mu_
   std::thread thread_;
+  std::thread deadline_thread_;
 };
 
 }  // namespace korovod::kube

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/rfc3339.h"
@@ -27,6 +28,7 @@ class LeaseStore {
  public:
   explicit LeaseStore(FakeApiServer& fake) {
     fake.server().Get(kLeasePath, [this](const httplib::Request&, httplib::Response& res) {
+      Hang();
       std::lock_guard<std::mutex> lock(mu_);
       if (lease_.is_null()) return NotFound(res);
       res.set_content(lease_.dump(), "application/json");
@@ -46,6 +48,7 @@ class LeaseStore {
                          res.set_content(lease_.dump(), "application/json");
                        });
     fake.server().Put(kLeasePath, [this](const httplib::Request& req, httplib::Response& res) {
+      Hang();
       std::lock_guard<std::mutex> lock(mu_);
       if (lease_.is_null()) return NotFound(res);
       auto update = nlohmann::json::parse(req.body);
@@ -65,6 +68,12 @@ class LeaseStore {
   nlohmann::json lease() {
     std::lock_guard<std::mutex> lock(mu_);
     return lease_;
+  }
+  // Requests that arrive while set wait this long before they are answered (an API server that
+  // hangs, or a partition that holds the connection).
+  std::atomic<int> hang_ms{0};
+  void Hang() {
+    if (const int ms = hang_ms.load(); ms > 0) std::this_thread::sleep_for(milliseconds(ms));
   }
   void Set(nlohmann::json lease) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -137,6 +146,27 @@ TEST(LeaderElectionTest, ExactlyOneLeadsAndAStandbyTakesOverAfterStop) {
   EXPECT_EQ((a_leads ? b_started : a_started).load(), 1);
   standby.Stop();
   EXPECT_EQ(store.lease()["spec"]["holderIdentity"], "");
+}
+
+// Issue 31: a renewal that hangs (each request may wait out a 30 s read timeout) must not keep the
+// old leader leading past its renew deadline while a standby takes over after the lease.
+TEST(LeaderElectionTest, AHungRenewalEndsLeadershipAtTheRenewDeadline) {
+  FakeApiServer fake;
+  LeaseStore store(fake);
+  fake.Start();
+  auto client = fake.Client();
+  std::atomic<int> started{0}, stopped{0};
+  LeaderElector a(*client, Config("a", &started, &stopped));
+  a.Start();
+  ASSERT_TRUE(Eventually([&] { return a.IsLeader(); }));
+  store.hang_ms = 4000;
+  const auto hung_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(Eventually([&] { return !a.IsLeader(); }, milliseconds(3000)));
+  // Dropped while the request still hangs, not when it returns.
+  EXPECT_LT(std::chrono::steady_clock::now() - hung_at, milliseconds(3500));
+  EXPECT_EQ(stopped.load(), 1);
+  store.hang_ms = 0;
+  a.Stop();
 }
 
 TEST(LeaderElectionTest, ALeaderWithItsClockAnHourBehindKeepsTheLease) {
