@@ -80,7 +80,10 @@ def venv():
         assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-6000:]
         wheels = [w for w in os.listdir(os.path.join(root, "dist")) if w.endswith(".whl")]
         assert len(wheels) == 1, wheels
-        p = subprocess.run(pip + ["install", "--no-deps", os.path.join(root, "dist", wheels[0])],
+        # --ignore-installed: a korovod installed system-wide (the README's first command) is seen
+        # through --system-site-packages, and pip would keep it instead of installing the wheel.
+        p = subprocess.run(pip + ["install", "--no-deps", "--ignore-installed",
+                                  os.path.join(root, "dist", wheels[0])],
                            env=env, cwd=root, capture_output=True, text=True, timeout=600)
         assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-6000:]
         yield path
