@@ -138,7 +138,9 @@ Response Coordinator::Decide(const std::string& name, const Entry& e) const {
     for (int64_t d : resp.first_dims) overflow = overflow || __builtin_add_overflow(rows, d, &rows);
     TensorShape whole = resp.shape;
     whole.insert(whole.begin(), rows);
-    if (overflow || NumBytes(whole, DataTypeSize(resp.dtype)) < 0) {
+    // The row alone too: with no rows at all the whole is 0 bytes whatever a row's size.
+    if (overflow || NumBytes(whole, DataTypeSize(resp.dtype)) < 0 ||
+        NumBytes(resp.shape, DataTypeSize(resp.dtype)) < 0) {
       resp.error = "tensor \"" + name + "\": the ranks' rows together (" +
                    ShapeString(resp.first_dims) + ") overflow 64 bits";
       resp.first_dims.clear();
