@@ -481,11 +481,7 @@ Status PeerMesh::PollControl(Deadline until, const std::function<bool()>& done) 
     if (!recorded.ok()) return recorded;  // another transport of this mesh read a failure
     std::vector<pollfd> fds;
     std::vector<int> who;
-    for (int p = 0; p < size(); ++p) {
-      if (watch_fd(p) < 0) continue;
-      fds.push_back({watch_fd(p), POLLIN | POLLRDHUP, 0});
-      who.push_back(p);
-    }
+    WatchedControlFds(fds, who);
     if (until.Expired()) break;
     const int wait = std::min(50, std::max(0, until.RemainingMs()));
     if (fds.empty()) {
@@ -542,14 +538,18 @@ Status PeerMesh::ExplainTimeout(const std::vector<int>& waited_for, Status error
                                   " answered, so it runs and waits for another rank in turn)");
 }
 
-Status PeerMesh::CheckPeersAlive() {
-  std::vector<pollfd> fds;
-  std::vector<int> who;
+void PeerMesh::WatchedControlFds(std::vector<pollfd>& fds, std::vector<int>& who) const {
   for (int p = 0; p < size(); ++p) {
     if (watch_fd(p) < 0) continue;
     fds.push_back({watch_fd(p), POLLIN | POLLRDHUP, 0});
     who.push_back(p);
   }
+}
+
+Status PeerMesh::CheckPeersAlive() {
+  std::vector<pollfd> fds;
+  std::vector<int> who;
+  WatchedControlFds(fds, who);
   if (fds.empty() || ::poll(fds.data(), fds.size(), 0) <= 0) return OkStatus();
   for (size_t i = 0; i < fds.size(); ++i) {
     if (fds[i].revents != 0) KV_RETURN_IF_ERROR(OnControlEvent(who[i]));

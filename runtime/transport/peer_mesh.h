@@ -3,6 +3,8 @@
 // notices when a peer process dies.
 #pragma once
 
+#include <poll.h>
+
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -106,6 +108,8 @@ class PeerMesh {
   friend struct PeerMeshFuzzAccess;  // tests/fuzz: feeds a control connection any bytes
   class Acceptor;                    // the accepting half of Connect (peer_mesh.cc)
   Status ReadControl(int peer);  // OnControlEvent's read, control_mu_ held
+  // The control connections still watched, as a poll set, and the peer of each entry.
+  void WatchedControlFds(std::vector<pollfd>& fds, std::vector<int>& who) const;
   // Reads every watched control connection until `until` or `done()`: answers pings, counts
   // pongs; the first peer failure (or this mesh's recorded one) ends it.
   Status PollControl(Deadline until, const std::function<bool()>& done);
