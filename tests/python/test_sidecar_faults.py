@@ -211,6 +211,16 @@ def test_no_key_refuses_to_start_and_the_key_stays_out_of_proc_environ(job):
     assert "KOROVOD_INSECURE_NO_KEY=1: NO JOB KEY" in j.log(0), j.log(0)
 
 
+def wait_until_waiting_in_allreduce(trainer):
+    """Reads the trainer's output until it waits in the allreduce its peer never joins."""
+    deadline = time.monotonic() + 60
+    line = ""
+    while "waiting in allreduce" not in line:
+        line = trainer.stdout.readline()
+        assert line or trainer.poll() is None, "the trainer ended early"
+        assert time.monotonic() < deadline
+
+
 def test_a_trainer_sees_its_sidecar_killed(job):
     j = job()
     j.start_sidecar(0)
@@ -219,12 +229,7 @@ def test_a_trainer_sees_its_sidecar_killed(job):
     j.wait_socket(1)
     t0 = j.trainer(0, TRAIN, 5, 60)
     t1 = j.trainer(1, TRAIN, 5, 60)
-    deadline = time.monotonic() + 60
-    line = ""
-    while "waiting in allreduce" not in line:
-        line = t0.stdout.readline()
-        assert line or t0.poll() is None, "trainer 0 ended early"
-        assert time.monotonic() < deadline
+    wait_until_waiting_in_allreduce(t0)
     time.sleep(0.5)
     killed_at = time.time()
     j.sidecars[0].send_signal(signal.SIGKILL)
@@ -248,12 +253,7 @@ def test_a_restarted_sidecar_serves_again(job):
     go_on = os.path.join(j.d, "restarted")
     t0 = j.trainer(0, TRAIN, 5, 60, go_on)
     t1 = j.trainer(1, TRAIN, 5, 60)
-    deadline = time.monotonic() + 60
-    line = ""
-    while "waiting in allreduce" not in line:
-        line = t0.stdout.readline()
-        assert line or t0.poll() is None, "trainer 0 ended early"
-        assert time.monotonic() < deadline
+    wait_until_waiting_in_allreduce(t0)
     j.sidecars[0].send_signal(signal.SIGKILL)
     j.sidecars[0].wait()
     os.unlink(j.socket(0))  # as the kubelet finds it: the socket file may stay too; either works
