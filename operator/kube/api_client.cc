@@ -7,10 +7,12 @@
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
 
+#include <mutex>
 #include <vector>
 
 #include "common/json_read.h"
 #include "operator/kube/query.h"
+#include "operator/kube/rate_limiter.h"
 #include "operator/kube/token_source.h"
 
 namespace korovod::kube {
@@ -112,6 +114,21 @@ const char* PatchContentType(PatchType type) {
   return "application/merge-patch+json";
 }
 
+// A request that may be sent twice without changing the outcome: sent again once when a kept-alive
+// connection turns out closed by the server (its idle timeout raced our send). A POST is not
+// (its retry would meet AlreadyExists for a create that did happen, or post an Event twice);
+// PUT and PATCH are left to their callers, which re-read and decide (a stale PUT is a 409).
+bool RetriableOnStaleConnection(const std::string& method) {
+  return method == "GET" || method == "DELETE";
+}
+
+// The transport failures a connection closed under us produces; a timeout is not one of them
+// (told apart by the time it took: see Impl::Do).
+bool ConnectionLost(httplib::Error error) {
+  return error == httplib::Error::Read || error == httplib::Error::Write ||
+         error == httplib::Error::SSLConnection || error == httplib::Error::Connection;
+}
+
 StatusCode TransportCode(httplib::Error error) {
   switch (error) {
     case httplib::Error::Canceled:
@@ -134,19 +151,26 @@ struct ApiClient::Impl {
   X509Ptr client_cert;
   PkeyPtr client_key;
   mutable TokenSource tokens;
+  mutable TokenBucket limiter;
+  // Idle kept-alive connections; a request takes one (or opens one) and gives it back after.
+  mutable std::mutex pool_mu;
+  mutable std::vector<std::unique_ptr<httplib::ClientImpl>> idle;
 
   Impl(KubeConfig c, ApiClientOptions o, ServerUrl u)
       : config(std::move(c)),
         options(std::move(o)),
         url(std::move(u)),
-        tokens(config.token, config.token_file) {}
+        tokens(config.token, config.token_file),
+        limiter(options.qps, options.burst) {}
 
   std::string Where(const std::string& method, const std::string& path) const {
     return method + " " + config.server + path;
   }
 
-  // A fresh connection per request: this is what makes ApiClient thread-safe.
-  StatusOr<std::unique_ptr<httplib::ClientImpl>> NewClient(const std::string& what) const {
+  // A new httplib client (it connects on its first request). Each is used by one thread at a
+  // time: that, not a lock around it, is what makes ApiClient thread-safe.
+  StatusOr<std::unique_ptr<httplib::ClientImpl>> NewClient(const std::string& what,
+                                                           bool keep_alive) const {
     std::unique_ptr<httplib::ClientImpl> cli;
     if (url.https) {
       auto ssl = client_cert ? std::make_unique<httplib::SSLClient>(
@@ -171,8 +195,30 @@ struct ApiClient::Impl {
     const auto cms = options.connect_timeout.count();
     cli->set_connection_timeout(cms / 1000, (cms % 1000) * 1000);
     cli->set_url_encode(false);  // paths and queries are encoded already (Query)
-    cli->set_keep_alive(false);
+    cli->set_keep_alive(keep_alive);
     return cli;
+  }
+
+  StatusOr<std::unique_ptr<httplib::ClientImpl>> Acquire(const std::string& what) const {
+    {
+      std::lock_guard<std::mutex> lock(pool_mu);
+      if (!idle.empty()) {
+        std::unique_ptr<httplib::ClientImpl> cli = std::move(idle.back());
+        idle.pop_back();
+        return cli;
+      }
+    }
+    return NewClient(what, options.max_idle_connections > 0);
+  }
+
+  // Back to the pool when it has room and the connection is still open (a failure or the
+  // server's "Connection: close" has closed it); else it closes here.
+  void Release(std::unique_ptr<httplib::ClientImpl> cli) const {
+    if (!cli->is_socket_open()) return;
+    std::lock_guard<std::mutex> lock(pool_mu);
+    if (static_cast<int>(idle.size()) < options.max_idle_connections) {
+      idle.push_back(std::move(cli));
+    }
   }
 
   StatusOr<httplib::Headers> Headers(const std::string& what) const {
@@ -197,8 +243,8 @@ struct ApiClient::Impl {
   ApiResult Do(const std::string& method, const std::string& path, const std::string& body,
                const std::string& content_type) const {
     const std::string what = Where(method, path);
-    auto cli = NewClient(what);
-    if (!cli.ok()) return ApiResult(cli.status());
+    const std::chrono::nanoseconds waited = limiter.Wait();
+    if (options.on_rate_limit_wait) options.on_rate_limit_wait(waited);
     auto headers = Headers(what);
     if (!headers.ok()) return ApiResult(headers.status());
     httplib::Request req;
@@ -209,8 +255,24 @@ struct ApiClient::Impl {
       req.headers.emplace("Content-Type", content_type);
       req.body = body;
     }
+    auto cli = Acquire(what);
+    if (!cli.ok()) return ApiResult(cli.status());
+    const bool reused = cli.value()->is_socket_open() != 0;
+    const auto sent = std::chrono::steady_clock::now();
     httplib::Result res = cli.value()->send(req);
-    if (!res) return TransportError(what, res.error(), *cli.value());
+    if (!res && reused && ConnectionLost(res.error()) && RetriableOnStaleConnection(method) &&
+        std::chrono::steady_clock::now() - sent < options.timeout) {
+      // The server closed the idle connection as we sent on it (not a timeout: that takes
+      // options.timeout). Once more on a new connection; its failure is the answer.
+      cli = NewClient(what, options.max_idle_connections > 0);
+      if (!cli.ok()) return ApiResult(cli.status());
+      res = cli.value()->send(req);
+    }
+    if (res) {
+      Release(std::move(cli).value());
+    } else {
+      return TransportError(what, res.error(), *cli.value());
+    }
     if (res->status < 200 || res->status >= 300) {
       return ApiErrorFromResponse(what, res->status, res->body);
     }
@@ -274,7 +336,11 @@ ApiResult ApiClient::List(const std::string& path, const ListOptions& options) c
     }
     // An empty list may come as "items": null.
     if (last.contains("items") && last["items"].is_array()) {
-      for (auto& item : last["items"]) items.push_back(std::move(item));
+      for (auto& item : last["items"]) {
+        if (options.transform) options.transform(item);
+        items.push_back(std::move(item));
+      }
+      last["items"] = nullptr;  // the page's whole objects go now, not with the next page
     }
     continue_token = StringAt(last, {"metadata", "continue"});
   } while (!continue_token.empty());
@@ -327,7 +393,7 @@ ApiResult ApiClient::Delete(const std::string& path, const DeleteOptions& option
 ApiResult ApiClient::Stream(const std::string& path, const ChunkReceiver& receiver,
                             std::chrono::milliseconds read_timeout, Canceller* canceller) const {
   const std::string what = impl_->Where("GET", path);
-  auto cli_or = impl_->NewClient(what);
+  auto cli_or = impl_->NewClient(what, /*keep_alive=*/false);
   if (!cli_or.ok()) return ApiResult(cli_or.status());
   std::unique_ptr<httplib::ClientImpl> cli = std::move(cli_or).value();
   auto headers = impl_->Headers(what);

@@ -1,6 +1,8 @@
 // A generic Kubernetes REST client: JSON in, JSON out, TLS with the kubeconfig's CA and client
 // certificate held in memory, bearer tokens re-read on rotation. It knows no resource types.
-// Thread-safe: each request uses its own connection (httplib clients are not thread-safe).
+// Thread-safe: requests take a kept-alive connection from a small pool (each httplib client is
+// used by one thread at a time) and put it back; watches (Stream) have a connection of their own.
+// Every request but a watch first takes a token from the client-side rate limiter (qps, burst).
 #pragma once
 
 #include <chrono>
@@ -22,6 +24,15 @@ struct ApiClientOptions {
   std::chrono::milliseconds timeout{30000};  // per request: each read and write on the socket
   std::chrono::milliseconds connect_timeout{10000};
   std::string user_agent = "korovod-operator";
+  // Client-side rate limit shared by every request but watches (rate_limiter.h, as client-go's
+  // QPS and Burst); qps <= 0: none.
+  double qps = 0;
+  int burst = 1;
+  // Idle kept-alive connections kept for reuse; more threads than this at once open more,
+  // closed when returned to a full pool. 0: a fresh connection per request.
+  int max_idle_connections = 4;
+  // Called after each rate-limited request's wait (0 when a token was free), on its thread.
+  std::function<void(std::chrono::nanoseconds waited)> on_rate_limit_wait;
 };
 
 struct ListOptions {
@@ -29,6 +40,9 @@ struct ListOptions {
   std::string field_selector;
   std::string resource_version;  // "" = most recent (a quorum read)
   int page_size = 500;           // List follows `continue` until the last page
+  // Applied to each item as its page arrives, so that a caller keeping a trimmed copy never
+  // holds every page's whole objects at once (an informer's transform). Null: items as sent.
+  std::function<void(nlohmann::json& item)> transform;
 };
 
 enum class PatchType { kMerge, kStrategic, kJson, kApply };

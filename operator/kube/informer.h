@@ -1,6 +1,9 @@
 // A local, watched copy of one kind of resource (client-go's informer): list, then watch from
 // the list's resourceVersion, reconnect from the last seen resourceVersion, re-list when it is
 // too old (410), back off on errors. Handlers run on the informer's own thread, in event order.
+// Objects are trimmed at ingest (client-go's SetTransform): metadata.managedFields is always
+// dropped, then the options' transform runs, before an object is cached or handed to a handler;
+// a list applies it page by page, so the whole objects of a large list are never all held.
 #pragma once
 
 #include <chrono>
@@ -37,6 +40,10 @@ struct InformerOptions {
   std::chrono::milliseconds min_backoff{200};  // after an error; doubles, reset on success
   std::chrono::milliseconds max_backoff{30000};
   int watch_timeout_seconds = 300;
+  // Keeps only what the caller reads of each object (after managedFields is dropped). It must
+  // keep metadata.name, namespace and resourceVersion (the cache's key and the watch's resume
+  // point); it runs on the informer's thread. Null: objects are kept whole.
+  std::function<void(nlohmann::json& object)> transform;
 };
 
 class Informer {
@@ -61,6 +68,9 @@ class Informer {
   // Objects in `ns` ("" = all) whose labels contain every pair of `labels`.
   std::vector<nlohmann::json> List(const std::string& ns = "",
                                    const std::map<std::string, std::string>& labels = {}) const;
+  // Calls `fn` on every cached object without copying it, under the cache's lock: `fn` must not
+  // call back into the informer.
+  void ForEach(const std::function<void(const nlohmann::json& object)>& fn) const;
   // The resourceVersion the next watch starts from (from the last event or bookmark).
   std::string resource_version() const;
   // The most recent list/watch failure (OK when none since the last success).
@@ -72,6 +82,7 @@ class Informer {
   void Run();
   Status Relist();
   bool OnEvent(WatchEvent event);
+  void Ingest(nlohmann::json& object) const;  // drops managedFields, then the transform
   void SleepBackoff(std::chrono::milliseconds delay);
   void SetError(Status status);
 

@@ -133,8 +133,10 @@ TEST(ApiClientNoServerTest, ConnectionRefusedNamesServer) {
   }  // closed: nothing listens there now
   KubeConfig config;
   config.server = "http://127.0.0.1:" + std::to_string(port);
-  auto client = ApiClient::FromConfig(
-      config, ApiClientOptions{std::chrono::milliseconds(1000), std::chrono::milliseconds(300)});
+  ApiClientOptions options;
+  options.timeout = std::chrono::milliseconds(1000);
+  options.connect_timeout = std::chrono::milliseconds(300);
+  auto client = ApiClient::FromConfig(config, options);
   ASSERT_TRUE(client.ok());
   ApiResult r = client.value()->Get("/api/v1/pods");
   EXPECT_FALSE(r.ok());

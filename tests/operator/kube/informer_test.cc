@@ -159,6 +159,63 @@ TEST_F(InformerTest, ListWatchReconnectAndRelist) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
 }
 
+TEST_F(InformerTest, TransformTrimsAtIngestAndManagedFieldsAlwaysGo) {
+  nlohmann::json big = Pod("a", "5");
+  big["metadata"]["managedFields"] = {{{"manager", "kubelet"}}};
+  big["spec"] = {{"containers", {{{"name", "c"}, {"image", std::string(4096, 'x')}}}}};
+  pods_["a"] = big;
+  pods_["b"] = Pod("b", "6");
+  pods_["b"]["metadata"]["managedFields"] = {{{"manager", "kubectl"}}};
+  InformerOptions options;
+  options.namespace_name = "ns";
+  options.transform = [](nlohmann::json& o) { o.erase("spec"); };
+  std::vector<nlohmann::json> handed;  // what the handlers were given
+  InformerHandlers handlers = Recording();
+  handlers.on_add = [&](const nlohmann::json& o) {
+    std::lock_guard<std::mutex> lock(mu_);
+    handed.push_back(o);
+  };
+  handlers.on_update = [&](const nlohmann::json& old_o, const nlohmann::json& new_o) {
+    std::lock_guard<std::mutex> lock(mu_);
+    handed.push_back(old_o);
+    handed.push_back(new_o);
+  };
+  Informer informer(*client_, kPods, options, handlers);
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(std::chrono::steady_clock::now() + std::chrono::seconds(5)));
+  ASSERT_TRUE(stream_.WaitForRequests(1, std::chrono::seconds(5)));
+  nlohmann::json modified = big;
+  modified["metadata"]["resourceVersion"] = "11";
+  stream_.Push("MODIFIED", modified);
+  ASSERT_TRUE(Eventually([&] { return informer.resource_version() == "11"; }));
+  for (const std::string name : {"a", "b"}) {
+    const nlohmann::json cached = informer.Get("ns", name).value();
+    EXPECT_FALSE(cached.contains("spec")) << cached.dump();
+    EXPECT_FALSE(cached["metadata"].contains("managedFields")) << cached.dump();
+    EXPECT_EQ(cached["metadata"]["labels"], nlohmann::json({{"app", "x"}}));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSERT_EQ(handed.size(), 4u);  // two adds from the list, an update's old and new
+  for (const nlohmann::json& o : handed) {
+    EXPECT_FALSE(o.contains("spec")) << o.dump();
+    EXPECT_FALSE(o["metadata"].contains("managedFields")) << o.dump();
+  }
+}
+
+TEST_F(InformerTest, WithoutATransformObjectsAreKeptWholeButManagedFields) {
+  pods_["a"] = Pod("a", "5");
+  pods_["a"]["spec"] = {{"nodeName", "n1"}};
+  pods_["a"]["metadata"]["managedFields"] = {{{"manager", "kubelet"}}};
+  InformerOptions options;
+  options.namespace_name = "ns";
+  Informer informer(*client_, kPods, options, Recording());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(std::chrono::steady_clock::now() + std::chrono::seconds(5)));
+  nlohmann::json expected = Pod("a", "5");
+  expected["spec"] = {{"nodeName", "n1"}};
+  EXPECT_EQ(informer.Get("ns", "a").value(), expected);
+}
+
 TEST_F(InformerTest, ListErrorsBackOffThenSync) {
   fail_lists_ = 2;
   InformerOptions options;
