@@ -42,12 +42,19 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
                                  : kube::LoadKubeconfig(options.kubeconfig, options.context);
   if (!config.ok()) return Fail(config.status());
   const std::string server = config->server;
-  auto client = kube::ApiClient::FromConfig(std::move(*config));
-  if (!client.ok()) return Fail(client.status());
-
   http::MetricsRegistry registry;
   auto metrics = OperatorMetrics::Create(registry);
   if (!metrics.ok()) return Fail(metrics.status());
+
+  kube::ApiClientOptions client_options;
+  client_options.qps = options.kube_api_qps;
+  client_options.burst = options.kube_api_burst;
+  client_options.on_rate_limit_wait =
+      [wait = (*metrics)->rate_limit_wait](std::chrono::nanoseconds waited) {
+        wait->Observe(std::chrono::duration<double>(waited).count());
+      };
+  auto client = kube::ApiClient::FromConfig(std::move(*config), std::move(client_options));
+  if (!client.ok()) return Fail(client.status());
 
   kube::EventRecorder recorder(**client, "korovod-operator");
   JobControllerOptions controller_options;
@@ -73,8 +80,11 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
   auto health = http::HealthServer::Start(std::move(http));
   if (!health.ok()) return Fail(health.status().WithContext("--metrics-bind-address"));
 
-  KV_LOG(kInfo, kOperator, "starting: API server %s, namespace %s, endpoints on %s, identity %s%s",
-         server.c_str(), options.namespace_name.empty() ? "(all)" : options.namespace_name.c_str(),
+  KV_LOG(kInfo, kOperator,
+         "starting: API server %s (client-side limit %g requests/s, burst %d), namespace %s, "
+         "endpoints on %s, identity %s%s",
+         server.c_str(), options.kube_api_qps, options.kube_api_burst,
+         options.namespace_name.empty() ? "(all)" : options.namespace_name.c_str(),
          (*health)->address().c_str(), options.identity.c_str(),
          options.leader_elect ? ", leader election on" : "");
   // Every replica serves admission, leader or not: pod creation must not wait for an election.

@@ -34,6 +34,12 @@ StatusOr<std::unique_ptr<OperatorMetrics>> OperatorMetrics::Create(
                                         "HorovodJob keys waiting to be reconciled."));
   KV_ASSIGN_OR_RETURN(m->leader, registry.GetGauge("korovod_operator_leader",
                                                    "1 while this replica is the leader."));
+  KV_ASSIGN_OR_RETURN(
+      m->rate_limit_wait,
+      registry.GetHistogram("korovod_operator_kube_api_rate_limit_wait_seconds",
+                            "Time an API request waited for the client-side rate limit "
+                            "(--kube-api-qps, --kube-api-burst).",
+                            {0, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30}));
   for (std::string_view phase : kJobPhaseNames) {
     KV_ASSIGN_OR_RETURN(m->jobs_by_phase_[std::string(phase)],
                         registry.GetGauge("korovod_operator_jobs", "HorovodJobs by phase.",

@@ -7,6 +7,8 @@
 //   korovod_operator_actions_total{action}          creates, deletes, events, job deletions
 //   korovod_operator_workqueue_depth                keys waiting (gauge, set per scrape)
 //   korovod_operator_leader                         1 while this replica leads, else 0
+//   korovod_operator_kube_api_rate_limit_wait_seconds   each API request's wait for the
+//                                                   client-side rate limit (histogram; 0s count)
 //   korovod_operator_webhook_reviews_total{outcome} admission reviews: injected, unchanged,
 //                                                   denied, error
 #pragma once
@@ -34,6 +36,7 @@ class OperatorMetrics {
   http::Counter* job_deletions = nullptr;
   http::Gauge* workqueue_depth = nullptr;
   http::Gauge* leader = nullptr;
+  http::Histogram* rate_limit_wait = nullptr;
   std::map<std::string, http::Counter*, std::less<>> webhook_reviews;  // by outcome
 
   // Sets korovod_operator_jobs for every phase (absent phases read 0).

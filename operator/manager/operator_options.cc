@@ -28,6 +28,17 @@ StatusOr<std::chrono::milliseconds> ParseSeconds(const std::string& flag, const 
   return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
 }
 
+StatusOr<double> ParseQps(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const double q = std::strtod(v.c_str(), &end);
+  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(q) || q < 0 || q > 100000) {
+    return InvalidArgument(flag + "=" + v +
+                           ": expected requests per second in [0, 100000] (0: "
+                           "no limit), e.g. 50 or 12.5");
+  }
+  return q;
+}
+
 }  // namespace
 
 StatusOr<HostPort> SplitHostPort(const std::string& flag, const std::string& value) {
@@ -59,6 +70,9 @@ std::string OperatorUsage() {
   --leader-election-retry-period S       (default 2)
   --identity NAME                        this replica's name in the Lease (default host-pid)
   --watch-timeout-seconds N              server-side timeout of each watch (default 300)
+  --kube-api-qps Q                       client-side limit on API requests per second, watches
+                                         excluded (default 50; 0: none)
+  --kube-api-burst N                     requests allowed at once above it (default 100)
   --sidecar-image IMAGE                  used when a job names none
   --coordinator-port PORT                rank 0's rendezvous port (default 28500)
   --sidecar-metrics-port PORT            the sidecar's /metrics and probes (default 9090)
@@ -123,6 +137,12 @@ StatusOr<OperatorOptions> ParseOperatorFlags(const std::vector<std::string>& arg
       {"--leader-election-retry-period", seconds(&o.retry_period)},
       {"--workers", integer(&o.workers, 1, 64)},
       {"--watch-timeout-seconds", integer(&o.watch_timeout_seconds, 1, 3600)},
+      {"--kube-api-qps",
+       [&o](const std::string& flag, const std::string& v) {
+         KV_ASSIGN_OR_RETURN(o.kube_api_qps, ParseQps(flag, v));
+         return OkStatus();
+       }},
+      {"--kube-api-burst", integer(&o.kube_api_burst, 1, 100000)},
       {"--sidecar-image", str(&o.settings.default_sidecar_image)},
       {"--coordinator-port", integer(&o.settings.coordinator_port, 1, 65535)},
       {"--sidecar-metrics-port", integer(&o.settings.metrics_port, 1, 65535)},

@@ -35,6 +35,26 @@ TEST(OperatorOptions, ValuesBothSpellings) {
   EXPECT_EQ(o->settings.coordinator_port, 1234);
 }
 
+TEST(OperatorOptions, KubeApiRateLimit) {
+  auto d = ParseOperatorFlags({});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->kube_api_qps, 50);
+  EXPECT_EQ(d->kube_api_burst, 100);
+  auto o = ParseOperatorFlags({"--kube-api-qps=12.5", "--kube-api-burst", "7"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->kube_api_qps, 12.5);
+  EXPECT_EQ(o->kube_api_burst, 7);
+  auto none = ParseOperatorFlags({"--kube-api-qps=0"});
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->kube_api_qps, 0);
+  for (const char* bad : {"--kube-api-qps=-1", "--kube-api-qps=fast", "--kube-api-burst=0"}) {
+    auto r = ParseOperatorFlags({bad});
+    ASSERT_FALSE(r.ok()) << bad;
+    const std::string flag = std::string(bad).substr(0, std::string(bad).find('='));
+    EXPECT_NE(r.status().message().find(flag), std::string::npos) << r.status().message();
+  }
+}
+
 TEST(OperatorOptions, WebhookIsOffUntilGivenAnAddress) {
   auto off = ParseOperatorFlags({});
   ASSERT_TRUE(off.ok());
