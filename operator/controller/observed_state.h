@@ -28,6 +28,9 @@ struct ObservedState {
   std::optional<nlohmann::json> workload;
   std::vector<nlohmann::json> resource_flavors;
   nlohmann::json workload_priority;
+  // The Workload is watched (the executor's informer): its changes queue the job, so the
+  // reconciler does not poll it with timed requeues.
+  bool workload_watched = false;
   // An elastic job's membership server as this operator hosts it (manager/elastic_servers.h),
   // read just before this reconcile; unset while none runs for the job.
   struct ElasticServer {

@@ -434,8 +434,8 @@ class JobReconciler {
 
   // For a job in a LocalQueue: "" when its Workload is admitted (the pods then carry the
   // admitted flavors), else why the job holds, with kueue_hold_reason_ set. Creates the Workload
-  // and replaces one that no longer describes the job's pods (once they are gone). A Workload
-  // sends no event the operator watches, so while it matters the job is looked at again soon.
+  // and replaces one that no longer describes the job's pods (once they are gone). Where the
+  // Workload is not watched (observed_.workload_watched), the job is looked at again soon.
   std::string GateOnKueue() {
     const std::string queue = QueueName(job_);
     const std::string waiting =
@@ -444,11 +444,11 @@ class JobReconciler {
     if (!observed_.workload) {
       Create(BuildWorkload(job_, observed_.workload_priority, settings_),
              "Kueue Workload in LocalQueue " + queue);
-      Requeue(out_, kKueueWaitPollSeconds);
+      if (!observed_.workload_watched) Requeue(out_, kKueueWaitPollSeconds);
       return waiting;
     }
     workload_ = ObserveWorkload(*observed_.workload, job_, settings_);
-    Requeue(out_, kKueueWaitPollSeconds);
+    if (!observed_.workload_watched) Requeue(out_, kKueueWaitPollSeconds);
     if (workload_->evicted) {
       kueue_hold_reason_ = kReasonEvictedByKueue;
       return "evicted by Kueue (" + workload_->evicted_reason + ": " + workload_->evicted_message +
@@ -478,8 +478,10 @@ class JobReconciler {
     }
     meta["labels"][std::string(kKueuePodSetLabel)] = std::string(kWorkerPodSetName);
     meta["annotations"][std::string(kKueueWorkloadAnnotation)] = WorkloadName(job_);
-    out_.requeue_after_seconds.reset();
-    Requeue(out_, kKueueRunPollSeconds);  // an eviction sends no event either
+    if (!observed_.workload_watched) {
+      out_.requeue_after_seconds.reset();
+      Requeue(out_, kKueueRunPollSeconds);  // an eviction sends no event either
+    }
     return "";
   }
 

@@ -11,6 +11,7 @@
 #include "operator/api/json.h"
 #include "operator/controller/child_metadata.h"
 #include "operator/controller/child_names.h"
+#include "operator/controller/job_key_secret.h"
 #include "operator/controller/json_access.h"
 #include "operator/controller/kueue_workload.h"
 #include "operator/controller/observed_state.h"
@@ -18,6 +19,7 @@
 #include "operator/controller/reasons.h"
 #include "operator/controller/reconciler.h"
 #include "operator/kube/api_result.h"
+#include "operator/manager/cache_trim.h"
 #include "operator/manager/child_resource.h"
 #include "operator/manager/status_writer.h"
 
@@ -53,74 +55,36 @@ std::string UidOf(const nlohmann::json& object) {
   return meta.is_object() ? meta.value("uid", "") : "";
 }
 
-// The job's key Secret, read by name: the operator may get and create Secrets but never list or
-// watch them (a cluster-wide Secret watch would hand it every credential in the cluster). Empty
-// when it is absent, is not this job's (a namesake's, see Observe), or the spec does not parse
-// (the reconciler then reports the spec and creates nothing).
-StatusOr<std::vector<nlohmann::json>> ReadJobKeySecret(const kube::ApiClient& client,
-                                                       const nlohmann::json& job) {
-  StatusOr<HorovodJob> parsed = HorovodJobFromJson(job);
-  if (!parsed.ok()) return std::vector<nlohmann::json>{};
-  const std::string ns = job.at("metadata").value("namespace", "");
-  kube::ApiResult got = client.Get(kube::kSecrets.Path(ns, JobKeySecretName(*parsed)));
-  if (kube::IsNotFound(got)) return std::vector<nlohmann::json>{};
-  if (!got.ok()) return got.status().WithContext("job key Secret");
-  std::vector<nlohmann::json> out;
-  if (ControlledBy(got.value(), UidOf(job))) out.push_back(std::move(got).value());
-  return out;
-}
-
 // The PodGroup API version a gang-scheduled job's spec names, or "" when it asks for none (or
 // does not parse: the reconciler then reports the spec, not us).
-std::string GangApiVersion(const nlohmann::json& job) {
-  StatusOr<HorovodJob> parsed = HorovodJobFromJson(job);
-  if (!parsed.ok()) return "";
-  const GangSpec& gang = parsed->spec.scheduling_policy.gang;
+std::string GangApiVersion(const HorovodJob& parsed) {
+  const GangSpec& gang = parsed.spec.scheduling_policy.gang;
   if (!gang.enabled || !gang.provider) return "";
   return std::string(PodGroupApiVersion(*gang.provider));
 }
 
-// Kueue's objects for a job in a LocalQueue (kueue_workload.h): its Workload, read by name (a
-// namesake's is not its own), the ResourceFlavors the Workload's admission names, and, while
-// the Workload is still to be created, the value of the job's priority class (v1beta2 wants it
-// beside the reference). Without Kueue installed the Workload's create fails naming the API.
-Status ObserveKueue(const kube::ApiClient& client, const nlohmann::json& job,
-                    ObservedState& observed) {
-  StatusOr<HorovodJob> parsed = HorovodJobFromJson(job);
-  if (!parsed.ok() || QueueName(*parsed).empty()) return OkStatus();
-  const std::string& ns = parsed->metadata.namespace_name;
-  kube::ApiResult got = client.Get(kWorkloads.Path(ns, WorkloadName(*parsed)));
-  if (got.ok()) {
-    nlohmann::json workload = std::move(got).value();
-    if (ControlledBy(workload, parsed->metadata.uid)) observed.workload = std::move(workload);
-  } else if (!kube::IsNotFound(got)) {
-    return got.status().WithContext("read Kueue Workload " + ns + "/" + WorkloadName(*parsed));
+// "ns/job" of the job a child is labelled with; "" when it has no job label.
+std::string OwnerKey(const nlohmann::json& child) {
+  const std::string job = StringAt(child, {"metadata", "labels", std::string(kLabelJobName)});
+  return job.empty() ? "" : JobKey(StringAt(child, {"metadata", "namespace"}), job);
+}
+
+bool IsPod(const nlohmann::json& object) {  // an event's action has no object (null)
+  return StringAt(object, {"apiVersion"}) == "v1" && StringAt(object, {"kind"}) == "Pod";
+}
+
+// Whether the API server serves `group/version` `plural` (API discovery): a CRD that is not
+// installed answers 404 here.
+StatusOr<bool> ServesResource(const kube::ApiClient& client, const kube::ResourceRef& ref) {
+  kube::ApiResult got = client.Get("/apis/" + ref.group + "/" + ref.version);
+  if (kube::IsNotFound(got)) return false;
+  if (!got.ok()) return got.status();
+  const nlohmann::json* resources = FindPath(got.value(), {"resources"});
+  if (resources == nullptr || !resources->is_array()) return false;
+  for (const nlohmann::json& r : *resources) {
+    if (StringAt(r, {"name"}) == ref.plural) return true;
   }
-  if (observed.workload) {
-    const WorkloadState state = ObserveWorkload(*observed.workload, *parsed, observed.settings);
-    for (const std::string& name : state.flavors) {
-      kube::ApiResult flavor = client.Get(kResourceFlavors.Path("", name));
-      if (flavor.ok()) {
-        observed.resource_flavors.push_back(std::move(flavor).value());
-      } else if (!kube::IsNotFound(flavor)) {
-        return flavor.status().WithContext("read Kueue ResourceFlavor " + name);
-      }
-    }
-    return OkStatus();
-  }
-  nlohmann::json priority = WorkloadPriorityClassOf(*parsed);
-  if (!priority.is_object()) return OkStatus();
-  const std::string name = priority.value("name", "");
-  const bool kueue_class = priority.value("kind", "") == "WorkloadPriorityClass";
-  kube::ApiResult pc =
-      client.Get((kueue_class ? kWorkloadPriorityClasses : kPriorityClasses).Path("", name));
-  if (!pc.ok()) {
-    return pc.status().WithContext("read the " + priority.value("kind", "") + " " + name +
-                                   " of the job's Kueue Workload");
-  }
-  priority["value"] = IntAt(pc.value(), {"value"}).value_or(0);
-  observed.workload_priority = std::move(priority);
-  return OkStatus();
+  return false;
 }
 
 }  // namespace
@@ -131,16 +95,18 @@ JobController::JobController(const kube::ApiClient& client, const kube::EventRec
       metrics_(metrics),
       options_(std::move(options)),
       executor_(client, events, metrics),
+      expectations_(options_.expectations_timeout),
       elastic_([this](const std::string& key) { queue_.Add(key); }) {
   kube::InformerOptions job_opts;
   job_opts.namespace_name = options_.namespace_name;
   job_opts.watch_timeout_seconds = options_.watch_timeout_seconds;
+  job_opts.transform = TrimJob;
   kube::InformerHandlers job_handlers;
-  job_handlers.on_add = [this](const nlohmann::json& j) { EnqueueJob(j); };
+  job_handlers.on_add = [this](const nlohmann::json& j) { OnJobEvent(j, false); };
   job_handlers.on_update = [this](const nlohmann::json&, const nlohmann::json& j) {
-    EnqueueJob(j);
+    OnJobEvent(j, false);
   };
-  job_handlers.on_delete = [this](const nlohmann::json& j) { EnqueueJob(j); };
+  job_handlers.on_delete = [this](const nlohmann::json& j) { OnJobEvent(j, true); };
   job_handlers.on_error = [](const Status& s) {
     KV_LOG(kWarning, kOperator, "watch horovodjobs: %s", s.ToString().c_str());
   };
@@ -148,17 +114,28 @@ JobController::JobController(const kube::ApiClient& client, const kube::EventRec
   jobs_ = jobs.get();
   informers_.emplace_back("horovodjobs", std::move(jobs));
 
-  kube::InformerOptions child_opts = job_opts;
-  child_opts.label_selector = std::string(kLabelManagedBy) + "=" + std::string(kManagedByValue);
-  kube::InformerHandlers child_handlers;
-  child_handlers.on_add = [this](const nlohmann::json& c) { EnqueueOwner(c); };
-  child_handlers.on_update = [this](const nlohmann::json&, const nlohmann::json& c) {
-    EnqueueOwner(c);
-  };
-  child_handlers.on_delete = [this](const nlohmann::json& c) { EnqueueOwner(c); };
   for (auto [name, ref, slot] : {std::tuple{"pods", kube::kPods, &pods_},
                                  std::tuple{"services", kube::kServices, &services_},
                                  std::tuple{"configmaps", kube::kConfigMaps, &config_maps_}}) {
+    kube::InformerOptions child_opts = job_opts;
+    child_opts.label_selector = std::string(kLabelManagedBy) + "=" + std::string(kManagedByValue);
+    child_opts.transform = nullptr;
+    kube::InformerHandlers child_handlers;
+    const bool pods = slot == &pods_;
+    if (pods) child_opts.transform = TrimPod;
+    // Pod events also settle the expectations of the job's own creates and deletes.
+    child_handlers.on_add = [this, pods](const nlohmann::json& c) {
+      if (pods) expectations_.Observed(OwnerKey(c), c, false);
+      EnqueueOwner(c);
+    };
+    child_handlers.on_update = [this, pods](const nlohmann::json&, const nlohmann::json& c) {
+      if (pods) expectations_.Observed(OwnerKey(c), c, false);
+      EnqueueOwner(c);
+    };
+    child_handlers.on_delete = [this, pods](const nlohmann::json& c) {
+      if (pods) expectations_.Observed(OwnerKey(c), c, true);
+      EnqueueOwner(c);
+    };
     child_handlers.on_error = [name = std::string(name)](const Status& s) {
       KV_LOG(kWarning, kOperator, "watch %s: %s", name.c_str(), s.ToString().c_str());
     };
@@ -166,32 +143,57 @@ JobController::JobController(const kube::ApiClient& client, const kube::EventRec
     *slot = informer.get();
     informers_.emplace_back(name, std::move(informer));
   }
-
-  // Nodes are cluster-scoped: an operator confined to one namespace (a Role) cannot watch them.
-  if (!options_.namespace_name.empty()) return;
-  kube::InformerOptions node_opts;
-  node_opts.watch_timeout_seconds = options_.watch_timeout_seconds;
-  kube::InformerHandlers node_handlers;
-  auto requeue_elastic = [this] {
-    for (const std::string& key : elastic_.JobKeys()) queue_.Add(key);
-  };
-  node_handlers.on_add = [requeue_elastic](const nlohmann::json&) { requeue_elastic(); };
-  node_handlers.on_update = [requeue_elastic](const nlohmann::json& before,
-                                              const nlohmann::json& after) {
-    if (NodeReady(before) != NodeReady(after)) requeue_elastic();
-  };
-  node_handlers.on_delete = [requeue_elastic](const nlohmann::json&) { requeue_elastic(); };
-  node_handlers.on_error = [](const Status& s) {
-    KV_LOG(kWarning, kOperator, "watch nodes (elastic jobs only): %s", s.ToString().c_str());
-  };
-  nodes_ = std::make_unique<kube::Informer>(client_, kube::kNodes, node_opts, node_handlers);
 }
 
 JobController::~JobController() { Stop(); }
 
+kube::Informer* JobController::StartChildInformer(const kube::ResourceRef& ref,
+                                                  const std::string& fallback) {
+  StatusOr<bool> served = ServesResource(client_, ref);
+  if (!served.ok() || !*served) {
+    KV_LOG(kInfo, kOperator, "%s %s are not served (%s): %s", ref.ApiVersion().c_str(),
+           ref.plural.c_str(),
+           served.ok() ? "its CRD is not installed" : served.status().ToString().c_str(),
+           fallback.c_str());
+    return nullptr;
+  }
+  kube::InformerOptions opts;
+  opts.namespace_name = options_.namespace_name;
+  opts.watch_timeout_seconds = options_.watch_timeout_seconds;
+  opts.label_selector = std::string(kLabelManagedBy) + "=" + std::string(kManagedByValue);
+  kube::InformerHandlers handlers;
+  handlers.on_add = [this](const nlohmann::json& w) { EnqueueOwner(w); };
+  handlers.on_update = [this](const nlohmann::json&, const nlohmann::json& w) { EnqueueOwner(w); };
+  handlers.on_delete = [this](const nlohmann::json& w) { EnqueueOwner(w); };
+  handlers.on_error = [what = ref.ApiVersion() + " " + ref.plural](const Status& s) {
+    KV_LOG(kWarning, kOperator, "watch %s: %s", what.c_str(), s.ToString().c_str());
+  };
+  auto informer = std::make_unique<kube::Informer>(client_, ref, opts, handlers);
+  kube::Informer* raw = informer.get();
+  informers_.emplace_back(ref.plural, std::move(informer));
+  KV_LOG(kInfo, kOperator, "watching %s %s", ref.ApiVersion().c_str(), ref.plural.c_str());
+  return raw;
+}
+
 void JobController::StartInformers() {
+  if (!crds_checked_) {
+    // Kueue and the gang schedulers are optional: their objects are watched where their CRDs
+    // are served when the operator starts, else read by name (and Workloads polled).
+    crds_checked_ = true;
+    workloads_ = StartChildInformer(
+        kWorkloads, "jobs in a LocalQueue read their Workload by name at each reconcile, every " +
+                        std::to_string(kKueueWaitPollSeconds) + " s while queued and " +
+                        std::to_string(kKueueRunPollSeconds) + " s while running");
+    for (GangProvider provider : {GangProvider::kVolcano, GangProvider::kSchedulerPlugins}) {
+      const std::string api_version(PodGroupApiVersion(provider));
+      StatusOr<kube::ResourceRef> ref = ResourceOf(api_version, "PodGroup");
+      if (!ref.ok()) continue;
+      kube::Informer* informer = StartChildInformer(
+          *ref, "gang jobs of that scheduler read their PodGroup by name at each reconcile");
+      if (informer != nullptr) pod_groups_[api_version] = informer;
+    }
+  }
   for (auto& [name, informer] : informers_) informer->Start();
-  if (nodes_) nodes_->Start();
 }
 
 bool JobController::Synced() const {
@@ -199,6 +201,11 @@ bool JobController::Synced() const {
     if (!informer->HasSynced()) return false;
   }
   return true;
+}
+
+bool JobController::WatchingNodes() const {
+  std::lock_guard<std::mutex> lock(nodes_mu_);
+  return nodes_ != nullptr;
 }
 
 void JobController::StartWorkers() {
@@ -213,19 +220,73 @@ void JobController::Stop() {
   for (std::thread& t : workers_) t.join();
   workers_.clear();
   for (auto& [name, informer] : informers_) informer->Stop();
-  if (nodes_) nodes_->Stop();
+  std::shared_ptr<kube::Informer> nodes;
+  {
+    std::lock_guard<std::mutex> lock(nodes_mu_);
+    nodes = std::move(nodes_);
+  }
+  if (nodes) nodes->Stop();
 }
 
 std::map<std::string, int> JobController::JobsByPhase() const {
   std::map<std::string, int> counts;
-  for (const nlohmann::json& job : jobs_->List()) {
+  jobs_->ForEach([&counts](const nlohmann::json& job) {
     std::string phase = "Pending";  // not reconciled yet
     if (auto it = job.find("status"); it != job.end() && it->is_object()) {
       phase = it->value("phase", phase);
     }
     ++counts[phase];
-  }
+  });
   return counts;
+}
+
+void JobController::OnJobEvent(const nlohmann::json& job, bool deleted) {
+  if (deleted) {
+    std::lock_guard<std::mutex> lock(secrets_mu_);
+    key_secrets_.erase(UidOf(job));
+  }
+  TrackElastic(
+      JobKey(StringAt(job, {"metadata", "namespace"}), StringAt(job, {"metadata", "name"})),
+      !deleted && Has(job, {"spec", "elastic"}));
+  EnqueueJob(job);
+}
+
+void JobController::TrackElastic(const std::string& key, bool elastic) {
+  // Nodes are cluster-scoped: an operator confined to one namespace (a Role) cannot watch them.
+  if (!options_.namespace_name.empty() || stopped_.load()) return;
+  std::shared_ptr<kube::Informer> stop;
+  {
+    std::lock_guard<std::mutex> lock(nodes_mu_);
+    const bool changed = elastic ? elastic_jobs_.insert(key).second : elastic_jobs_.erase(key) > 0;
+    if (!changed) return;
+    if (!elastic_jobs_.empty() && !nodes_) {
+      kube::InformerOptions opts;
+      opts.watch_timeout_seconds = options_.watch_timeout_seconds;
+      opts.transform = TrimNode;
+      kube::InformerHandlers handlers;
+      auto requeue_elastic = [this] {
+        for (const std::string& k : elastic_.JobKeys()) queue_.Add(k);
+      };
+      handlers.on_add = [requeue_elastic](const nlohmann::json&) { requeue_elastic(); };
+      handlers.on_update = [requeue_elastic](const nlohmann::json& before,
+                                             const nlohmann::json& after) {
+        if (NodeReady(before) != NodeReady(after)) requeue_elastic();
+      };
+      handlers.on_delete = [requeue_elastic](const nlohmann::json&) { requeue_elastic(); };
+      handlers.on_error = [](const Status& s) {
+        KV_LOG(kWarning, kOperator, "watch nodes (elastic jobs only): %s", s.ToString().c_str());
+      };
+      nodes_ = std::make_shared<kube::Informer>(client_, kube::kNodes, opts, handlers);
+      nodes_->Start();
+      KV_LOG(kInfo, kOperator, "elastic job %s: watching nodes (their names and readiness)",
+             key.c_str());
+    } else if (elastic_jobs_.empty() && nodes_) {
+      stop = std::move(nodes_);
+      KV_LOG(kInfo, kOperator, "no elastic job left (the last was %s): stopped watching nodes",
+             key.c_str());
+    }
+  }
+  if (stop) stop->Stop();  // outside the lock: its handlers may be running
 }
 
 void JobController::EnqueueJob(const nlohmann::json& job) {
@@ -234,12 +295,9 @@ void JobController::EnqueueJob(const nlohmann::json& job) {
 }
 
 void JobController::EnqueueOwner(const nlohmann::json& child) {
-  const nlohmann::json meta = child.value("metadata", nlohmann::json::object());
-  const nlohmann::json labels = meta.value("labels", nlohmann::json::object());
-  const std::string job = labels.value(std::string(kLabelJobName), "");
-  if (!job.empty()) queue_.Add(JobKey(meta.value("namespace", ""), job));
+  const std::string key = OwnerKey(child);
+  if (!key.empty()) queue_.Add(key);
 }
-
 void JobController::Work() {
   while (true) {
     std::optional<std::string> key =
@@ -289,48 +347,123 @@ ObservedState JobController::Observe(const nlohmann::json& job) const {
   observed.now_unix = static_cast<int64_t>(std::time(nullptr));
   observed.settings = options_.settings;
   observed.elastic_server = elastic_.Observe(JobKey(ns, meta.value("name", "")), uid);
-  // Only an elastic job reads the nodes: no copy of the node cache for every other reconcile.
-  if (nodes_ != nullptr && Has(job, {"spec", "elastic"})) {
-    for (const nlohmann::json& node : nodes_->List()) {
-      if (!NodeReady(node)) observed.unready_nodes.insert(StringAt(node, {"metadata", "name"}));
+  // Only an elastic job reads the nodes, in place (no copy of the node cache).
+  if (Has(job, {"spec", "elastic"})) {
+    std::shared_ptr<kube::Informer> nodes;
+    {
+      std::lock_guard<std::mutex> lock(nodes_mu_);
+      nodes = nodes_;
+    }
+    if (nodes) {
+      nodes->ForEach([&observed](const nlohmann::json& node) {
+        if (!NodeReady(node)) observed.unready_nodes.insert(StringAt(node, {"metadata", "name"}));
+      });
     }
   }
   return observed;
 }
 
-Status JobController::ReconcileKey(const std::string& key,
-                                   std::optional<int64_t>* requeue_after_seconds) {
-  const size_t slash = key.find('/');
-  const std::string ns = key.substr(0, slash);
-  const std::string name = key.substr(slash + 1);
-  kube::ApiResult got = client_.Get(kHorovodJobs.Path(ns, name));
-  if (kube::IsNotFound(got)) {  // deleted; the garbage collector has the rest
-    elastic_.Forget(key);
-    return OkStatus();
+// The job's key Secret, read by name: the operator may get and create Secrets but never list or
+// watch them (a cluster-wide Secret watch would hand it every credential in the cluster). It is
+// immutable, so once read it is kept by job uid and never read again; while absent (the
+// reconcile then creates it) each reconcile reads it once more. Empty when it is absent or is
+// not this job's (a namesake's, see Observe).
+StatusOr<std::vector<nlohmann::json>> JobController::KeySecret(const nlohmann::json& job,
+                                                               const HorovodJob& parsed) {
+  const std::string uid = UidOf(job);
+  {
+    std::lock_guard<std::mutex> lock(secrets_mu_);
+    if (auto it = key_secrets_.find(uid); it != key_secrets_.end()) return {{it->second}};
   }
-  if (!got.ok()) return got.status();
-  nlohmann::json job = std::move(got).value();
+  const std::string ns = parsed.metadata.namespace_name;
+  kube::ApiResult got = client_.Get(kube::kSecrets.Path(ns, JobKeySecretName(parsed)));
+  if (kube::IsNotFound(got)) return std::vector<nlohmann::json>{};
+  if (!got.ok()) return got.status().WithContext("job key Secret");
+  if (!ControlledBy(got.value(), uid)) return std::vector<nlohmann::json>{};
+  std::lock_guard<std::mutex> lock(secrets_mu_);
+  key_secrets_[uid] = got.value();
+  return {{std::move(got).value()}};
+}
 
-  ObservedState observed = Observe(job);
-  KV_ASSIGN_OR_RETURN(observed.secrets, ReadJobKeySecret(client_, job));
-  observed.fresh_key_hex = FreshKeyHex();
-  if (const std::string api_version = GangApiVersion(job); !api_version.empty()) {
+// A gang-scheduled job's PodGroup: from the informer of its API version where that is served,
+// else read by name. A namesake's is not the job's (see Observe).
+Status JobController::ObservePodGroup(const HorovodJob& parsed, ObservedState& observed) const {
+  const std::string api_version = GangApiVersion(parsed);
+  if (api_version.empty()) return OkStatus();
+  const std::string& ns = parsed.metadata.namespace_name;
+  const std::string name = PodGroupName(parsed);
+  std::optional<nlohmann::json> group;
+  if (auto it = pod_groups_.find(api_version); it != pod_groups_.end()) {
+    group = it->second->Get(ns, name);
+  } else {
     KV_ASSIGN_OR_RETURN(kube::ResourceRef ref, ResourceOf(api_version, "PodGroup"));
-    kube::ApiResult pg = client_.Get(ref.Path(ns, name));
-    if (pg.ok()) {
-      nlohmann::json group = std::move(pg).value();
-      // A namesake's PodGroup is not ours (see Observe).
-      if (ControlledBy(group, UidOf(job))) observed.pod_groups.push_back(std::move(group));
-    } else if (!kube::IsNotFound(pg)) {
-      return pg.status();
+    kube::ApiResult got = client_.Get(ref.Path(ns, name));
+    if (got.ok()) {
+      group = std::move(got).value();
+    } else if (!kube::IsNotFound(got)) {
+      return got.status().WithContext("read PodGroup " + ns + "/" + name);
     }
   }
+  if (group && ControlledBy(*group, parsed.metadata.uid)) {
+    observed.pod_groups.push_back(std::move(*group));
+  }
+  return OkStatus();
+}
 
-  KV_RETURN_IF_ERROR(ObserveKueue(client_, job, observed));
+// Kueue's objects for a job in a LocalQueue (kueue_workload.h): its Workload (from the informer
+// where Kueue is served, else read by name; a namesake's is not its own), the ResourceFlavors
+// the Workload's admission names, and, while the Workload is still to be created, the value of
+// the job's priority class (v1beta2 wants it beside the reference). Without Kueue installed the
+// Workload's create fails naming the API.
+Status JobController::ObserveKueue(const HorovodJob& parsed, ObservedState& observed) const {
+  if (QueueName(parsed).empty()) return OkStatus();
+  const std::string& ns = parsed.metadata.namespace_name;
+  std::optional<nlohmann::json> workload;
+  if (workloads_ != nullptr) {
+    observed.workload_watched = true;
+    workload = workloads_->Get(ns, WorkloadName(parsed));
+  } else {
+    kube::ApiResult got = client_.Get(kWorkloads.Path(ns, WorkloadName(parsed)));
+    if (got.ok()) {
+      workload = std::move(got).value();
+    } else if (!kube::IsNotFound(got)) {
+      return got.status().WithContext("read Kueue Workload " + ns + "/" + WorkloadName(parsed));
+    }
+  }
+  if (workload && ControlledBy(*workload, parsed.metadata.uid)) {
+    observed.workload = std::move(workload);
+  }
+  if (observed.workload) {
+    const WorkloadState state = ObserveWorkload(*observed.workload, parsed, observed.settings);
+    for (const std::string& name : state.flavors) {
+      kube::ApiResult flavor = client_.Get(kResourceFlavors.Path("", name));
+      if (flavor.ok()) {
+        observed.resource_flavors.push_back(std::move(flavor).value());
+      } else if (!kube::IsNotFound(flavor)) {
+        return flavor.status().WithContext("read Kueue ResourceFlavor " + name);
+      }
+    }
+    return OkStatus();
+  }
+  nlohmann::json priority = WorkloadPriorityClassOf(parsed);
+  if (!priority.is_object()) return OkStatus();
+  const std::string name = priority.value("name", "");
+  const bool kueue_class = priority.value("kind", "") == "WorkloadPriorityClass";
+  kube::ApiResult pc =
+      client_.Get((kueue_class ? kWorkloadPriorityClasses : kPriorityClasses).Path("", name));
+  if (!pc.ok()) {
+    return pc.status().WithContext("read the " + priority.value("kind", "") + " " + name +
+                                   " of the job's Kueue Workload");
+  }
+  priority["value"] = IntAt(pc.value(), {"value"}).value_or(0);
+  observed.workload_priority = std::move(priority);
+  return OkStatus();
+}
 
-  ReconcileResult result = Reconcile(observed);
+Status JobController::ExecuteActions(const std::string& key, const nlohmann::json& job,
+                                     bool elastic, const std::vector<Action>& actions) {
   Status first_error;
-  for (const Action& action : result.actions) {
+  for (const Action& action : actions) {
     Status s = executor_.Execute(job, action);
     if (!s.ok() && action.kind == Action::Kind::kCreate) {
       // As the Job controller's FailedCreate: the cause (a quota, Pod Security, a webhook's
@@ -339,8 +472,55 @@ Status JobController::ReconcileKey(const std::string& key,
           job, Action{Action::Kind::kEvent, nlohmann::json(), std::string(kEventWarning),
                       std::string(kReasonFailedCreate), s.message()});
     }
+    // An elastic job's pods: until the cache has seen this, the job's pod set is not acted on.
+    if (s.ok() && elastic && IsPod(action.object)) {
+      if (action.kind == Action::Kind::kCreate) {
+        expectations_.ExpectCreate(key, StringAt(action.object, {"metadata", "name"}));
+      } else if (action.kind == Action::Kind::kDelete) {
+        expectations_.ExpectDelete(key, StringAt(action.object, {"metadata", "uid"}));
+      }
+    }
     if (!s.ok() && first_error.ok()) first_error = s;
   }
+  return first_error;
+}
+
+Status JobController::ReconcileKey(const std::string& key,
+                                   std::optional<int64_t>* requeue_after_seconds) {
+  const size_t slash = key.find('/');
+  const std::string ns = key.substr(0, slash);
+  const std::string name = key.substr(slash + 1);
+  // The informer's copy: if it is older than the stored job, the status write meets a 409 and
+  // recomputes from a fresh read (status_writer.h); its update event queues the job again.
+  std::optional<nlohmann::json> cached = jobs_->Get(ns, name);
+  if (!cached) {  // deleted; the garbage collector has the rest
+    elastic_.Forget(key);
+    expectations_.Forget(key);
+    return OkStatus();
+  }
+  nlohmann::json job = std::move(*cached);
+  ObservedState observed = Observe(job);
+  const bool elastic = Has(job, {"spec", "elastic"});
+  if (elastic) {
+    PodExpectations::Check check = expectations_.Satisfied(key, observed.pods);
+    if (!check.satisfied) {
+      // The pod events that settle them queue the job; the deadline is a backstop.
+      KV_LOG(kInfo, kOperator, "job %s: waiting for the pod cache to see %s", key.c_str(),
+             check.pending.c_str());
+      *requeue_after_seconds = std::chrono::ceil<std::chrono::seconds>(check.time_left).count();
+      return OkStatus();
+    }
+  }
+  StatusOr<HorovodJob> parsed = HorovodJobFromJson(job);  // once, for the reads below
+  if (parsed.ok()) {
+    KV_ASSIGN_OR_RETURN(observed.secrets, KeySecret(job, *parsed));
+    KV_RETURN_IF_ERROR(ObservePodGroup(*parsed, observed));
+    KV_RETURN_IF_ERROR(ObserveKueue(*parsed, observed));
+  }  // else the reconciler reports the spec and creates nothing
+  observed.fresh_key_hex = FreshKeyHex();
+
+  ReconcileResult result = Reconcile(observed);
+  Status first_error = ExecuteActions(key, job, elastic, result.actions);
   // After the actions: a server started now serves pods created on a later reconcile (they need
   // its port), and a live set follows the pods this reconcile saw.
   if (Status s = elastic_.Apply(key, UidOf(job), result.elastic); !s.ok()) {

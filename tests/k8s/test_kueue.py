@@ -354,8 +354,12 @@ def test_operator_runs_horovodjobs_through_kueue(cluster, crd, kueue, ns, queue,
             assert low["status"]["epoch"] == 2 and low["status"]["restartCount"] == 0
             assert hvd_condition(low, "Suspended")["reason"] == "AdmittedByKueue"
         made = calls(crd.audit_events(USER))
+        # Workloads are watched, not read by name each reconcile (nor polled every 2 s / 5 s).
+        assert ("get", "kueue.x-k8s.io", "workloads") not in made, "a Workload read by name"
+        assert "watching Kueue kueue.x-k8s.io/v1beta2 workloads" in operator.log()
         for grant in [("create", "kueue.x-k8s.io", "workloads"),
-                      ("get", "kueue.x-k8s.io", "workloads"),
+                      ("list", "kueue.x-k8s.io", "workloads"),
+                      ("watch", "kueue.x-k8s.io", "workloads"),
                       ("update", "kueue.x-k8s.io", "workloads/status"),
                       ("get", "kueue.x-k8s.io", "resourceflavors"),
                       ("get", "kueue.x-k8s.io", "workloadpriorityclasses")]:

@@ -122,8 +122,12 @@ def test_client_certificate_and_least_privilege_rbac(crd, ns, tmp_path):
     # podgroups: gang jobs only; horovodjobs/finalizers: an authorization check of admission
     # (OwnerReferencesPermissionEnforcement, on in conftest's cluster), never a request.
     # Kueue's (kueue.x-k8s.io, priorityclasses): queued jobs only, exercised in test_kueue.py.
+    # nodes: watched only while an elastic job exists (job_controller_nodes_test.cc); this job
+    # is static, so the operator must not have listed them at all.
+    assert ("list", "", "nodes") not in made, "nodes listed without an elastic job"
     unused = {g for g in granted - made
-              if g[2] != "podgroups" and g[1] not in ("kueue.x-k8s.io", "scheduling.k8s.io")
+              if g[2] not in ("podgroups", "nodes")
+              and g[1] not in ("kueue.x-k8s.io", "scheduling.k8s.io")
               and g != ("update", "korovod.dev", "horovodjobs/finalizers")}
     assert not unused, "grants of the chart the operator never used: %s" % sorted(unused)
     denied = [(e["verb"], e["requestURI"]) for e in events[ready_at:]

@@ -70,6 +70,7 @@ class FakeNamespace {
     fake_.server().Get(std::string(kJobs) + "/j",
                        [this](const httplib::Request&, httplib::Response& res) {
                          std::lock_guard<std::mutex> lock(mu_);
+                         ++job_gets_;
                          res.set_content(job_.dump(), "application/json");
                        });
     fake_.server().Put(std::string(kJobs) + "/j/status",
@@ -83,6 +84,7 @@ class FakeNamespace {
     fake_.server().Post(".*", [this](const httplib::Request& req, httplib::Response& res) {
       std::lock_guard<std::mutex> lock(mu_);
       posts_.push_back(req.path);
+      post_bodies_.push_back(json::parse(req.body, nullptr, false));
       res.status = 201;
       res.set_content(req.body, "application/json");
     });
@@ -119,6 +121,33 @@ class FakeNamespace {
     std::lock_guard<std::mutex> lock(mu_);
     return secret_lists_;
   }
+  int job_gets() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return job_gets_;
+  }
+  // The objects POSTed to `path`, as sent.
+  std::vector<json> PostedTo(const std::string& path) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<json> out;
+    for (size_t i = 0; i < posts_.size(); ++i) {
+      if (posts_[i] == path) out.push_back(post_bodies_[i]);
+    }
+    return out;
+  }
+  // A watch event on `resource` ("horovodjobs", "pods", ...).
+  void Push(const std::string& resource, const std::string& type, const json& object) {
+    streams_.at(resource)->Push(type, object);
+  }
+  // The job changed (a new resourceVersion): its watch reports it.
+  void TouchJob() {
+    json job;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_["metadata"]["resourceVersion"] = std::to_string(++touches_ + 100);
+      job = job_;
+    }
+    Push("horovodjobs", "MODIFIED", job);
+  }
 
  private:
   void ServeList(const std::string& resource, const httplib::Request& req, httplib::Response& res) {
@@ -146,6 +175,9 @@ class FakeNamespace {
   std::vector<std::string> deletes_;
   std::vector<std::string> secret_gets_;
   std::vector<std::string> secret_lists_;
+  std::vector<json> post_bodies_;
+  int job_gets_ = 0;
+  int touches_ = 0;
   // Last, so it is destroyed first: the server stops and joins its threads (which may still be
   // inside a handler or Serve) before what they use goes away.
   FakeApiServer fake_;
@@ -169,6 +201,35 @@ void RunUntilFirstStatus(
   ASSERT_TRUE(Eventually([&] { return !ns.statuses().empty(); }));
   then();
   controller.Stop();
+}
+
+// Runs a controller over `ns` (options from `configure`) and calls `then` while it runs.
+void RunController(FakeNamespace& ns, const std::function<void(JobControllerOptions&)>& configure,
+                   const std::function<void(JobController&, OperatorMetrics&)>& then) {
+  auto registry = std::make_unique<http::MetricsRegistry>();
+  auto metrics = OperatorMetrics::Create(*registry);
+  ASSERT_TRUE(metrics.ok()) << metrics.status().ToString();
+  kube::EventRecorder events(ns.client(), "korovod-operator");
+  JobControllerOptions options;
+  options.namespace_name = "ns";
+  options.workers = 1;
+  configure(options);
+  JobController controller(ns.client(), events, **metrics, options);
+  controller.StartInformers();
+  ASSERT_TRUE(Eventually([&] { return controller.Synced(); }));
+  controller.StartWorkers();
+  then(controller, **metrics);
+  controller.Stop();
+}
+
+// Touches the job and waits for the reconcile that follows, `n` times.
+void ReconcileAgain(FakeNamespace& ns, OperatorMetrics& metrics, int n) {
+  for (int i = 0; i < n; ++i) {
+    const double before = metrics.reconciles->value();
+    ns.TouchJob();
+    ASSERT_TRUE(Eventually([&] { return metrics.reconciles->value() > before; }))
+        << "no reconcile after touching the job";
+  }
 }
 
 TEST(JobController, RecreatedJobDoesNotAdoptThePodsOfItsNamesake) {
@@ -230,6 +291,57 @@ TEST(JobController, ReadsTheKeySecretByNameAndNeverListsOrWatchesSecrets) {
   RunUntilFirstStatus(without_key);
   EXPECT_GE(without_key.PostsTo("/api/v1/namespaces/ns/secrets"), 1);
   EXPECT_TRUE(without_key.secret_lists().empty()) << without_key.secret_lists().front();
+}
+
+TEST(JobController, ReconcilesFromTheCacheAndReadsTheKeySecretOnce) {
+  // At rest a job costs no request: its reconciles read the job from the informer (not a GET
+  // each) and its immutable key Secret once.
+  json job = testing::MinimalJob(2);
+  testing::FakeCluster existing(job);
+  existing.Settle(kT0);
+  FakeNamespace ns(job, {{"pods", existing.pods()},
+                         {"services", existing.services()},
+                         {"configmaps", existing.config_maps()},
+                         {"secrets", existing.secrets()}});
+  RunController(
+      ns, [](JobControllerOptions&) {},
+      [&](JobController&, OperatorMetrics& metrics) {
+        ASSERT_TRUE(Eventually([&] { return metrics.reconciles->value() >= 1; }));
+        ReconcileAgain(ns, metrics, 3);
+        EXPECT_EQ(ns.job_gets(), 0) << "the job was read from the API server, not the cache";
+        EXPECT_EQ(ns.secret_gets(), std::vector<std::string>{"j-key"})
+            << "the key Secret was read more than once";
+      });
+}
+
+TEST(JobController, ElasticPodsAreNotCreatedAgainWhileThePodCacheLags) {
+  // The pod watch lags: the pods the operator creates do not reach its cache. Reconciles that
+  // follow must not create them (or replacements at fresh indices) again.
+  testing::FakeCluster existing(testing::MinimalJob(2));  // for its key Secret
+  existing.Settle(kT0);
+  ASSERT_EQ(existing.secrets().size(), 1u);
+  json job = testing::MinimalJob(2);
+  job["spec"]["elastic"] = {{"minReplicas", 1}};
+  FakeNamespace ns(job, {{"secrets", existing.secrets()}});
+  const std::string pods = "/api/v1/namespaces/ns/pods";
+  RunController(
+      ns, [](JobControllerOptions& o) { o.settings.elastic_rendezvous_host = "127.0.0.1"; },
+      [&](JobController&, OperatorMetrics& metrics) {
+        ASSERT_TRUE(Eventually([&] { return ns.PostsTo(pods) >= 2; }, std::chrono::seconds(10)))
+            << "pods created: " << ns.PostsTo(pods);
+        ReconcileAgain(ns, metrics, 4);
+        EXPECT_EQ(ns.PostsTo(pods), 2) << "pods created again while the cache lagged";
+        // The cache catches up: the job is acted on again (its status reports the workers).
+        const size_t statuses = ns.statuses().size();
+        for (json pod : ns.PostedTo(pods)) {
+          pod["metadata"]["uid"] = "uid-" + pod["metadata"].value("name", "");
+          pod["metadata"]["resourceVersion"] = "50";
+          ns.Push("pods", "ADDED", pod);
+        }
+        EXPECT_TRUE(Eventually([&] { return ns.statuses().size() > statuses; }))
+            << "no status written once the pods were seen";
+        EXPECT_EQ(ns.PostsTo(pods), 2);
+      });
 }
 
 }  // namespace
