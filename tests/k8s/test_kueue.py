@@ -356,7 +356,7 @@ def test_operator_runs_horovodjobs_through_kueue(cluster, crd, kueue, ns, queue,
         made = calls(crd.audit_events(USER))
         # Workloads are watched, not read by name each reconcile (nor polled every 2 s / 5 s).
         assert ("get", "kueue.x-k8s.io", "workloads") not in made, "a Workload read by name"
-        assert "watching Kueue kueue.x-k8s.io/v1beta2 workloads" in operator.log()
+        assert "watching kueue.x-k8s.io/v1beta2 workloads" in operator.log()
         for grant in [("create", "kueue.x-k8s.io", "workloads"),
                       ("list", "kueue.x-k8s.io", "workloads"),
                       ("watch", "kueue.x-k8s.io", "workloads"),
