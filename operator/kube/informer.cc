@@ -50,7 +50,16 @@ Informer::Informer(const ApiClient& client, ResourceRef resource, InformerOption
       options_(std::move(options)),
       handlers_(std::move(handlers)) {}
 
-Informer::~Informer() { Stop(); }
+Informer::~Informer() {
+  Stop();
+  // An informer dropped while the process goes on (the operator's Node informer, once no
+  // elastic job is left) hands its cache's memory back rather than leave it in the RSS.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cache_.clear();
+  }
+  ReleaseFreedHeap();
+}
 
 void Informer::Start() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -143,6 +152,7 @@ Status Informer::Relist() {
   ListOptions list_options;
   list_options.label_selector = options_.label_selector;
   list_options.field_selector = options_.field_selector;
+  list_options.page_size = options_.page_size;
   list_options.transform = [this](nlohmann::json& item) { Ingest(item); };
   ApiResult list = client_.List(path, list_options);
   ReleaseFreedHeap();

@@ -40,6 +40,9 @@ struct InformerOptions {
   std::chrono::milliseconds min_backoff{200};  // after an error; doubles, reset on success
   std::chrono::milliseconds max_backoff{30000};
   int watch_timeout_seconds = 300;
+  // Items per list page. With a transform that keeps little of large objects, a smaller page
+  // bounds the whole objects held at once (and the heap they fragment).
+  int page_size = 500;
   // Keeps only what the caller reads of each object (after managedFields is dropped). It must
   // keep metadata.name, namespace and resourceVersion (the cache's key and the watch's resume
   // point); it runs on the informer's thread. Null: objects are kept whole.
@@ -51,7 +54,7 @@ class Informer {
   // `client` must outlive the informer.
   Informer(const ApiClient& client, ResourceRef resource, InformerOptions options,
            InformerHandlers handlers);
-  ~Informer();  // Stop()
+  ~Informer();  // Stop(), then the cache's memory goes back to the system
   Informer(const Informer&) = delete;
   Informer& operator=(const Informer&) = delete;
 

@@ -263,6 +263,8 @@ void JobController::TrackElastic(const std::string& key, bool elastic) {
       kube::InformerOptions opts;
       opts.watch_timeout_seconds = options_.watch_timeout_seconds;
       opts.transform = TrimNode;
+      // A Node is 10+ KB of which TrimNode keeps ~100 bytes: small pages hold less at once.
+      opts.page_size = 100;
       kube::InformerHandlers handlers;
       auto requeue_elastic = [this] {
         for (const std::string& k : elastic_.JobKeys()) queue_.Add(k);
