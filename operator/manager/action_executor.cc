@@ -1,10 +1,83 @@
 #include "operator/manager/action_executor.h"
 
+#include <algorithm>
+#include <thread>
+
+#include "common/json_read.h"
 #include "common/log.h"
+#include "operator/controller/reasons.h"
 #include "operator/kube/api_result.h"
 #include "operator/manager/child_resource.h"
 
 namespace korovod::k8s_operator {
+namespace {
+
+bool IsPodCreate(const Action& action) {
+  return action.kind == Action::Kind::kCreate && StringAt(action.object, {"kind"}) == "Pod" &&
+         StringAt(action.object, {"apiVersion"}) == "v1";
+}
+
+}  // namespace
+
+Status ActionExecutor::ExecuteOne(const nlohmann::json& job, const Action& action,
+                                  const std::function<void(const Action&)>& applied) const {
+  Status s = Execute(job, action);
+  if (!s.ok() && action.kind == Action::Kind::kCreate) {
+    // As the Job controller's FailedCreate: the cause (a quota, Pod Security, a webhook's
+    // denial) reaches the job's events, not only the operator's log.
+    (void)Execute(job, Action{Action::Kind::kEvent, nlohmann::json(), std::string(kEventWarning),
+                              std::string(kReasonFailedCreate), s.message()});
+  }
+  if (s.ok() && applied) applied(action);
+  return s;
+}
+
+Status ActionExecutor::CreatePodsInBatches(
+    const nlohmann::json& job, const std::vector<Action>& actions, size_t begin, size_t end,
+    const std::function<void(const Action&)>& applied) const {
+  size_t batch = 1;
+  for (size_t next = begin; next < end;) {
+    const size_t n = std::min(batch, end - next);
+    std::vector<Status> results(n);
+    std::vector<std::thread> threads;
+    for (size_t i = 1; i < n; ++i) {
+      threads.emplace_back([&, i] { results[i] = ExecuteOne(job, actions[next + i], applied); });
+    }
+    results[0] = ExecuteOne(job, actions[next], applied);
+    for (std::thread& t : threads) t.join();
+    for (const Status& s : results) {
+      if (!s.ok()) {
+        if (next + n < end) {
+          KV_LOG(kWarning, kOperator, "%s: %zu more pods not created after a failed create",
+                 Describe(job).c_str(), end - next - n);
+        }
+        return s;
+      }
+    }
+    next += n;
+    batch = std::min<size_t>(batch * 2, kMaxParallelPodCreates);
+  }
+  return OkStatus();
+}
+
+Status ActionExecutor::ExecuteAll(const nlohmann::json& job, const std::vector<Action>& actions,
+                                  const std::function<void(const Action&)>& applied) const {
+  Status first_error;
+  for (size_t i = 0; i < actions.size();) {
+    Status s;
+    if (IsPodCreate(actions[i])) {
+      size_t end = i;
+      while (end < actions.size() && IsPodCreate(actions[end])) ++end;
+      s = CreatePodsInBatches(job, actions, i, end, applied);
+      i = end;
+    } else {
+      s = ExecuteOne(job, actions[i], applied);
+      ++i;
+    }
+    if (!s.ok() && first_error.ok()) first_error = s;
+  }
+  return first_error;
+}
 
 Status ActionExecutor::Execute(const nlohmann::json& job, const Action& action) const {
   switch (action.kind) {

@@ -464,27 +464,15 @@ Status JobController::ObserveKueue(const HorovodJob& parsed, ObservedState& obse
 
 Status JobController::ExecuteActions(const std::string& key, const nlohmann::json& job,
                                      bool elastic, const std::vector<Action>& actions) {
-  Status first_error;
-  for (const Action& action : actions) {
-    Status s = executor_.Execute(job, action);
-    if (!s.ok() && action.kind == Action::Kind::kCreate) {
-      // As the Job controller's FailedCreate: the cause (a quota, Pod Security, a webhook's
-      // denial) reaches the job's events, not only the operator's log.
-      (void)executor_.Execute(
-          job, Action{Action::Kind::kEvent, nlohmann::json(), std::string(kEventWarning),
-                      std::string(kReasonFailedCreate), s.message()});
-    }
+  return executor_.ExecuteAll(job, actions, [&](const Action& action) {
     // An elastic job's pods: until the cache has seen this, the job's pod set is not acted on.
-    if (s.ok() && elastic && IsPod(action.object)) {
-      if (action.kind == Action::Kind::kCreate) {
-        expectations_.ExpectCreate(key, StringAt(action.object, {"metadata", "name"}));
-      } else if (action.kind == Action::Kind::kDelete) {
-        expectations_.ExpectDelete(key, StringAt(action.object, {"metadata", "uid"}));
-      }
+    if (!elastic || !IsPod(action.object)) return;
+    if (action.kind == Action::Kind::kCreate) {
+      expectations_.ExpectCreate(key, StringAt(action.object, {"metadata", "name"}));
+    } else if (action.kind == Action::Kind::kDelete) {
+      expectations_.ExpectDelete(key, StringAt(action.object, {"metadata", "uid"}));
     }
-    if (!s.ok() && first_error.ok()) first_error = s;
-  }
-  return first_error;
+  });
 }
 
 Status JobController::ReconcileKey(const std::string& key,

@@ -155,6 +155,10 @@ def _gang_job(name, replicas, cpu_m):
 
 def test_gang_stays_pending_until_all_fit_then_binds_together(node, ns):
     c = node
+    # The PodGroup CRD was served when the operator started: it watches PodGroups rather than
+    # reading the job's by name at each reconcile.
+    assert "watching scheduling.x-k8s.io/v1alpha1 podgroups" in c.operator.log(), \
+        c.operator.log()[-3000:]
     alloc = _millicpu(c.get("/api/v1/nodes/" + c.node)["status"]["allocatable"]["cpu"])
     share = alloc * 3 // 10
     print("node allocatable cpu %dm: blocker and each worker request %dm" % (alloc, share))
