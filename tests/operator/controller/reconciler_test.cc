@@ -915,7 +915,9 @@ TEST(Reconcile, StatusWithoutWorldSizeFallsBackToTheConfigMap) {
 
 // status.workers names every rank of the current epoch with its pod, node and state, and why a
 // rank is not running.
-TEST(Reconcile, StatusListsEveryRankWithItsState) {
+// status.workers lists the ranks that are not Ready, with their pod and why; rankSummary has
+// every rank.
+TEST(Reconcile, StatusListsRanksThatAreNotReadyWithWhy) {
   FakeCluster c(MinimalJob(3));
   c.Step(kT0);
   c.SetPodPhase("j-worker-0", "Running");
@@ -926,23 +928,31 @@ TEST(Reconcile, StatusListsEveryRankWithItsState) {
   c.RemovePod("j-worker-2");  // gone before it ran: Missing until recreated
   c.Step(kT0 + 1);
   const json workers = c.status()["workers"];
-  ASSERT_EQ(workers.size(), 3u);
-  EXPECT_EQ(workers[0], json::parse(R"({"rank": 0, "pod": "j-worker-0", "node": "node-a",
-                                         "state": "Ready"})"));
-  EXPECT_EQ(workers[1]["state"], "Running");
+  ASSERT_EQ(workers.size(), 2u);  // rank 0 is Ready: only in rankSummary
+  EXPECT_EQ(workers[0], json::parse(R"({"rank": 1, "pod": "j-worker-1", "state": "Running"})"));
   EXPECT_EQ(c.status()["rankSummary"], "Missing:2 Running:1 Ready:0");
-  EXPECT_EQ(workers[2]["pod"], "j-worker-2");
+  EXPECT_EQ(workers[1]["pod"], "j-worker-2");
   // Recreated in this reconcile, so observed as Missing; the next one sees it Pending.
-  EXPECT_EQ(workers[2]["state"], "Missing");
+  EXPECT_EQ(workers[1]["state"], "Missing");
+  EXPECT_FALSE(c.status().contains("unlistedWorkers"));
   c.SetContainerWaiting("j-worker-2", "trainer", "ImagePullBackOff", "Back-off pulling image");
   c.Step(kT0 + 2);
-  EXPECT_EQ(c.status()["workers"][2]["state"], "Pending");
+  EXPECT_EQ(c.status()["workers"][1]["state"], "Pending");
   c.SetPodPhase("j-worker-1", "Pending");
   c.Step(kT0 + 3);
   EXPECT_EQ(c.status()["rankSummary"], "Pending:1-2 Ready:0");
-  EXPECT_EQ(c.status()["workers"][2]["reason"], "ImagePullBackOff");
-  EXPECT_EQ(c.status()["workers"][2]["message"],
+  EXPECT_EQ(c.status()["workers"][1]["reason"], "ImagePullBackOff");
+  EXPECT_EQ(c.status()["workers"][1]["message"],
             "container \"trainer\": ImagePullBackOff: Back-off pulling image");
+  // Every rank Ready: no list at all.
+  for (const std::string& name : c.PodNames()) {
+    c.SetPodPhase(name, "Running");
+    c.SetContainerWaiting(name, "trainer", "", "");
+    c.SetPodReady(name, true);
+  }
+  c.Step(kT0 + 4);
+  EXPECT_FALSE(c.status().contains("workers")) << c.status().dump();
+  EXPECT_EQ(c.status()["rankSummary"], "Ready:0-2");
 }
 
 // Workers that do not all come up within startupTimeoutSeconds of their creation fail the job,
@@ -1301,7 +1311,11 @@ TEST(ReconcileElastic, PodsWaitForTheServerThenJoinItByPodUid) {
   r = Step(c, kT0 + 4, Server(1, {Id(c, "j-worker-2"), Id(c, "j-worker-0")}));
   EXPECT_EQ(Phase(c), "Running");
   EXPECT_EQ(c.status()["elastic"]["epoch"], 1);
-  EXPECT_EQ(c.status()["elastic"]["world"], json({"j-worker-2", "j-worker-0"}));
+  // The members as worker indices by rank, and a digest of each one's pod uid.
+  EXPECT_EQ(c.status()["elastic"]["members"], "2,0");
+  EXPECT_EQ(c.status()["elastic"]["memberUids"],
+            UidDigest(c.Pod("j-worker-2")->at("metadata")["uid"].get<std::string>()) +
+                UidDigest(c.Pod("j-worker-0")->at("metadata")["uid"].get<std::string>()));
   EXPECT_EQ(c.status()["elastic"]["rendezvousPort"], 7000);
   EXPECT_EQ(c.status()["workers"][0]["pod"], "j-worker-2");
   const Action* formed = FindEvent(r, "MembershipChanged");
@@ -1466,7 +1480,7 @@ TEST(ReconcileElastic, PodsOfADottedJobNameAreNamedWhole) {
   c.SetAllPodsPhase("Running");
   const std::string gone = Id(c, "team.exp-worker-1");
   Step(c, kT0 + 2, Server(1, {Id(c, "team.exp-worker-0"), gone}));
-  EXPECT_EQ(c.status()["elastic"]["world"], json({"team.exp-worker-0", "team.exp-worker-1"}));
+  EXPECT_EQ(c.status()["elastic"]["members"], "0-1");
   c.RemovePod("team.exp-worker-1");
   const ReconcileResult r = Step(c, kT0 + 3, Server(2, {Id(c, "team.exp-worker-0")}));
   const Action* formed = FindEvent(r, "MembershipChanged");
