@@ -84,7 +84,22 @@ class JobReconciler {
   static std::string LeaveCause(const std::string& id,
                                 const std::map<std::string, std::string>& why);
   std::optional<std::string> ElasticJobKey() const;
+  // An elastic job's pods of the current generation, as one reconcile sorts them.
+  struct ElasticPods {
+    ObservedWorkers pods;
+    std::set<std::string> names;                  // every pod's name (their indices are taken)
+    std::map<std::string, std::string> gone_why;  // by worker id: why it left the world
+    std::vector<std::string> live;                // worker ids of the running present pods
+    std::vector<const json*> present;             // active pods that count toward replicas
+    std::string first_failure, first_success;
+    int64_t failures = 0, running = 0;
+  };
   void ReconcileElastic();
+  void CollectElasticPods(ElasticPods& e);
+  void ClassifyElasticPods(ElasticPods& e);
+  void CountRecordedEnds(ElasticPods& e);
+  void RecordMembership(const ElasticPods& e, ElasticStatus& es);
+  void DirectElasticServer(const ElasticPods& e, const ElasticStatus& es);
   void ScaleElastic(const std::vector<const json*>& present, const std::set<std::string>& names);
   void ReportElasticWorkers(const ObservedWorkers& pods);
 

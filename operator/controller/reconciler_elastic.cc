@@ -56,203 +56,47 @@ void JobReconciler::ReconcileElastic() {
     return;
   }
   ElasticStatus& es = status_.elastic ? *status_.elastic : status_.elastic.emplace();
-
-  // This generation's pods by index; pods of another (before a suspend) are deleted.
-  ObservedWorkers pods;
-  std::set<std::string> names;
-  for (const json& pod : pods_) {
-    WorkerPodState s = ObserveWorkerPod(pod, trainer_container_);
-    names.insert(s.name);
-    if (status_.epoch > 0 && s.epoch == status_.epoch && s.index) {
-      pods.emplace_back(std::move(s), &pod);
-    } else {
-      DeletePod(pod, "not a worker of generation " + std::to_string(status_.epoch));
-    }
-  }
-  std::sort(pods.begin(), pods.end(),
-            [](const auto& a, const auto& b) { return *a.first.index < *b.first.index; });
-  member_ids_ = MemberIds(job_, es, pods);
-
-  const std::set<std::string> given_up =
-      server ? std::set<std::string>(server->lost.begin(), server->lost.end())
-             : std::set<std::string>();
-  std::map<std::string, std::string> gone_why;  // by worker id
-  std::vector<std::string> live;
-  std::vector<const json*> present;  // active pods that count toward spec.replicas
-  std::string first_failure, first_success;
-  int64_t failures = 0, running = 0;
-  status_.ready_workers = status_.active_workers = 0;
-  status_.succeeded_workers = status_.failed_workers = 0;
-  for (const auto& [s, pod] : pods) {
-    const std::string id = WorkerId(s);
-    const std::string node = StringAt(*pod, {"spec", "nodeName"});
-    if (s.ready) ++status_.ready_workers;
-    finished_.Observe(*s.index, s);
-    if (s.outcome == WorkerOutcome::kSucceeded) {
-      ++status_.succeeded_workers;
-      if (first_success.empty()) first_success = s.name;
-      gone_why[id] = "worker pod " + s.name + " finished";
-      continue;
-    }
-    if (s.outcome == WorkerOutcome::kFailed) {
-      ++status_.failed_workers;
-      if (s.disrupted) {
-        gone_why[id] = "worker pod " + s.name + " was disrupted (" + s.disruption + ")";
-      } else if (s.terminating) {
-        gone_why[id] = "worker pod " + s.name + " was deleted";
-      } else {
-        // Kept (for its logs and this count): a failure of the job's own, against backoffLimit.
-        ++failures;
-        gone_why[id] = "worker pod " + s.name + " failed: " + s.cause;
-        if (first_failure.empty()) first_failure = gone_why[id];
-      }
-      continue;
-    }
-    ++status_.active_workers;
-    if (s.terminating) {
-      gone_why[id] = "worker pod " + s.name +
-                     (s.disrupted ? " was disrupted (" + s.disruption + ")"
-                                  : std::string(" is being deleted"));
-      DeletePod(*pod, "leaving the elastic world");  // forces it when stuck
-      continue;
-    }
-    if (!node.empty() && observed_.unready_nodes.count(node) != 0) {
-      gone_why[id] = "worker pod " + s.name + " is on node " + node + ", which is not Ready";
-      if (deleted_.count("Pod/" + s.name) == 0) {
-        Event(kEventWarning, kReasonWorkerLost,
-              gone_why[id] + ": the world goes on without it and a replacement is created");
-      }
-      DeletePod(*pod, "its node " + node + " is not Ready");
-      continue;
-    }
-    if (given_up.count(id) != 0) {
-      gone_why[id] = "worker pod " + s.name + " did not join an epoch within " +
-                     "spec.elastic.timeoutSeconds (" + std::to_string(spec.timeout_seconds) +
-                     "s)";
-      Event(kEventWarning, kReasonWorkerLost, gone_why[id] + ": deleted, a replacement follows");
-      DeletePod(*pod, "it did not join an epoch in time");
-      continue;
-    }
-    present.push_back(pod);
-    if (s.running) {
-      live.push_back(id);
-      ++running;
-    }
-  }
-  // Ended workers whose pods are gone since (PodGC, a removed node) keep counting: a success
-  // still means training is over, a failure still counts against backoffLimit.
-  std::set<int64_t> observed_indices;
-  for (const auto& [s, pod] : pods) observed_indices.insert(*s.index);
-  int64_t recorded_failures = 0;
-  for (const auto& [index, o] : finished_.ranks()) {
-    if (o.state == WorkerState::kFailed && o.reason == kFinishedError) ++recorded_failures;
-    if (observed_indices.count(index) != 0) continue;
-    if (o.state == WorkerState::kSucceeded) {
-      ++status_.succeeded_workers;
-      if (first_success.empty()) first_success = WorkerPodName(job_, index);
-    } else {
-      ++status_.failed_workers;
-      if (first_failure.empty() && o.reason == kFinishedError) first_failure = o.message;
-    }
-  }
-  failures = std::max(failures, recorded_failures);
-  status_.restart_count = std::max(status_.restart_count, failures);
+  ElasticPods e;
+  CollectElasticPods(e);
+  member_ids_ = MemberIds(job_, es, e.pods);
+  ClassifyElasticPods(e);
+  CountRecordedEnds(e);
+  status_.restart_count = std::max(status_.restart_count, e.failures);
 
   if (server && !server->failure.empty()) {
-    for (const json* pod : present) DeletePod(*pod, "the elastic job failed");
+    for (const json* pod : e.present) DeletePod(*pod, "the elastic job failed");
     Finish(JobPhase::kFailed, kReasonElasticFailed, server->failure);
     return;
   }
   const int64_t limit = job_.spec.run_policy.backoff_limit;
-  if (failures > limit) {
-    for (const json* pod : present) DeletePod(*pod, "backoffLimit exceeded");
+  if (e.failures > limit) {
+    for (const json* pod : e.present) DeletePod(*pod, "backoffLimit exceeded");
     Finish(JobPhase::kFailed, kReasonBackoffLimitExceeded,
-           first_failure + "; " + std::to_string(failures) +
+           e.first_failure + "; " + std::to_string(e.failures) +
                " worker pods failed, more than backoffLimit " + std::to_string(limit) +
                " (disrupted, deleted and lost workers are not counted)");
     return;
   }
-
-  // The membership the server formed last.
   if (server) {
     es.rendezvous_port = server->port;
-    if (server->epoch != es.epoch && server->epoch > 0) {
-      std::vector<std::string> left, joined;
-      const std::set<std::string> before(member_ids_.begin(), member_ids_.end());
-      const std::set<std::string> after(server->members.begin(), server->members.end());
-      for (const std::string& id : member_ids_) {
-        if (after.count(id) == 0) left.push_back(LeaveCause(id, gone_why));
-      }
-      for (const std::string& id : server->members) {
-        if (before.count(id) == 0) joined.push_back(PodOfId(id));
-      }
-      es.epoch = server->epoch;
-      es.resets = server->resets;
-      es.version = static_cast<int64_t>(server->formed_version);
-      SetMembers(job_, server->members, pods, es);
-      member_ids_ = server->members;
-      std::string message = "membership epoch " + std::to_string(es.epoch) + ": " +
-                            std::to_string(member_ids_.size()) + " workers";
-      std::string ranks;
-      // The first ranks by name, so that the event of a 4096-worker epoch stays readable.
-      constexpr size_t kNamed = 16;
-      for (size_t i = 0; i < member_ids_.size() && i < kNamed; ++i) {
-        ranks += (ranks.empty() ? "" : ", ") + PodOfId(member_ids_[i]);
-      }
-      if (member_ids_.size() > kNamed) {
-        ranks += " and " + std::to_string(member_ids_.size() - kNamed) + " more";
-      }
-      message += " (" + ranks + ")";
-      if (!left.empty()) {
-        std::string l;
-        for (const std::string& x : left) l += (l.empty() ? "" : "; ") + x;
-        message += "; left: " + l;
-      }
-      if (!joined.empty() && es.resets > 0) {  // not the first epoch
-        std::string j;
-        for (const std::string& x : joined) j += (j.empty() ? "" : ", ") + x;
-        message += "; joined: " + j;
-      }
-      Event(kEventNormal, kReasonMembershipChanged, message);
-    }
+    if (server->epoch != es.epoch && server->epoch > 0) RecordMembership(e, es);
   }
   status_.world_size = static_cast<int64_t>(member_ids_.size());
-  ReportElasticWorkers(pods);
+  ReportElasticWorkers(e.pods);
 
-  if (!first_success.empty()) {
+  if (!e.first_success.empty()) {
     // Horovod's rule: once a worker finished, nobody new starts; done when none runs.
-    if (present.empty()) {
+    if (e.present.empty()) {
       Finish(JobPhase::kSucceeded, kReasonAllWorkersSucceeded,
-             "worker pod " + first_success + " succeeded and no worker runs any more (" +
+             "worker pod " + e.first_success + " succeeded and no worker runs any more (" +
                  std::to_string(status_.succeeded_workers) + " succeeded)");
       return;
     }
   } else if (server && key_ready_) {
-    ScaleElastic(present, names);
+    ScaleElastic(e.present, e.names);
   }
-
-  std::optional<std::string> key = ElasticJobKey();
-  if (!key) {
-    Requeue(out_, 1);  // the key Secret is on its way
-  } else {
-    ElasticDirective d;
-    d.job_key = *key;
-    d.min_workers = spec.min_replicas;
-    d.max_workers = MaxReplicas(spec, job_.spec.replicas);
-    d.timeout_seconds = spec.timeout_seconds;
-    d.reset_limit = spec.reset_limit.value_or(-1);
-    d.live = live;
-    std::sort(d.live.begin(), d.live.end());
-    d.port = static_cast<int>(es.rendezvous_port);
-    d.resume_epoch = es.epoch;
-    d.resume_members = member_ids_;
-    d.resume_resets = es.resets;
-    d.resume_version = static_cast<uint64_t>(es.version);
-    out_.elastic = std::move(d);
-    if (!server) Requeue(out_, 1);  // its server starts after this reconcile
-  }
-
-  if (es.epoch > 0 && running >= spec.min_replicas) {
+  DirectElasticServer(e, es);
+  if (es.epoch > 0 && e.running >= spec.min_replicas) {
     status_.phase = JobPhase::kRunning;
     Mark(kConditionRunning, true, kReasonAllWorkersRunning,
          "membership epoch " + std::to_string(es.epoch) + " trains on " +
@@ -261,14 +105,180 @@ void JobReconciler::ReconcileElastic() {
   // WorkersNotStarting over the pods that count toward spec.replicas (a replacement's index
   // may lie above it).
   current_.clear();
-  const std::set<const json*> counted(present.begin(), present.end());
-  for (const auto& [s, pod] : pods) {
-    if (counted.count(pod) != 0) {
-      current_.emplace(*s.index, std::make_pair(s, pod));
-    }
+  const std::set<const json*> counted(e.present.begin(), e.present.end());
+  for (const auto& [s, pod] : e.pods) {
+    if (counted.count(pod) != 0) current_.emplace(*s.index, std::make_pair(s, pod));
   }
   ReportNotStarting();
   RequeueForDeadline();
+}
+
+// This generation's pods by index; pods of another (before a suspend) are deleted.
+void JobReconciler::CollectElasticPods(ElasticPods& e) {
+  for (const json& pod : pods_) {
+    WorkerPodState s = ObserveWorkerPod(pod, trainer_container_);
+    e.names.insert(s.name);
+    if (status_.epoch > 0 && s.epoch == status_.epoch && s.index) {
+      e.pods.emplace_back(std::move(s), &pod);
+    } else {
+      DeletePod(pod, "not a worker of generation " + std::to_string(status_.epoch));
+    }
+  }
+  std::sort(e.pods.begin(), e.pods.end(),
+            [](const auto& a, const auto& b) { return *a.first.index < *b.first.index; });
+}
+
+// Counts the pods, records the ended ones (finishedRanks), deletes those that left the world
+// (on an unready node, given up on by the server) and says why each left; the rest are present
+// (they count toward spec.replicas), and live when running.
+void JobReconciler::ClassifyElasticPods(ElasticPods& e) {
+  const auto& server = observed_.elastic_server;
+  const std::set<std::string> given_up =
+      server ? std::set<std::string>(server->lost.begin(), server->lost.end())
+             : std::set<std::string>();
+  status_.ready_workers = status_.active_workers = 0;
+  status_.succeeded_workers = status_.failed_workers = 0;
+  for (const auto& [s, pod] : e.pods) {
+    const std::string id = WorkerId(s);
+    const std::string node = StringAt(*pod, {"spec", "nodeName"});
+    std::string& why = e.gone_why[id];
+    if (s.ready) ++status_.ready_workers;
+    finished_.Observe(*s.index, s);
+    if (s.outcome == WorkerOutcome::kSucceeded) {
+      ++status_.succeeded_workers;
+      if (e.first_success.empty()) e.first_success = s.name;
+      why = "worker pod " + s.name + " finished";
+    } else if (s.outcome == WorkerOutcome::kFailed) {
+      ++status_.failed_workers;
+      if (s.disrupted) {
+        why = "worker pod " + s.name + " was disrupted (" + s.disruption + ")";
+      } else if (s.terminating) {
+        why = "worker pod " + s.name + " was deleted";
+      } else {
+        // Kept (for its logs and this count): a failure of the job's own, against backoffLimit.
+        ++e.failures;
+        why = "worker pod " + s.name + " failed: " + s.cause;
+        if (e.first_failure.empty()) e.first_failure = why;
+      }
+    } else if (s.terminating) {
+      ++status_.active_workers;
+      why = "worker pod " + s.name +
+            (s.disrupted ? " was disrupted (" + s.disruption + ")"
+                         : std::string(" is being deleted"));
+      DeletePod(*pod, "leaving the elastic world");  // forces it when stuck
+    } else if (!node.empty() && observed_.unready_nodes.count(node) != 0) {
+      ++status_.active_workers;
+      why = "worker pod " + s.name + " is on node " + node + ", which is not Ready";
+      if (deleted_.count("Pod/" + s.name) == 0) {
+        Event(kEventWarning, kReasonWorkerLost,
+              why + ": the world goes on without it and a replacement is created");
+      }
+      DeletePod(*pod, "its node " + node + " is not Ready");
+    } else if (given_up.count(id) != 0) {
+      ++status_.active_workers;
+      why = "worker pod " + s.name + " did not join an epoch within " +
+            "spec.elastic.timeoutSeconds (" +
+            std::to_string(job_.spec.elastic->timeout_seconds) + "s)";
+      Event(kEventWarning, kReasonWorkerLost, why + ": deleted, a replacement follows");
+      DeletePod(*pod, "it did not join an epoch in time");
+    } else {
+      ++status_.active_workers;
+      e.gone_why.erase(id);
+      e.present.push_back(pod);
+      if (s.running) {
+        e.live.push_back(id);
+        ++e.running;
+      }
+    }
+  }
+}
+
+// Ended workers whose pods are gone since (PodGC, a removed node) keep counting: a success
+// still means training is over, a failure still counts against backoffLimit.
+void JobReconciler::CountRecordedEnds(ElasticPods& e) {
+  std::set<int64_t> observed_indices;
+  for (const auto& [s, pod] : e.pods) observed_indices.insert(*s.index);
+  int64_t recorded_failures = 0;
+  for (const auto& [index, o] : finished_.ranks()) {
+    if (o.state == WorkerState::kFailed && o.reason == kFinishedError) ++recorded_failures;
+    if (observed_indices.count(index) != 0) continue;
+    if (o.state == WorkerState::kSucceeded) {
+      ++status_.succeeded_workers;
+      if (e.first_success.empty()) e.first_success = WorkerPodName(job_, index);
+    } else {
+      ++status_.failed_workers;
+      if (e.first_failure.empty() && o.reason == kFinishedError) e.first_failure = o.message;
+    }
+  }
+  e.failures = std::max(e.failures, recorded_failures);
+}
+
+// The server formed a new epoch: status.elastic follows, and an event says who left (and why)
+// and who joined.
+void JobReconciler::RecordMembership(const ElasticPods& e, ElasticStatus& es) {
+  const auto& server = *observed_.elastic_server;
+  std::vector<std::string> left, joined;
+  const std::set<std::string> before(member_ids_.begin(), member_ids_.end());
+  const std::set<std::string> after(server.members.begin(), server.members.end());
+  for (const std::string& id : member_ids_) {
+    if (after.count(id) == 0) left.push_back(LeaveCause(id, e.gone_why));
+  }
+  for (const std::string& id : server.members) {
+    if (before.count(id) == 0) joined.push_back(PodOfId(id));
+  }
+  es.epoch = server.epoch;
+  es.resets = server.resets;
+  es.version = static_cast<int64_t>(server.formed_version);
+  SetMembers(job_, server.members, e.pods, es);
+  member_ids_ = server.members;
+  std::string message = "membership epoch " + std::to_string(es.epoch) + ": " +
+                        std::to_string(member_ids_.size()) + " workers";
+  std::string ranks;
+  // The first ranks by name, so that the event of a 4096-worker epoch stays readable.
+  constexpr size_t kNamed = 16;
+  for (size_t i = 0; i < member_ids_.size() && i < kNamed; ++i) {
+    ranks += (ranks.empty() ? "" : ", ") + PodOfId(member_ids_[i]);
+  }
+  if (member_ids_.size() > kNamed) {
+    ranks += " and " + std::to_string(member_ids_.size() - kNamed) + " more";
+  }
+  message += " (" + ranks + ")";
+  if (!left.empty()) {
+    std::string l;
+    for (const std::string& x : left) l += (l.empty() ? "" : "; ") + x;
+    message += "; left: " + l;
+  }
+  if (!joined.empty() && es.resets > 0) {  // not the first epoch
+    std::string j;
+    for (const std::string& x : joined) j += (j.empty() ? "" : ", ") + x;
+    message += "; joined: " + j;
+  }
+  Event(kEventNormal, kReasonMembershipChanged, message);
+}
+
+// What the job needs of its membership server (ReconcileResult::elastic), once its key exists.
+void JobReconciler::DirectElasticServer(const ElasticPods& e, const ElasticStatus& es) {
+  const ElasticSpec& spec = *job_.spec.elastic;
+  std::optional<std::string> key = ElasticJobKey();
+  if (!key) {
+    Requeue(out_, 1);  // the key Secret is on its way
+    return;
+  }
+  ElasticDirective d;
+  d.job_key = *key;
+  d.min_workers = spec.min_replicas;
+  d.max_workers = MaxReplicas(spec, job_.spec.replicas);
+  d.timeout_seconds = spec.timeout_seconds;
+  d.reset_limit = spec.reset_limit.value_or(-1);
+  d.live = e.live;
+  std::sort(d.live.begin(), d.live.end());
+  d.port = static_cast<int>(es.rendezvous_port);
+  d.resume_epoch = es.epoch;
+  d.resume_members = member_ids_;
+  d.resume_resets = es.resets;
+  d.resume_version = static_cast<uint64_t>(es.version);
+  out_.elastic = std::move(d);
+  if (!observed_.elastic_server) Requeue(out_, 1);  // its server starts after this reconcile
 }
 
 // Creates pods up to spec.replicas (at the lowest indices no pod object holds) or deletes the

@@ -337,7 +337,7 @@ def test_a_succeeded_rank_whose_pod_is_gone_is_not_restarted(operator, crd, ns):
     first = lambda p: p["metadata"]["labels"]["korovod.dev/replica-index"] == "0"  # noqa: E731
     with FakeKubelet(crd, ns, outcome=lambda p: "succeed" if first(p) else outcome["v"]):
         apply(crd, ns, job_doc("gc", replicas=2))
-        crd.wait_for(lambda: get_job(crd, ns, "gc")["status"].get("finishedRanks") == [
+        crd.wait_for(lambda: get_job(crd, ns, "gc").get("status", {}).get("finishedRanks") == [
             {"ranks": "0", "state": "Succeeded", "reason": "Completed"}],
             "rank 0 recorded Succeeded", 60)
         code, body = crd.request("DELETE", "/api/v1/namespaces/%s/pods/gc-worker-0" % ns,
