@@ -127,6 +127,7 @@ class JobReconciler {
   // reconciler_epochs.cc
   void PartitionPods();
   Failure FindFailure() const;
+  bool RestartAfter(const Failure& failure);
   void NewEpoch();
   void MaybeResize();
   void EnsureEpochChildren();

@@ -294,34 +294,7 @@ void JobReconciler::ReconcileActive() {
     return;
   }
 
-  if (const Failure failure = FindFailure(); failure.count > 0) {
-    const int64_t limit = job_.spec.run_policy.backoff_limit;
-    if (!failure.disruption && status_.restart_count >= limit) {
-      Count();
-      Finish(JobPhase::kFailed, kReasonBackoffLimitExceeded,
-             failure.cause + "; backoffLimit " + std::to_string(limit) + " reached after " +
-                 std::to_string(status_.restart_count) + " restarts");
-      return;
-    }
-    if (!failure.disruption) ++status_.restart_count;
-    NewEpoch();
-    std::string message =
-        failure.cause + "; restarting all workers as epoch " + std::to_string(status_.epoch);
-    if (failure.disruption) {
-      message += " (a disruption, not counted against backoffLimit: " +
-                 std::to_string(status_.restart_count) + " of " + std::to_string(limit) +
-                 " restarts used)";
-    } else {
-      message += " (restart " + std::to_string(status_.restart_count) + " of " +
-                 std::to_string(limit) + ")";
-    }
-    const std::string_view reason =
-        failure.disruption ? kReasonWorkerDisrupted : kReasonWorkerFailed;
-    status_.phase = JobPhase::kRestarting;
-    Mark(kConditionRestarting, true, reason, message);
-    MarkIfPresent(kConditionRunning, false, reason, message);
-    Event(kEventWarning, reason, message);
-  }
+  if (const Failure failure = FindFailure(); failure.count > 0 && !RestartAfter(failure)) return;
 
   for (const json* pod : stale_)
     DeletePod(*pod, "not a worker of epoch " + std::to_string(status_.epoch));

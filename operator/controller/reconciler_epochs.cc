@@ -76,6 +76,38 @@ JobReconciler::Failure JobReconciler::FindFailure() const {
   return f;
 }
 
+// A failure restarts the whole world as a new epoch (a disruption without counting against
+// backoffLimit), or fails the job once backoffLimit restarts were used. False when it failed.
+bool JobReconciler::RestartAfter(const Failure& failure) {
+  const int64_t limit = job_.spec.run_policy.backoff_limit;
+  if (!failure.disruption && status_.restart_count >= limit) {
+    Count();
+    Finish(JobPhase::kFailed, kReasonBackoffLimitExceeded,
+           failure.cause + "; backoffLimit " + std::to_string(limit) + " reached after " +
+               std::to_string(status_.restart_count) + " restarts");
+    return false;
+  }
+  if (!failure.disruption) ++status_.restart_count;
+  NewEpoch();
+  std::string message =
+      failure.cause + "; restarting all workers as epoch " + std::to_string(status_.epoch);
+  if (failure.disruption) {
+    message += " (a disruption, not counted against backoffLimit: " +
+               std::to_string(status_.restart_count) + " of " + std::to_string(limit) +
+               " restarts used)";
+  } else {
+    message += " (restart " + std::to_string(status_.restart_count) + " of " +
+               std::to_string(limit) + ")";
+  }
+  const std::string_view reason =
+      failure.disruption ? kReasonWorkerDisrupted : kReasonWorkerFailed;
+  status_.phase = JobPhase::kRestarting;
+  Mark(kConditionRestarting, true, reason, message);
+  MarkIfPresent(kConditionRunning, false, reason, message);
+  Event(kEventWarning, reason, message);
+  return true;
+}
+
 // Starts a new epoch: every existing pod becomes stale and is deleted before the new ones
 // are created, so ranks of two epochs never meet in one world.
 void JobReconciler::NewEpoch() {

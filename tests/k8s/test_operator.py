@@ -358,16 +358,28 @@ def test_a_succeeded_rank_whose_pod_is_gone_is_not_restarted(operator, crd, ns):
 
 
 def test_a_repeated_failure_is_one_event_with_a_count(operator, crd, ns):
-    """Worker pods that keep failing to be created (a quota whose usage is unknown refuses every
-    pod) are retried: each retry's FailedCreate for the same pod and cause is counted on one
+    """Worker pods that keep failing to be created (a namespace quota that is used up refuses
+    every pod) are retried: each retry's FailedCreate for the same pod and cause is counted on one
     Event (client-go's aggregation), not a new Event per retry."""
-    crd.kubectl("-n", ns, "create", "quota", "no-pods", "--hard=pods=10")
+    crd.kubectl("-n", ns, "create", "quota", "no-pods", "--hard=pods=1")
+    # The resource quota controller's part (there is no controller-manager): the quota is used.
+    path = "/api/v1/namespaces/%s/resourcequotas/no-pods" % ns
+    quota = crd.get(path)
+    quota["status"] = {"hard": {"pods": "1"}, "used": {"pods": "1"}}
+    code, body = crd.request("PUT", path + "/status", quota)
+    assert code == 200, body
     apply(crd, ns, job_doc("refused", replicas=1))
 
     def repeated():
         failed = [e for e in events(crd, ns) if e["reason"] == "FailedCreate"]
         return failed if any(e.get("count", 1) > 1 for e in failed) else None
-    failed = crd.wait_for(repeated, "a FailedCreate event with count > 1", 90)
+    try:
+        failed = crd.wait_for(repeated, "a FailedCreate event with count > 1", 90)
+    except AssertionError as e:
+        seen = [(x["reason"], x.get("count"), x["message"][:160]) for x in events(crd, ns)]
+        raise AssertionError("%s; events: %s; pods: %s; operator log: %s" % (
+            e, seen, [p["metadata"]["name"] for p in pods(crd, ns, "refused")],
+            operator.log()[-2000:])) from e
     messages = [e["message"] for e in failed]
     assert len(messages) == len(set(messages)), messages  # one Event per distinct message
     assert any("refused-worker-0" in m and "quota" in m for m in messages), messages
