@@ -383,3 +383,4 @@ def test_a_repeated_failure_is_one_event_with_a_count(operator, crd, ns):
     messages = [e["message"] for e in failed]
     assert len(messages) == len(set(messages)), messages  # one Event per distinct message
     assert any("refused-worker-0" in m and "quota" in m for m in messages), messages
+    crd.kubectl("-n", ns, "delete", "hvdjob", "refused")  # it would retry for ever
