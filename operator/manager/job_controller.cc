@@ -130,7 +130,7 @@ JobController::JobController(const kube::ApiClient& client, const kube::EventRec
     : client_(client),
       metrics_(metrics),
       options_(std::move(options)),
-      executor_(client, events, metrics),
+      executor_(client, events, metrics, options_.may_write),
       elastic_([this](const std::string& key) { queue_.Add(key); }) {
   kube::InformerOptions job_opts;
   job_opts.namespace_name = options_.namespace_name;
@@ -346,7 +346,9 @@ Status JobController::ReconcileKey(const std::string& key,
   if (Status s = elastic_.Apply(key, UidOf(job), result.elastic); !s.ok()) {
     if (first_error.ok()) first_error = s;
   }
-  if (result.status) {
+  if (Status fenced = executor_.CheckMayWrite(); result.status && !fenced.ok()) {
+    if (first_error.ok()) first_error = fenced.WithContext("status of " + key);
+  } else if (result.status) {
     // Someone changed the job since we read it: recompute from the fresh object (the children,
     // and so the actions already taken, are unchanged).
     StatusWriteOutcome written =

@@ -34,6 +34,7 @@ struct JobControllerOptions {
   int workers = 2;
   int watch_timeout_seconds = 300;
   OperatorSettings settings;
+  WriteFence may_write;  // asked before every write (ActionExecutor); empty: always
 };
 
 class JobController {
