@@ -287,6 +287,7 @@ ObservedState JobController::Observe(const nlohmann::json& job) const {
   observed.config_maps = owned(config_maps_->List(ns, selector));
   // observed.secrets: ReconcileKey reads the one key Secret by name (no Secret informer).
   observed.now_unix = static_cast<int64_t>(std::time(nullptr));
+  observed.observed_ages = ages_.Observe(JobKey(ns, meta.value("name", "")), job, observed.pods);
   observed.settings = options_.settings;
   observed.elastic_server = elastic_.Observe(JobKey(ns, meta.value("name", "")), uid);
   // Only an elastic job reads the nodes: no copy of the node cache for every other reconcile.
@@ -306,6 +307,7 @@ Status JobController::ReconcileKey(const std::string& key,
   kube::ApiResult got = client_.Get(kHorovodJobs.Path(ns, name));
   if (kube::IsNotFound(got)) {  // deleted; the garbage collector has the rest
     elastic_.Forget(key);
+    ages_.Forget(key);
     return OkStatus();
   }
   if (!got.ok()) return got.status();
