@@ -66,6 +66,8 @@ class JobReconciler {
 
   // reconciler.cc: the run, actions and the unfinished job
   bool Finished() const;
+  std::optional<int64_t> ObservedAge(std::string_view field, const std::string& value) const;
+  int64_t SecondsSince(std::string_view field, const std::string& value, int64_t value_unix) const;
   void Mark(std::string_view type, bool value, std::string_view reason, const std::string& msg);
   void MarkIfPresent(std::string_view type, bool value, std::string_view reason,
                      const std::string& msg);

@@ -130,6 +130,22 @@ bool JobReconciler::Finished() const {
   return status_.phase == JobPhase::kSucceeded || status_.phase == JobPhase::kFailed;
 }
 
+// Seconds this operator has observed `value` of `field` (ObservedState::observed_ages), if it
+// has.
+std::optional<int64_t> JobReconciler::ObservedAge(std::string_view field,
+                                                  const std::string& value) const {
+  const auto it = observed_.observed_ages.find(ObservedAgeKey(field, value));
+  if (it == observed_.observed_ages.end()) return std::nullopt;
+  return it->second;
+}
+
+// How old the time `value` (`value_unix`) of the status's `field` is: as observed by this
+// operator's monotonic clock when it can be, else by its wall clock (now_unix).
+int64_t JobReconciler::SecondsSince(std::string_view field, const std::string& value,
+                                    int64_t value_unix) const {
+  return ObservedAge(field, value).value_or(observed_.now_unix - value_unix);
+}
+
 void JobReconciler::Mark(std::string_view type, bool value, std::string_view reason,
                          const std::string& msg) {
   SetCondition(status_.conditions, type, value ? ConditionStatus::kTrue : ConditionStatus::kFalse,
@@ -179,15 +195,20 @@ void JobReconciler::DeletePod(const json& pod, std::string why) {
 void JobReconciler::ForceDeleteIfStuck(const json& pod, const std::string& why) {
   const WorkerPodState s = ObserveWorkerPod(pod, trainer_container_);
   if (!s.deletion_unix) return;  // no time to go by: never force on a guess
-  const int64_t due = *s.deletion_unix + kStuckTerminationMarginSeconds;
-  if (observed_.now_unix < due) {
-    Requeue(out_, due - observed_.now_unix);
+  // deletionTimestamp is the API server's clock: timed from when this operator first saw the
+  // pod terminating when it can be (observed_ages), so a clock ahead forces nothing early.
+  int64_t past_grace = observed_.now_unix - *s.deletion_unix;
+  if (const auto seen = ObservedAge("deletionTimestamp/" + s.uid,
+                                    StringAt(pod, {"metadata", "deletionTimestamp"}))) {
+    past_grace = *seen - IntAt(pod, {"metadata", "deletionGracePeriodSeconds"}).value_or(0);
+  }
+  if (past_grace < kStuckTerminationMarginSeconds) {
+    Requeue(out_, kStuckTerminationMarginSeconds - past_grace);
     return;
   }
   if (!deleted_.insert("Pod/" + s.name).second) return;
   const std::string stuck =
-      "worker pod " + s.name + " was still terminating " +
-      std::to_string(observed_.now_unix - *s.deletion_unix) +
+      "worker pod " + s.name + " was still terminating " + std::to_string(past_grace) +
       "s after its grace period ended (its node is lost or its kubelet stuck); deleted it with "
       "gracePeriodSeconds 0";
   Action action{Action::Kind::kDelete,

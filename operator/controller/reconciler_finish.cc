@@ -45,8 +45,8 @@ void JobReconciler::CleanUpFinished() {
     status_.completion_time = FormatRfc3339(now_);
     completed = observed_.now_unix;
   }
-  const int64_t expires = *completed + *ttl;
-  if (expires <= observed_.now_unix) {
+  const int64_t finished_for = SecondsSince("completionTime", status_.completion_time, *completed);
+  if (finished_for >= *ttl) {
     out_.actions.push_back(
         Action{Action::Kind::kDeleteJob,
                json{{"apiVersion", std::string(kApiVersion)},
@@ -58,7 +58,7 @@ void JobReconciler::CleanUpFinished() {
                "", std::string(kReasonTtlExpired),
                "ttlSecondsAfterFinished " + std::to_string(*ttl) + " expired"});
   } else {
-    Requeue(out_, expires - observed_.now_unix);
+    Requeue(out_, *ttl - finished_for);
   }
 }
 
@@ -70,14 +70,14 @@ bool JobReconciler::DeadlineExpired() {
     status_.start_time = FormatRfc3339(now_);
     start = observed_.now_unix;
   }
-  return *start + *deadline <= observed_.now_unix;
+  return SecondsSince("startTime", status_.start_time, *start) >= *deadline;
 }
 
 void JobReconciler::RequeueForDeadline() {
   const auto& deadline = job_.spec.run_policy.active_deadline_seconds;
   if (!deadline || status_.start_time.empty()) return;
   const std::optional<int64_t> start = UnixSeconds(status_.start_time);
-  if (start) Requeue(out_, *start + *deadline - observed_.now_unix);
+  if (start) Requeue(out_, *deadline - SecondsSince("startTime", status_.start_time, *start));
 }
 
 // The epoch's workers must all run within spec.runPolicy.startupTimeoutSeconds of the epoch's
@@ -95,9 +95,9 @@ bool JobReconciler::StartupTimedOut() {
     start = observed_.now_unix;
   }
   const int64_t timeout = job_.spec.run_policy.startup_timeout_seconds;
-  const int64_t due = *start + timeout;
-  if (observed_.now_unix < due) {
-    Requeue(out_, due - observed_.now_unix);
+  const int64_t waited = SecondsSince("epochStartTime", status_.epoch_start_time, *start);
+  if (waited < timeout) {
+    Requeue(out_, timeout - waited);
     return false;
   }
   std::string missing;
