@@ -141,6 +141,7 @@ void ConnectionGuard::OnHandshakeStart(int fd) {
     // Closed before the handshake reads anything: the client sees a reset, the thread is free.
     ::shutdown(fd, SHUT_RDWR);
     ++counts_.refused;
+    ++refused_unlogged_[source];
     return;
   }
   // A dup keeps the socket alive until we close it, so the watchdog never shuts down a number
@@ -190,6 +191,15 @@ void ConnectionGuard::Watch() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!cv_.wait_for(lock, tick, [this] { return stop_; })) {
     const auto now = Clock::now();
+    if (!refused_unlogged_.empty() && log_) {
+      std::string sources;
+      for (const auto& [source, n] : refused_unlogged_) {
+        sources += (sources.empty() ? "" : ", ") + source + " (" + std::to_string(n) + ")";
+      }
+      log_("refused connections over the limit of " +
+           std::to_string(limits_.max_connections_per_source) + " per address: " + sources);
+    }
+    refused_unlogged_.clear();
     size_t cut = 0;
     std::map<std::string, size_t> by_source;
     for (auto& [id, t] : tracked_) {

@@ -90,12 +90,13 @@ class ConnectionGuard {
   const Log log_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;                            // guarded by mu_
-  uint64_t next_id_ = 1;                         // guarded by mu_
-  std::map<uint64_t, Tracked> tracked_;          // guarded by mu_
-  std::map<std::string, size_t> per_source_;     // guarded by mu_
-  ConnectionGuardCounts counts_;                 // guarded by mu_
-  std::thread watchdog_;                         // last: starts once the above is set
+  bool stop_ = false;                               // guarded by mu_
+  uint64_t next_id_ = 1;                            // guarded by mu_
+  std::map<uint64_t, Tracked> tracked_;             // guarded by mu_
+  std::map<std::string, size_t> per_source_;        // guarded by mu_
+  std::map<std::string, size_t> refused_unlogged_;  // guarded by mu_; logged by the watchdog
+  ConnectionGuardCounts counts_;                    // guarded by mu_
+  std::thread watchdog_;                            // last: starts once the above is set
 };
 
 }  // namespace korovod::k8s_operator

@@ -168,6 +168,9 @@ TEST_F(WebhookFloodTest, SlowClientsNeitherStarveAReviewNorStayOpen) {
   EXPECT_NE(Log().find("did not send a whole request within 10000 ms: 127.0.0.2"),
             std::string::npos)
       << Log();
+  EXPECT_NE(Log().find("refused connections over the limit of 128 per address: 127.0.0.2"),
+            std::string::npos)
+      << Log();
 }
 
 TEST_F(WebhookFloodTest, HundredConcurrentReviewsEachGetTheirOwnPatch) {
