@@ -38,8 +38,8 @@ struct WebhookCertificateSetupOptions {
 };
 
 // The certificates stored in the Secret (FailedPrecondition when it is absent; InvalidArgument
-// naming the field that is missing or not base64). Also read by CaBundleKeeper every period: the Secret,
-// not what a replica loaded at its start, says which CA is current.
+// naming the field that is missing or not base64). Also read by CaBundleKeeper every period: the
+// Secret, not what a replica loaded at its start, says which CA is current.
 StatusOr<WebhookCertificates> ReadCertificateSecret(const kube::ApiClient& client,
                                                     const std::string& secret_namespace,
                                                     const std::string& secret_name);

@@ -252,8 +252,8 @@ InjectionPlan PlanInjection(json pod, const std::string& ns, const OperatorSetti
   // ConfigureWorkerPodSpec always sets these four (the sidecar, its volumes, the trainer's
   // environment, the sidecar's supplemental group), and "add" replaces an existing member (RFC
   // 6902 4.1): one operation each, their values moved into the patch rather than compared with a
-  // copy of the original. automountServiceAccountToken is the workload's own choice: by admission time the
-  // API server has already mounted the token (or not), so the webhook leaves it alone.
+  // copy of the original. automountServiceAccountToken is the workload's own choice: by admission
+  // time the API server has already mounted the token (or not), so the webhook leaves it alone.
   for (const char* key : {"containers", "initContainers", "volumes", "securityContext"}) {
     auto it = configured.find(key);
     if (it == configured.end()) continue;
