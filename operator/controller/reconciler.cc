@@ -184,6 +184,19 @@ class JobReconciler {
     return status_.phase == JobPhase::kSucceeded || status_.phase == JobPhase::kFailed;
   }
 
+  // Seconds this operator has observed `value` of `field` (ObservedState::observed_ages), if it
+  // has.
+  std::optional<int64_t> ObservedAge(std::string_view field, const std::string& value) const {
+    const auto it = observed_.observed_ages.find(ObservedAgeKey(field, value));
+    if (it == observed_.observed_ages.end()) return std::nullopt;
+    return it->second;
+  }
+  // How old the time `value` (`value_unix`) of the status's `field` is: as observed by this
+  // operator's monotonic clock when it can be, else by its wall clock (now_unix).
+  int64_t SecondsSince(std::string_view field, const std::string& value, int64_t value_unix) const {
+    return ObservedAge(field, value).value_or(observed_.now_unix - value_unix);
+  }
+
   void Mark(std::string_view type, bool value, std::string_view reason, const std::string& msg) {
     SetCondition(status_.conditions, type, value ? ConditionStatus::kTrue : ConditionStatus::kFalse,
                  reason, msg, generation_, now_);
@@ -228,15 +241,20 @@ class JobReconciler {
   void ForceDeleteIfStuck(const json& pod, const std::string& why) {
     const WorkerPodState s = ObserveWorkerPod(pod, trainer_container_);
     if (!s.deletion_unix) return;  // no time to go by: never force on a guess
-    const int64_t due = *s.deletion_unix + kStuckTerminationMarginSeconds;
-    if (observed_.now_unix < due) {
-      Requeue(out_, due - observed_.now_unix);
+    // deletionTimestamp is the API server's clock: timed from when this operator first saw the
+    // pod terminating when it can be (observed_ages), so a clock ahead forces nothing early.
+    int64_t past_grace = observed_.now_unix - *s.deletion_unix;
+    if (const auto seen = ObservedAge("deletionTimestamp/" + s.uid,
+                                      StringAt(pod, {"metadata", "deletionTimestamp"}))) {
+      past_grace = *seen - IntAt(pod, {"metadata", "deletionGracePeriodSeconds"}).value_or(0);
+    }
+    if (past_grace < kStuckTerminationMarginSeconds) {
+      Requeue(out_, kStuckTerminationMarginSeconds - past_grace);
       return;
     }
     if (!deleted_.insert("Pod/" + s.name).second) return;
     const std::string stuck =
-        "worker pod " + s.name + " was still terminating " +
-        std::to_string(observed_.now_unix - *s.deletion_unix) +
+        "worker pod " + s.name + " was still terminating " + std::to_string(past_grace) +
         "s after its grace period ended (its node is lost or its kubelet stuck); deleted it with "
         "gracePeriodSeconds 0";
     Action action{Action::Kind::kDelete,
@@ -369,8 +387,9 @@ class JobReconciler {
       status_.completion_time = FormatRfc3339(now_);
       completed = observed_.now_unix;
     }
-    const int64_t expires = *completed + *ttl;
-    if (expires <= observed_.now_unix) {
+    const int64_t finished_for =
+        SecondsSince("completionTime", status_.completion_time, *completed);
+    if (finished_for >= *ttl) {
       out_.actions.push_back(
           Action{Action::Kind::kDeleteJob,
                  json{{"apiVersion", std::string(kApiVersion)},
@@ -382,7 +401,7 @@ class JobReconciler {
                  "", std::string(kReasonTtlExpired),
                  "ttlSecondsAfterFinished " + std::to_string(*ttl) + " expired"});
     } else {
-      Requeue(out_, expires - observed_.now_unix);
+      Requeue(out_, *ttl - finished_for);
     }
   }
 
@@ -541,14 +560,14 @@ class JobReconciler {
       status_.start_time = FormatRfc3339(now_);
       start = observed_.now_unix;
     }
-    return *start + *deadline <= observed_.now_unix;
+    return SecondsSince("startTime", status_.start_time, *start) >= *deadline;
   }
 
   void RequeueForDeadline() {
     const auto& deadline = job_.spec.run_policy.active_deadline_seconds;
     if (!deadline || status_.start_time.empty()) return;
     const std::optional<int64_t> start = UnixSeconds(status_.start_time);
-    if (start) Requeue(out_, *start + *deadline - observed_.now_unix);
+    if (start) Requeue(out_, *deadline - SecondsSince("startTime", status_.start_time, *start));
   }
 
   void ReconcileActive() {
@@ -978,9 +997,9 @@ class JobReconciler {
       start = observed_.now_unix;
     }
     const int64_t timeout = job_.spec.run_policy.startup_timeout_seconds;
-    const int64_t due = *start + timeout;
-    if (observed_.now_unix < due) {
-      Requeue(out_, due - observed_.now_unix);
+    const int64_t waited = SecondsSince("epochStartTime", status_.epoch_start_time, *start);
+    if (waited < timeout) {
+      Requeue(out_, timeout - waited);
       return false;
     }
     std::string missing;

@@ -130,7 +130,7 @@ JobController::JobController(const kube::ApiClient& client, const kube::EventRec
     : client_(client),
       metrics_(metrics),
       options_(std::move(options)),
-      executor_(client, events, metrics),
+      executor_(client, events, metrics, options_.may_write),
       elastic_([this](const std::string& key) { queue_.Add(key); }) {
   kube::InformerOptions job_opts;
   job_opts.namespace_name = options_.namespace_name;
@@ -300,6 +300,7 @@ ObservedState JobController::Observe(const nlohmann::json& job) const {
   }
   // observed.secrets: ReconcileKey reads the one key Secret by name (no Secret informer).
   observed.now_unix = static_cast<int64_t>(std::time(nullptr));
+  observed.observed_ages = ages_.Observe(JobKey(ns, meta.value("name", "")), job, observed.pods);
   observed.settings = options_.settings;
   observed.elastic_server = elastic_.Observe(JobKey(ns, meta.value("name", "")), uid);
   // Only an elastic job reads the nodes: no copy of the node cache for every other reconcile.
@@ -319,6 +320,7 @@ Status JobController::ReconcileKey(const std::string& key,
   kube::ApiResult got = client_.Get(kHorovodJobs.Path(ns, name));
   if (kube::IsNotFound(got)) {  // deleted; the garbage collector has the rest
     elastic_.Forget(key);
+    ages_.Forget(key);
     return OkStatus();
   }
   if (!got.ok()) return got.status();
@@ -359,7 +361,9 @@ Status JobController::ReconcileKey(const std::string& key,
   if (Status s = elastic_.Apply(key, UidOf(job), result.elastic); !s.ok()) {
     if (first_error.ok()) first_error = s;
   }
-  if (result.status) {
+  if (Status fenced = executor_.CheckMayWrite(); result.status && !fenced.ok()) {
+    if (first_error.ok()) first_error = fenced.WithContext("status of " + key);
+  } else if (result.status) {
     // Someone changed the job since we read it: recompute from the fresh object (the children,
     // and so the actions already taken, are unchanged).
     StatusWriteOutcome written =

@@ -25,6 +25,7 @@
 #include "operator/kube/work_queue.h"
 #include "operator/manager/action_executor.h"
 #include "operator/manager/elastic_servers.h"
+#include "operator/manager/observed_ages.h"
 #include "operator/manager/operator_metrics.h"
 
 namespace korovod::k8s_operator {
@@ -34,6 +35,7 @@ struct JobControllerOptions {
   int workers = 2;
   int watch_timeout_seconds = 300;
   OperatorSettings settings;
+  WriteFence may_write;  // asked before every write (ActionExecutor); empty: always
 };
 
 class JobController {
@@ -78,6 +80,7 @@ class JobController {
   // namespace (a Role cannot grant nodes); not waited for by Synced().
   std::unique_ptr<kube::Informer> nodes_;
   ElasticServers elastic_;  // after queue_: its watcher queues jobs
+  mutable ObservedAges ages_;  // deadlines timed by this operator's clock (Observe)
   std::vector<std::thread> workers_;
   std::atomic<bool> stopped_{false};
 };

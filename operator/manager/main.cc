@@ -55,6 +55,8 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
   controller_options.workers = options.workers;
   controller_options.watch_timeout_seconds = options.watch_timeout_seconds;
   controller_options.settings = options.settings;
+  std::unique_ptr<kube::LeaderElector> elector;  // set below with --leader-elect
+  controller_options.may_write = [&elector] { return !elector || elector->HoldsLease(); };
   JobController controller(**client, recorder, **metrics, controller_options);
 
   // Both addresses were checked by ParseOperatorFlags.
@@ -124,7 +126,6 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
 
   std::atomic<bool> shutting_down{false};
   std::atomic<bool> lost_leadership{false};
-  std::unique_ptr<kube::LeaderElector> elector;
   if (options.leader_elect) {
     kube::LeaderElectionConfig le;
     le.namespace_name = options.leader_election_namespace;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -734,6 +735,78 @@ TEST(Reconcile, TtlRequeuesThenDeletesTheJob) {
     EXPECT_EQ(a.object["kind"], "HorovodJob");
   }
   EXPECT_TRUE(c.job_deleted());
+}
+
+// --- a clock ahead of the one that wrote the times ---------------------------------------------
+
+// A new leader whose clock is two hours ahead: the times in the status (written by the old
+// leader) and a pod's deletionTimestamp (the API server's) look two hours old by its wall clock.
+// With observed_ages (how long this operator has seen them, by its monotonic clock) nothing ends
+// early: the TTL, the active deadline and the force deletion wait their full length from then.
+constexpr int64_t kTwoHoursAhead = 2 * 3600;
+
+ObservedState SkewedObserve(const FakeCluster& c, int64_t now,
+                            std::map<std::string, int64_t> ages) {
+  ObservedState observed = c.Observe(now);
+  observed.observed_ages = std::move(ages);
+  return observed;
+}
+
+TEST(Reconcile, TtlIsTimedFromWhenTheOperatorSawTheCompletionTime) {
+  json job = MinimalJob(1);
+  job["spec"]["runPolicy"] = {{"ttlSecondsAfterFinished", 600}};
+  FakeCluster c(job);
+  c.Step(kT0);
+  c.SetTrainerExit("j-worker-0", 0, "Completed");
+  c.Step(kT0 + 100);
+  ASSERT_EQ(Phase(c), "Succeeded");
+  const std::string done = c.status()["completionTime"];
+  const int64_t skewed_now = kT0 + 100 + kTwoHoursAhead;
+  ReconcileResult r = Reconcile(SkewedObserve(c, skewed_now, {{"completionTime=" + done, 5}}));
+  EXPECT_EQ(CountKind(r, Action::Kind::kDeleteJob), 0);
+  EXPECT_EQ(r.requeue_after_seconds, std::optional<int64_t>(595));
+  r = Reconcile(SkewedObserve(c, skewed_now + 595, {{"completionTime=" + done, 600}}));
+  EXPECT_EQ(CountKind(r, Action::Kind::kDeleteJob), 1);
+}
+
+TEST(Reconcile, ActiveDeadlineIsTimedFromWhenTheOperatorSawTheStartTime) {
+  json job = MinimalJob(2);
+  job["spec"]["runPolicy"] = {{"activeDeadlineSeconds", 600}};
+  FakeCluster c = RunningJob(job);
+  const std::string start = c.status()["startTime"];
+  ReconcileResult r =
+      Reconcile(SkewedObserve(c, kT0 + 20 + kTwoHoursAhead, {{"startTime=" + start, 10}}));
+  EXPECT_EQ(CountKind(r, Action::Kind::kDelete), 0);
+  EXPECT_FALSE(r.status && r.status->value("phase", "") == "Failed") << r.status->dump();
+  EXPECT_EQ(r.requeue_after_seconds, std::optional<int64_t>(590));
+  r = Reconcile(SkewedObserve(c, kT0 + 20 + kTwoHoursAhead, {{"startTime=" + start, 600}}));
+  ASSERT_TRUE(r.status);
+  EXPECT_EQ(r.status->value("phase", ""), "Failed") << r.status->dump();
+}
+
+TEST(Reconcile, StuckPodIsTimedFromWhenTheOperatorSawItTerminating) {
+  FakeCluster c = RunningJob(MinimalJob(2));
+  c.set_graceful_deletes(true);
+  c.MarkTerminating("j-worker-1", kT0 + 100, /*grace_seconds=*/30);
+  c.Step(kT0 + 101);
+  ASSERT_EQ(Phase(c), "Restarting");
+  c.RemovePod("j-worker-0");
+  const json* pod = c.Pod("j-worker-1");
+  ASSERT_NE(pod, nullptr);
+  const std::string key = "deletionTimestamp/" + (*pod)["metadata"]["uid"].get<std::string>() +
+                          "=" + (*pod)["metadata"]["deletionTimestamp"].get<std::string>();
+  const int64_t skewed_now = kT0 + 102 + kTwoHoursAhead;
+  ReconcileResult r = Reconcile(SkewedObserve(c, skewed_now, {{key, 1}}));
+  EXPECT_EQ(CountKind(r, Action::Kind::kDelete), 0);
+  EXPECT_EQ(r.requeue_after_seconds,
+            std::optional<int64_t>(30 + kStuckTerminationMarginSeconds - 1));
+  r = Reconcile(SkewedObserve(c, skewed_now, {{key, 30 + kStuckTerminationMarginSeconds}}));
+  ASSERT_EQ(Names(r, Action::Kind::kDelete, "Pod"), std::vector<std::string>{"j-worker-1"});
+  for (const Action& a : r.actions) {
+    if (a.kind == Action::Kind::kDelete) {
+      EXPECT_TRUE(a.force);
+    }
+  }
 }
 
 // --- invalid specs and deletion ------------------------------------------------------------
