@@ -200,26 +200,30 @@ void ConnectionGuard::Watch() {
            std::to_string(limits_.max_connections_per_source) + " per address: " + sources);
     }
     refused_unlogged_.clear();
-    size_t cut = 0;
+    std::vector<Tracked*> expired;
     std::map<std::string, size_t> by_source;
     for (auto& [id, t] : tracked_) {
       if (t.cut || now < t.deadline) continue;
-      // The blocked read (or handshake) on the connection's thread returns at once.
-      ::shutdown(t.fd, SHUT_RDWR);
-      t.cut = true;
-      ++cut;
+      expired.push_back(&t);
       ++by_source[t.source];
     }
-    if (cut == 0) continue;
-    counts_.cut += cut;
+    if (expired.empty()) continue;
+    counts_.cut += expired.size();
+    // Logged before the sockets close, so whoever sees a connection cut finds the line.
     if (log_) {
       std::string sources;
       for (const auto& [source, n] : by_source) {
         sources += (sources.empty() ? "" : ", ") + source + " (" + std::to_string(n) + ")";
       }
       // One line per tick, not per connection: a flood must not flood the log too.
-      log_("closed " + std::to_string(cut) + " connection(s) that did not send a whole request " +
-           "within " + std::to_string(limits_.request_deadline.count()) + " ms: " + sources);
+      log_("closing " + std::to_string(expired.size()) + " connection(s) that did not send a " +
+           "whole request within " + std::to_string(limits_.request_deadline.count()) +
+           " ms: " + sources);
+    }
+    for (Tracked* t : expired) {
+      // The blocked read (or handshake) on the connection's thread returns at once.
+      ::shutdown(t->fd, SHUT_RDWR);
+      t->cut = true;
     }
   }
 }
