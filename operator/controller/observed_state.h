@@ -23,6 +23,8 @@ struct ObservedState {
   // Children in the job's namespace labelled korovod.dev/job-name=<job>. Items of a List response
   // may lack apiVersion/kind; the reconciler does not need them.
   std::vector<nlohmann::json> pods, services, config_maps, secrets, pod_groups;
+  // Only with --worker-network-policy (network_policy.h); else always empty.
+  std::vector<nlohmann::json> network_policies;
   // Kueue (kueue_workload.h), for a job labelled kueue.x-k8s.io/queue-name: its Workload when it
   // exists, the ResourceFlavors the Workload's admission names, and the job's priority as Kueue
   // wants it in the Workload ({group, kind, name, value} of its WorkloadPriorityClass or

@@ -22,6 +22,7 @@
 #include "operator/controller/job_key_secret.h"
 #include "operator/controller/json_access.h"
 #include "operator/controller/kueue_workload.h"
+#include "operator/controller/network_policy.h"
 #include "operator/controller/pod_group.h"
 #include "operator/controller/reasons.h"
 #include "operator/controller/worker_pod_builder.h"
@@ -222,6 +223,10 @@ void JobReconciler::ForceDeleteIfStuck(const json& pod, const std::string& why) 
 void JobReconciler::EnsureSharedChildren() {
   if (FindByName(observed_.services, ServiceName(job_)) == nullptr) {
     Create(BuildWorldService(job_, settings_), "headless service for worker DNS");
+  }
+  if (settings_.worker_network_policy.enabled() &&
+      FindByName(observed_.network_policies, WorkerNetworkPolicyName(job_)) == nullptr) {
+    Create(BuildWorkerNetworkPolicy(job_, settings_), "worker network policy");
   }
   if (FindByName(observed_.secrets, JobKeySecretName(job_)) == nullptr) {
     if (IsValidJobKeyHex(observed_.fresh_key_hex)) {

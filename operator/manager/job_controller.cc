@@ -166,6 +166,16 @@ JobController::JobController(const kube::ApiClient& client, const kube::EventRec
     *slot = informer.get();
     informers_.emplace_back(name, std::move(informer));
   }
+  if (options_.settings.worker_network_policy.enabled()) {
+    // Watched only when the operator creates them (and has the RBAC rule for it).
+    child_handlers.on_error = [](const Status& s) {
+      KV_LOG(kWarning, kOperator, "watch networkpolicies: %s", s.ToString().c_str());
+    };
+    auto informer = std::make_unique<kube::Informer>(client_, kube::kNetworkPolicies, child_opts,
+                                                     child_handlers);
+    network_policies_ = informer.get();
+    informers_.emplace_back("networkpolicies", std::move(informer));
+  }
 
   // Nodes are cluster-scoped: an operator confined to one namespace (a Role) cannot watch them.
   if (!options_.namespace_name.empty()) return;
@@ -285,6 +295,9 @@ ObservedState JobController::Observe(const nlohmann::json& job) const {
   observed.pods = owned(pods_->List(ns, selector));
   observed.services = owned(services_->List(ns, selector));
   observed.config_maps = owned(config_maps_->List(ns, selector));
+  if (network_policies_ != nullptr) {
+    observed.network_policies = owned(network_policies_->List(ns, selector));
+  }
   // observed.secrets: ReconcileKey reads the one key Secret by name (no Secret informer).
   observed.now_unix = static_cast<int64_t>(std::time(nullptr));
   observed.observed_ages = ages_.Observe(JobKey(ns, meta.value("name", "")), job, observed.pods);

@@ -75,6 +75,7 @@ class JobController {
   kube::Informer* pods_ = nullptr;
   kube::Informer* services_ = nullptr;
   kube::Informer* config_maps_ = nullptr;
+  kube::Informer* network_policies_ = nullptr;  // only with --worker-network-policy
   // Nodes, for elastic jobs (a worker on an unready node is lost). Only when watching every
   // namespace (a Role cannot grant nodes); not waited for by Synced().
   std::unique_ptr<kube::Informer> nodes_;

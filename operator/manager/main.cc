@@ -100,9 +100,8 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
       StatusOr<std::string> ca = SetUpWebhookCertificate(**client, setup);
       if (!ca.ok()) return Fail(ca.status().WithContext("--webhook-cert-secret"));
       if (!options.webhook_configuration.empty()) {
-        ca_bundle_keeper = std::make_unique<CaBundleKeeper>(
-            **client, options.webhook_configuration, std::move(*ca),
-            options.webhook_ca_bundle_check_period, setup.log);
+        CaBundleKeeperOptions keep{setup, std::move(*ca), options.webhook_ca_bundle_check_period};
+        ca_bundle_keeper = std::make_unique<CaBundleKeeper>(**client, std::move(keep), setup.log);
       }
     }
     WebhookServerOptions w;
