@@ -55,6 +55,11 @@ bool LeaderElector::IsLeader() const {
   return leader_;
 }
 
+bool LeaderElector::HoldsLease() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return leader_ && std::chrono::steady_clock::now() - last_renew_ < config_.renew_deadline;
+}
+
 Status LeaderElector::last_error() const {
   std::lock_guard<std::mutex> lock(mu_);
   return last_error_;

@@ -94,7 +94,7 @@ JobController::JobController(const kube::ApiClient& client, const kube::EventRec
     : client_(client),
       metrics_(metrics),
       options_(std::move(options)),
-      executor_(client, events, metrics),
+      executor_(client, events, metrics, options_.may_write),
       expectations_(options_.expectations_timeout),
       elastic_([this](const std::string& key) { queue_.Add(key); }) {
   kube::InformerOptions job_opts;
@@ -142,6 +142,26 @@ JobController::JobController(const kube::ApiClient& client, const kube::EventRec
     auto informer = std::make_unique<kube::Informer>(client_, ref, child_opts, child_handlers);
     *slot = informer.get();
     informers_.emplace_back(name, std::move(informer));
+  }
+  if (options_.settings.worker_network_policy.enabled()) {
+    // Watched only when the operator creates them (and has the RBAC rule for it).
+    kube::InformerOptions policy_opts = job_opts;
+    policy_opts.label_selector =
+        std::string(kLabelManagedBy) + "=" + std::string(kManagedByValue);
+    policy_opts.transform = nullptr;
+    kube::InformerHandlers policy_handlers;
+    policy_handlers.on_add = [this](const nlohmann::json& c) { EnqueueOwner(c); };
+    policy_handlers.on_update = [this](const nlohmann::json&, const nlohmann::json& c) {
+      EnqueueOwner(c);
+    };
+    policy_handlers.on_delete = [this](const nlohmann::json& c) { EnqueueOwner(c); };
+    policy_handlers.on_error = [](const Status& s) {
+      KV_LOG(kWarning, kOperator, "watch networkpolicies: %s", s.ToString().c_str());
+    };
+    auto informer = std::make_unique<kube::Informer>(client_, kube::kNetworkPolicies, policy_opts,
+                                                     policy_handlers);
+    network_policies_ = informer.get();
+    informers_.emplace_back("networkpolicies", std::move(informer));
   }
 }
 
@@ -345,8 +365,12 @@ ObservedState JobController::Observe(const nlohmann::json& job) const {
   observed.pods = owned(pods_->List(ns, selector));
   observed.services = owned(services_->List(ns, selector));
   observed.config_maps = owned(config_maps_->List(ns, selector));
+  if (network_policies_ != nullptr) {
+    observed.network_policies = owned(network_policies_->List(ns, selector));
+  }
   // observed.secrets: ReconcileKey reads the one key Secret by name (no Secret informer).
   observed.now_unix = static_cast<int64_t>(std::time(nullptr));
+  observed.observed_ages = ages_.Observe(JobKey(ns, meta.value("name", "")), job, observed.pods);
   observed.settings = options_.settings;
   observed.elastic_server = elastic_.Observe(JobKey(ns, meta.value("name", "")), uid);
   // Only an elastic job reads the nodes, in place (no copy of the node cache).
@@ -486,6 +510,7 @@ Status JobController::ReconcileKey(const std::string& key,
   if (!cached) {  // deleted; the garbage collector has the rest
     elastic_.Forget(key);
     expectations_.Forget(key);
+    ages_.Forget(key);
     return OkStatus();
   }
   nlohmann::json job = std::move(*cached);
@@ -516,7 +541,9 @@ Status JobController::ReconcileKey(const std::string& key,
   if (Status s = elastic_.Apply(key, UidOf(job), result.elastic); !s.ok()) {
     if (first_error.ok()) first_error = s;
   }
-  if (result.status) {
+  if (Status fenced = executor_.CheckMayWrite(); result.status && !fenced.ok()) {
+    if (first_error.ok()) first_error = fenced.WithContext("status of " + key);
+  } else if (result.status) {
     // Someone changed the job since we read it: recompute from the fresh object (the children,
     // and so the actions already taken, are unchanged).
     StatusWriteOutcome written =

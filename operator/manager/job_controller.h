@@ -38,6 +38,7 @@
 #include "operator/kube/work_queue.h"
 #include "operator/manager/action_executor.h"
 #include "operator/manager/elastic_servers.h"
+#include "operator/manager/observed_ages.h"
 #include "operator/manager/operator_metrics.h"
 #include "operator/manager/pod_expectations.h"
 
@@ -50,6 +51,7 @@ struct JobControllerOptions {
   OperatorSettings settings;
   // How long an elastic job waits for the pod cache to see its own creates and deletes.
   std::chrono::steady_clock::duration expectations_timeout = PodExpectations::kDefaultTimeout;
+  WriteFence may_write;  // asked before every write (ActionExecutor); empty: always
 };
 
 class JobController {
@@ -106,6 +108,7 @@ class JobController {
   kube::Informer* pods_ = nullptr;
   kube::Informer* services_ = nullptr;
   kube::Informer* config_maps_ = nullptr;
+  kube::Informer* network_policies_ = nullptr;  // only with --worker-network-policy
   // Optional CRDs, watched when served at StartInformers (asked once: crds_checked_).
   bool crds_checked_ = false;
   kube::Informer* workloads_ = nullptr;                // null: Kueue's API is not served
@@ -121,6 +124,7 @@ class JobController {
   std::map<std::string, nlohmann::json> key_secrets_;
   PodExpectations expectations_;
   ElasticServers elastic_;  // after queue_: its watcher queues jobs
+  mutable ObservedAges ages_;  // deadlines timed by this operator's clock (Observe)
   std::vector<std::thread> workers_;
   std::atomic<bool> stopped_{false};
 };

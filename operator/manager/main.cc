@@ -53,6 +53,11 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
       [wait = (*metrics)->rate_limit_wait](std::chrono::nanoseconds waited) {
         wait->Observe(std::chrono::duration<double>(waited).count());
       };
+  // The Lease has a client of its own, outside the rate limit: a renewal queued behind a
+  // 1000-pod start's creates (up to (1000 - burst) / qps seconds) would miss the renew deadline
+  // and depose a healthy leader. It sends one request per retry period.
+  auto lease_client = kube::ApiClient::FromConfig(*config);
+  if (!lease_client.ok()) return Fail(lease_client.status());
   auto client = kube::ApiClient::FromConfig(std::move(*config), std::move(client_options));
   if (!client.ok()) return Fail(client.status());
 
@@ -62,6 +67,8 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
   controller_options.workers = options.workers;
   controller_options.watch_timeout_seconds = options.watch_timeout_seconds;
   controller_options.settings = options.settings;
+  std::unique_ptr<kube::LeaderElector> elector;  // set below with --leader-elect
+  controller_options.may_write = [&elector] { return !elector || elector->HoldsLease(); };
   JobController controller(**client, recorder, **metrics, controller_options);
 
   // Both addresses were checked by ParseOperatorFlags.
@@ -108,9 +115,8 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
       StatusOr<std::string> ca = SetUpWebhookCertificate(**client, setup);
       if (!ca.ok()) return Fail(ca.status().WithContext("--webhook-cert-secret"));
       if (!options.webhook_configuration.empty()) {
-        ca_bundle_keeper = std::make_unique<CaBundleKeeper>(
-            **client, options.webhook_configuration, std::move(*ca),
-            options.webhook_ca_bundle_check_period, setup.log);
+        CaBundleKeeperOptions keep{setup, std::move(*ca), options.webhook_ca_bundle_check_period};
+        ca_bundle_keeper = std::make_unique<CaBundleKeeper>(**client, std::move(keep), setup.log);
       }
     }
     WebhookServerOptions w;
@@ -135,7 +141,6 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
 
   std::atomic<bool> shutting_down{false};
   std::atomic<bool> lost_leadership{false};
-  std::unique_ptr<kube::LeaderElector> elector;
   if (options.leader_elect) {
     kube::LeaderElectionConfig le;
     le.namespace_name = options.leader_election_namespace;
@@ -153,7 +158,7 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
       m->leader->Set(0);
       if (!shutting_down.load()) lost_leadership.store(true);
     };
-    elector = std::make_unique<kube::LeaderElector>(**client, le);
+    elector = std::make_unique<kube::LeaderElector>(**lease_client, le);
   }
 
   // Serve once every informer has its first list; lead (or run alone) after that.
