@@ -174,6 +174,7 @@ TEST(ActionExecutor, AFailedBatchEndsTheRun) {
   std::sort(created.begin(), created.end());
   EXPECT_EQ(created, (std::vector<std::string>{"p0", "p1", "p2", "p3", "p4", "p5", "p6"}));
   EXPECT_EQ(server.events(), std::vector<std::string>{"FailedCreate"});
+}
 
 // A replica whose lease is gone (the fence says so) sends nothing: a deposed leader's worker
 // that runs on for a moment after a pause must not race the new leader's writes.
