@@ -146,8 +146,7 @@ JobController::JobController(const kube::ApiClient& client, const kube::EventRec
   if (options_.settings.worker_network_policy.enabled()) {
     // Watched only when the operator creates them (and has the RBAC rule for it).
     kube::InformerOptions policy_opts = job_opts;
-    policy_opts.label_selector =
-        std::string(kLabelManagedBy) + "=" + std::string(kManagedByValue);
+    policy_opts.label_selector = std::string(kLabelManagedBy) + "=" + std::string(kManagedByValue);
     policy_opts.transform = nullptr;
     kube::InformerHandlers policy_handlers;
     policy_handlers.on_add = [this](const nlohmann::json& c) { EnqueueOwner(c); };

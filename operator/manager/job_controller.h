@@ -123,7 +123,7 @@ class JobController {
   std::mutex secrets_mu_;
   std::map<std::string, nlohmann::json> key_secrets_;
   PodExpectations expectations_;
-  ElasticServers elastic_;  // after queue_: its watcher queues jobs
+  ElasticServers elastic_;     // after queue_: its watcher queues jobs
   mutable ObservedAges ages_;  // deadlines timed by this operator's clock (Observe)
   std::vector<std::thread> workers_;
   std::atomic<bool> stopped_{false};
