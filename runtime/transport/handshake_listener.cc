@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "common/log.h"
 #include "runtime/transport/socket.h"
@@ -45,13 +46,38 @@ std::string Claim(const Hello& h) {
          " (epoch " + std::to_string(h.epoch) + ")";
 }
 
+// The job a dialer names before its Hello (JobRouting::key_for_job).
+StatusOr<std::string> ReadJobPreamble(int fd, Deadline deadline) {
+  char head[5];
+  KV_RETURN_IF_ERROR(ReadFull(fd, head, sizeof head, deadline, "a connecting peer"));
+  if (std::memcmp(head, kJobPreambleMagic, 4) != 0) {
+    return InvalidArgument("a connection that does not name its job (no korovod job preamble)");
+  }
+  std::string job(static_cast<unsigned char>(head[4]), '\0');
+  KV_RETURN_IF_ERROR(ReadFull(fd, job.data(), job.size(), deadline, "a connecting peer"));
+  return job;
+}
+
 }  // namespace
 
+Status DialJobPreamble(int fd, const std::string& job, Deadline deadline, const std::string& who) {
+  if (job.size() > 255) return InvalidArgument("a job id over 255 bytes: " + job.substr(0, 64));
+  std::string msg(kJobPreambleMagic, 4);
+  msg += static_cast<char>(job.size());
+  msg += job;
+  KV_RETURN_IF_ERROR(WriteFull(fd, msg.data(), msg.size(), deadline, who));
+  char answer = kJobUnknown;
+  KV_RETURN_IF_ERROR(ReadFull(fd, &answer, 1, deadline, who));
+  if (answer != kJobKnown) return Unavailable(who + " serves no job " + job);
+  return OkStatus();
+}
+
 HandshakeListener::HandshakeListener(int listen_fd, HandshakeListenerOptions options,
-                                     HelloFilter filter)
+                                     HelloFilter filter, JobRouting routing)
     : listen_fd_(listen_fd),
       options_(std::move(options)),
       filter_(std::move(filter)),
+      routing_(std::move(routing)),
       ready_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK | EFD_SEMAPHORE)),
       accept_thread_([this] { AcceptLoop(); }) {}
 
@@ -144,6 +170,27 @@ void HandshakeListener::Handshake(Fd fd, std::string source, std::string ip) {
     Reject(source, ip, "closed without sending anything", /*quiet=*/true);
     return;
   }
+  std::string key = options_.job_key;
+  std::string job;
+  if (routing_.key_for_job) {
+    auto named = ReadJobPreamble(raw, hs);
+    std::optional<std::string> found;
+    if (named.ok()) found = routing_.key_for_job(*named);
+    if (named.ok()) {
+      const char answer = found ? kJobKnown : kJobUnknown;
+      (void)WriteFull(raw, &answer, 1, hs, source);
+    }
+    if (!named.ok() || !found) {
+      finish();
+      Reject(source, ip,
+             named.ok() ? "named job " + *named + ", which is not served here"
+                        : named.status().message(),
+             /*quiet=*/named.ok());
+      return;
+    }
+    key = std::move(*found);
+    job = std::move(named).value();
+  }
   auto hello = ReadHello(raw, hs);
   if (!hello.ok()) {
     const StatusCode c = hello.status().code();
@@ -163,12 +210,20 @@ void HandshakeListener::Handshake(Fd fd, std::string source, std::string ip) {
   }
   const std::string who = source + " (" + Claim(*hello) + ")";
   ConnectionSecret secret;
-  const AcceptOutcome outcome =
-      AnswerHello(raw, options_.job_key, *hello, options_.epoch, hs, who, &secret);
-  finish();
+  const AcceptOutcome outcome = AnswerHello(raw, key, *hello, options_.epoch, hs, who, &secret);
   if (outcome == AcceptOutcome::kAuthenticated) {
+    AuthenticatedConnection c{std::move(fd), *hello, source, secret, std::move(job), ""};
+    if (routing_.after_handshake) {
+      if (Status s = routing_.after_handshake(c, hs); !s.ok()) {
+        finish();
+        KV_LOG(kDebug, kTransport, "%s: authenticated connection from %s closed: %s",
+               options_.owner.c_str(), source.c_str(), s.ToString().c_str());
+        return;
+      }
+    }
+    finish();
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(AuthenticatedConnection{std::move(fd), *hello, source, secret});
+    queue_.push_back(std::move(c));
     const uint64_t one = 1;
     (void)!::write(ready_.get(), &one, sizeof one);
     cv_.notify_all();
