@@ -55,6 +55,11 @@ bool LeaderElector::IsLeader() const {
   return leader_;
 }
 
+uint64_t LeaderElector::fencing_token() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fencing_token_;
+}
+
 Status LeaderElector::last_error() const {
   std::lock_guard<std::mutex> lock(mu_);
   return last_error_;
@@ -93,6 +98,8 @@ StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
     ApiResult created = client_.Create(kLeases.Path(config_.namespace_name), lease);
     if (IsAlreadyExists(created) || IsConflict(created)) return false;  // another won the race
     if (!created.ok()) return created.status();
+    std::lock_guard<std::mutex> lock(mu_);
+    fencing_token_ = 0;
     return true;
   }
   if (!current.ok()) return current.status();
@@ -129,6 +136,9 @@ StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
   ApiResult written = client_.Replace(path, lease);
   if (IsConflict(written)) return false;
   if (!written.ok()) return written.status();
+  const int64_t transitions = IntAt(spec, {"leaseTransitions"}).value_or(0);
+  std::lock_guard<std::mutex> lock(mu_);
+  fencing_token_ = static_cast<uint64_t>(std::max<int64_t>(0, transitions));
   return true;
 }
 

@@ -34,6 +34,7 @@ struct JobControllerOptions {
   int workers = 2;
   int watch_timeout_seconds = 300;
   OperatorSettings settings;
+  int elastic_port = 0;  // ElasticServers' listener port
 };
 
 class JobController {
@@ -54,6 +55,7 @@ class JobController {
 
   std::map<std::string, int> JobsByPhase() const;
   size_t QueueDepth() const { return queue_.Len(); }
+  ElasticServers& elastic_servers() { return elastic_; }  // fencing token, deposition
 
  private:
   void EnqueueJob(const nlohmann::json& job);
