@@ -229,6 +229,7 @@ void HandshakeListener::Handshake(Fd fd, std::string source, std::string ip) {
     cv_.notify_all();
     return;
   }
+  finish();
   const std::string claim = Claim(*hello);
   std::string why;
   switch (outcome) {

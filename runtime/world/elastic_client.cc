@@ -92,7 +92,8 @@ StatusOr<ElasticAssignment> JoinElasticEpoch(const ElasticJoinOptions& o) {
   std::string last_error = kNoAttempt;
   std::set<std::string> avoid;  // deposed leaders' servers
   auto backoff = std::chrono::milliseconds(50);
-  while (!deadline.Expired()) {
+  // Whole milliseconds left: an attempt with less could only time out (and would spin).
+  while (deadline.RemainingMs() > 0) {
     auto a = Exchange(o.server, o.job_key, FrameType::kRegistration, registration, "TEF", deadline,
                       deadline, avoid, std::stop_token());
     if (!a.ok() && a.status().code() == StatusCode::kPermissionDenied) {
@@ -107,8 +108,8 @@ StatusOr<ElasticAssignment> JoinElasticEpoch(const ElasticJoinOptions& o) {
       if (!assignment.ok() || assignment->token >= o.min_token) return assignment;
       avoid.insert(a->address);
       last_error = Fenced(a->who, assignment->token, o.min_token);
-    } else if (!deadline.Expired() || last_error == kNoAttempt) {
-      // An attempt cut short by the deadline itself says less than the one before it.
+    } else if (a.status().code() != StatusCode::kDeadlineExceeded || last_error == kNoAttempt) {
+      // An attempt cut short by the deadline says less than the answer before it.
       last_error = a.status().message();
     }
     std::this_thread::sleep_for(

@@ -93,13 +93,12 @@ Status MembershipListener::Attach(const std::string& job_id, const std::string& 
 }
 
 void MembershipListener::Detach(const std::string& job_id, ElasticRendezvousServer* s) {
-  {
-    std::lock_guard<std::mutex> lock(keys_mu_);
-    keys_.erase(job_id);
-  }
   std::lock_guard<std::mutex> lock(mu_);
   auto it = servers_.find(job_id);
-  if (it != servers_.end() && it->second == s) servers_.erase(it);
+  if (it == servers_.end() || it->second != s) return;  // another server's job (a refused twin)
+  servers_.erase(it);
+  std::lock_guard<std::mutex> keys(keys_mu_);
+  keys_.erase(job_id);
 }
 
 void MembershipListener::Wake() {

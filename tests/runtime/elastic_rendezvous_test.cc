@@ -225,7 +225,7 @@ TEST(ElasticRendezvous, AnotherJobKeyIsRefused) {
   server->SetLiveWorkers({"a"});
   ElasticJoinOptions o = JoinOptions(*server, "a", 0, 30000);
   o.job_key = "another-job";
-  o.timeout = milliseconds(800);
+  o.timeout = milliseconds(3000);
   auto r = JoinElasticEpoch(o);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
