@@ -4,6 +4,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -57,6 +58,13 @@ StatusOr<Answer> Exchange(const PeerAddress& server, const std::string& key, Fra
   if (stop.stop_possible()) KV_RETURN_IF_ERROR(AwaitAnswer(fd.get(), deadline, stop, a.who));
   KV_ASSIGN_OR_RETURN(a.text, ReadFrame(fd.get(), accepted, kMaxAnswer, deadline, a.who, &a.type));
   return a;
+}
+
+// Somewhere in [d/2, d]: clients that were refused together do not come back together.
+std::chrono::milliseconds Jitter(std::chrono::milliseconds d) {
+  thread_local std::minstd_rand random(std::random_device{}());
+  const auto half = std::max<int64_t>(1, d.count() / 2);
+  return std::chrono::milliseconds(half + static_cast<int64_t>(random() % half));
 }
 
 // Why a server with a lower fencing token is skipped.
@@ -138,8 +146,20 @@ StatusOr<MembershipVersion> QueryMembership(const PeerAddress& server, const std
     // A long poll waits for its answer, not for a server to come up: a stop request is looked at
     // only once the request is out.
     const Deadline connect_by = q.wait.count() > 0 ? deadline.Sooner(kConnectBound) : deadline;
-    KV_ASSIGN_OR_RETURN(Answer a, Exchange(server, job_key, FrameType::kQuery, request, "VF",
-                                           connect_by, deadline, avoid, q.stop));
+    auto exchanged = Exchange(server, job_key, FrameType::kQuery, request, "VF", connect_by,
+                              deadline, avoid, q.stop);
+    if (!exchanged.ok()) {
+      // Closed or reset before an answer (a listener over its handshakes in flight, as when a
+      // whole job asks at once, closes the rest unread): asked again while time is left.
+      if (exchanged.status().code() != StatusCode::kUnavailable ||
+          deadline.RemainingMs() <= backoff.count() || q.stop.stop_requested()) {
+        return exchanged.status();
+      }
+      std::this_thread::sleep_for(Jitter(backoff));
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+      continue;
+    }
+    Answer a = std::move(exchanged).value();
     uint64_t token = 0;
     if (a.type == FrameType::kVersion) {
       KV_ASSIGN_OR_RETURN(MembershipVersion v, ParseMembershipVersion(a.text, a.who));

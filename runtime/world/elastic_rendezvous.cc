@@ -231,6 +231,11 @@ void ElasticRendezvousServer::Fence(int fd, uint64_t fence, const std::string& w
 }
 
 void ElasticRendezvousServer::AnswerQuery(int fd, uint64_t since, const std::string& who) {
+  (void)WriteFrame(fd, FrameType::kVersion, VersionAnswer(since), Deadline::After(kPerConnection),
+                   who);
+}
+
+std::string ElasticRendezvousServer::VersionAnswer(uint64_t since) const {
   int bits = kNoHostUpdate;
   for (const auto& [v, b] : updates_) {
     if (v > since) bits |= b;
@@ -241,14 +246,20 @@ void ElasticRendezvousServer::AnswerQuery(int fd, uint64_t since, const std::str
   for (const std::string& m : members_) {
     if (live_.count(m) == 0) answer += "\n" + m;  // gone: one per line
   }
-  (void)WriteFrame(fd, FrameType::kVersion, answer, Deadline::After(kPerConnection), who);
+  return answer;
 }
 
 void ElasticRendezvousServer::AnswerWatchers(bool all) {
   const auto now = Clock::now();
+  // Members of one epoch ask from one version: one text for all of them (a thousand held queries
+  // answered at a change would otherwise walk the member list a thousand times).
+  std::map<uint64_t, std::string> answers;
   std::erase_if(watchers_, [&](const std::unique_ptr<Watcher>& w) {
     if (!all && version_ <= w->seen && now < w->until) return false;
-    AnswerQuery(w->fd.get(), w->since, w->who);
+    auto it = answers.find(w->since);
+    if (it == answers.end()) it = answers.emplace(w->since, VersionAnswer(w->since)).first;
+    (void)WriteFrame(w->fd.get(), FrameType::kVersion, it->second, Deadline::After(kPerConnection),
+                     w->who);
     return true;
   });
 }

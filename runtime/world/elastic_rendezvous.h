@@ -137,6 +137,7 @@ class ElasticRendezvousServer {
   void AppendFds(std::vector<pollfd>& fds);
   void Service(const std::map<int, short>& revents);
   void AnswerQuery(int fd, uint64_t since, const std::string& who);    // with mu_ held
+  std::string VersionAnswer(uint64_t since) const;                     // with mu_ held
   void Fence(int fd, uint64_t fence, const std::string& who);          // with mu_ held
   void Register(AuthenticatedConnection& c, const std::string& text);  // with mu_ held
   void HoldUnlisted();                                                 // with mu_ held
