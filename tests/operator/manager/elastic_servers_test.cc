@@ -104,7 +104,7 @@ TEST(ElasticServers, ADeposedLeadersServerIsRefusedThenStops) {
   q.since = joined->version;
   q.min_token = joined->token;
   auto fenced = QueryMembership({"127.0.0.1", static_cast<uint16_t>(old_port)},
-                                "elastic-servers-test-key", q, Deadline::After(milliseconds(800)));
+                                "elastic-servers-test-key", q, Deadline::After(milliseconds(5000)));
   ASSERT_FALSE(fenced.ok());
   EXPECT_NE(fenced.status().message().find("fencing token 1, below the token 2"), std::string::npos)
       << fenced.status().ToString();
