@@ -89,7 +89,7 @@ Status ElasticServers::Apply(const std::string& job_key, const std::string& uid,
              static_cast<int>(d->port), (*server)->port());
     }
     KV_LOG(kInfo, kOperator,
-           "elastic: membership server of %s on port %d (epoch %u, fencing token %llu)",
+           "elastic: membership server of %s on port %d (epoch %u), fencing token %llu",
            job_key.c_str(), (*server)->port(), (*server)->epoch(),
            static_cast<unsigned long long>(token_));
     Hosted h;
