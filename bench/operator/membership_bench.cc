@@ -138,6 +138,143 @@ void OnThreads(int n, F body) {
   for (auto& t : threads) t.join();
 }
 
+// The members' side: the server process's address and command pipe, and what the phases share.
+struct Members {
+  const Options& o;
+  pid_t server_pid;
+  PeerAddress server;
+  int commands;
+  std::vector<uint64_t> formed;  // each member's epoch version
+  std::atomic<int> failures{0};
+
+  void Command(const std::string& c) const { (void)!::write(commands, c.data(), c.size()); }
+  void Fail(const Status& s) {
+    if (failures.fetch_add(1) < 5) std::fprintf(stderr, "member: %s\n", s.ToString().c_str());
+  }
+  size_t N() const { return static_cast<size_t>(o.members); }
+
+  // 1. Every member registers for epoch 1; it forms when the last has registered.
+  void Join() {
+    Command("L " + std::to_string(o.members) + "\n");
+    std::vector<double> join_us(N());
+    formed.assign(N(), 0);
+    const double cpu = CpuSeconds(server_pid);
+    const auto t0 = Clock::now();
+    OnThreads(o.members, [&](int i) {
+      ElasticJoinOptions j;
+      j.server = server;
+      j.job_key = kKey;
+      j.worker = Worker(i);
+      j.self.host_name = Worker(i);
+      j.self.node = "bench-node";
+      j.self.port = static_cast<uint16_t>(20000 + i);
+      j.self.addresses = {{"lo", "127.0.0.1"}};
+      j.timeout = Ms(300000);
+      const auto start = Clock::now();
+      auto a = JoinElasticEpoch(j);
+      join_us[static_cast<size_t>(i)] = Us(Clock::now() - start);
+      if (!a.ok()) return Fail(a.status());
+      formed[static_cast<size_t>(i)] = a->version;
+    });
+    const double formed_us = Us(Clock::now() - t0);
+    const double used = CpuSeconds(server_pid) - cpu;
+    Row("membership-join-to-formed", o.members, formed_us,
+        Latencies(join_us) + Cpu(used, used / (formed_us / 1e6)));
+  }
+
+  // 2. An epoch's first commit: every member asks (no wait) at once, `queries` times.
+  void Burst() {
+    std::vector<std::vector<double>> per(N());
+    const double cpu = CpuSeconds(server_pid);
+    const auto t0 = Clock::now();
+    OnThreads(o.members, [&](int i) {
+      for (int k = 0; k < o.queries; ++k) {
+        const auto start = Clock::now();
+        auto v = QueryMembership(server, kKey, formed[static_cast<size_t>(i)],
+                                 Deadline::After(Ms(30000)));
+        if (!v.ok()) return Fail(v.status());
+        per[static_cast<size_t>(i)].push_back(Us(Clock::now() - start));
+      }
+    });
+    const double s = Us(Clock::now() - t0) / 1e6;
+    const double used = CpuSeconds(server_pid) - cpu;
+    const std::vector<double> all = Flatten(per);
+    Row("membership-query", o.members, Percentile(all, 0.5), Latencies(all) + Cpu(used, used / s));
+  }
+
+  // 3. Watching at rest as before the long poll (and as every commit did before the watch's
+  // cache): one query a second per member, spread over the second.
+  void PollOnceASecond() {
+    std::vector<std::vector<double>> per(N());
+    const auto rest = Ms(o.rest_seconds * 1000);
+    const double cpu = CpuSeconds(server_pid);
+    const auto t0 = Clock::now();
+    OnThreads(o.members, [&](int i) {
+      std::this_thread::sleep_for(Ms(i * 1000 / std::max(1, o.members)));
+      auto next = Clock::now();
+      while (Clock::now() - t0 < rest) {
+        const auto start = Clock::now();
+        auto v = QueryMembership(server, kKey, formed[static_cast<size_t>(i)],
+                                 Deadline::After(Ms(2000)));
+        if (!v.ok()) Fail(v.status());
+        per[static_cast<size_t>(i)].push_back(Us(Clock::now() - start));
+        next += Ms(1000);
+        std::this_thread::sleep_until(next);
+      }
+    });
+    const double s = Us(Clock::now() - t0) / 1e6;
+    const double used = CpuSeconds(server_pid) - cpu;
+    const std::vector<double> all = Flatten(per);
+    Row("membership-watch-poll-1hz", o.members, Percentile(all, 0.5),
+        Latencies(all) + Cpu(used, used / s));
+  }
+
+  // 4. Watching at rest with long polls, then 5. one worker added: every held query answers.
+  void LongPollThenPush() {
+    std::atomic<int> holding{0};
+    std::vector<double> push_us(N(), -1);
+    std::atomic<int64_t> added_at{0};
+    const auto zero = Clock::now();
+    auto since_zero = [&] {
+      return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - zero).count();
+    };
+    std::thread driver([&] {
+      while (holding.load() < o.members) std::this_thread::sleep_for(Ms(10));
+      const double cpu = CpuSeconds(server_pid);
+      const auto t0 = Clock::now();
+      std::this_thread::sleep_for(Ms(o.rest_seconds * 1000));
+      const double s = Us(Clock::now() - t0) / 1e6;
+      const double used = CpuSeconds(server_pid) - cpu;
+      Row("membership-watch-long-poll", o.members, s * 1e6, Cpu(used, used / s));
+      added_at = since_zero();
+      Command("L " + std::to_string(o.members + 1) + "\n");
+    });
+    OnThreads(o.members, [&](int i) {
+      MembershipQuery q;
+      q.since = formed[static_cast<size_t>(i)];
+      q.seen = q.since;
+      q.wait = Ms(25000);
+      ++holding;  // the query below is held (or answered, and asked again) until the change
+      while (true) {
+        auto v = QueryMembership(server, kKey, q, Deadline::After(Ms(30000)));
+        if (!v.ok()) return Fail(v.status());
+        if (v->version <= q.seen) continue;
+        push_us[static_cast<size_t>(i)] = static_cast<double>(since_zero() - added_at.load());
+        return;
+      }
+    });
+    driver.join();
+    std::erase_if(push_us, [](double v) { return v < 0; });
+    Row("membership-push", o.members, Percentile(push_us, 0.5), Latencies(push_us));
+  }
+
+  static std::vector<double> Flatten(const std::vector<std::vector<double>>& per) {
+    std::vector<double> all;
+    for (const auto& v : per) all.insert(all.end(), v.begin(), v.end());
+    return all;
+  }
+};
+
 int Run(const Options& o) {
   int commands[2], port_pipe[2];
   if (::pipe(commands) != 0 || ::pipe(port_pipe) != 0) return 1;
@@ -151,134 +288,16 @@ int Run(const Options& o) {
   ::close(port_pipe[1]);
   uint16_t port = 0;
   if (::read(port_pipe[0], &port, sizeof port) != sizeof port) return 1;
-  const PeerAddress server{"127.0.0.1", port};
-  auto command = [&](const std::string& c) { (void)!::write(commands[1], c.data(), c.size()); };
-  std::atomic<int> failures{0};
-  auto fail = [&](const Status& s) {
-    if (failures.fetch_add(1) < 5) std::fprintf(stderr, "member: %s\n", s.ToString().c_str());
-  };
-
-  // 1. Join: every member registers for epoch 1; it forms when the last has registered.
-  command("L " + std::to_string(o.members) + "\n");
-  std::vector<double> join_us(static_cast<size_t>(o.members));
-  std::vector<uint64_t> formed(static_cast<size_t>(o.members));
-  double cpu = CpuSeconds(pid);
-  const auto t0 = Clock::now();
-  OnThreads(o.members, [&](int i) {
-    ElasticJoinOptions j;
-    j.server = server;
-    j.job_key = kKey;
-    j.worker = Worker(i);
-    j.self.host_name = Worker(i);
-    j.self.node = "bench-node";
-    j.self.port = static_cast<uint16_t>(20000 + i);
-    j.self.addresses = {{"lo", "127.0.0.1"}};
-    j.timeout = Ms(300000);
-    const auto start = Clock::now();
-    auto a = JoinElasticEpoch(j);
-    join_us[static_cast<size_t>(i)] = Us(Clock::now() - start);
-    if (!a.ok()) return fail(a.status());
-    formed[static_cast<size_t>(i)] = a->version;
-  });
-  const double formed_us = Us(Clock::now() - t0);
-  double now_cpu = CpuSeconds(pid);
-  Row("membership-join-to-formed", o.members, formed_us,
-      Latencies(join_us) + Cpu(now_cpu - cpu, (now_cpu - cpu) / (formed_us / 1e6)));
-
-  // 2. An epoch's first commit: every member asks (no wait) at once, `queries` times.
-  std::vector<std::vector<double>> per(static_cast<size_t>(o.members));
-  cpu = now_cpu;
-  const auto t1 = Clock::now();
-  OnThreads(o.members, [&](int i) {
-    for (int k = 0; k < o.queries; ++k) {
-      const auto start = Clock::now();
-      auto v =
-          QueryMembership(server, kKey, formed[static_cast<size_t>(i)], Deadline::After(Ms(30000)));
-      if (!v.ok()) return fail(v.status());
-      per[static_cast<size_t>(i)].push_back(Us(Clock::now() - start));
-    }
-  });
-  const double queried_s = Us(Clock::now() - t1) / 1e6;
-  now_cpu = CpuSeconds(pid);
-  std::vector<double> query_us;
-  for (const auto& v : per) query_us.insert(query_us.end(), v.begin(), v.end());
-  Row("membership-query", o.members, Percentile(query_us, 0.5),
-      Latencies(query_us) + Cpu(now_cpu - cpu, (now_cpu - cpu) / queried_s));
-
-  // 3. Watching at rest, as before the long poll (and as every commit did before the watch's
-  // cache): one query a second per member, spread over the second.
-  cpu = now_cpu;
-  const auto rest = Ms(o.rest_seconds * 1000);
-  for (auto& v : per) v.clear();
-  auto t2 = Clock::now();
-  OnThreads(o.members, [&](int i) {
-    std::this_thread::sleep_for(Ms(i * 1000 / std::max(1, o.members)));
-    auto next = Clock::now();
-    while (Clock::now() - t2 < rest) {
-      const auto start = Clock::now();
-      auto v =
-          QueryMembership(server, kKey, formed[static_cast<size_t>(i)], Deadline::After(Ms(2000)));
-      if (!v.ok()) fail(v.status());
-      per[static_cast<size_t>(i)].push_back(Us(Clock::now() - start));
-      next += Ms(1000);
-      std::this_thread::sleep_until(next);
-    }
-  });
-  double elapsed = Us(Clock::now() - t2) / 1e6;
-  now_cpu = CpuSeconds(pid);
-  std::vector<double> poll_us;
-  for (const auto& v : per) poll_us.insert(poll_us.end(), v.begin(), v.end());
-  Row("membership-watch-poll-1hz", o.members, Percentile(poll_us, 0.5),
-      Latencies(poll_us) + Cpu(now_cpu - cpu, (now_cpu - cpu) / elapsed));
-
-  // 4. Watching at rest with long polls, then 5. one worker added: every held query answers.
-  cpu = now_cpu;
-  std::atomic<int> holding{0};
-  std::vector<double> push_us(static_cast<size_t>(o.members), -1);
-  std::atomic<int64_t> added_at{0};
-  const auto epoch_zero = Clock::now();
-  t2 = Clock::now();
-  std::thread driver([&] {
-    while (holding.load() < o.members) std::this_thread::sleep_for(Ms(10));
-    std::this_thread::sleep_for(rest);
-    const double at_rest_s = Us(Clock::now() - t2) / 1e6;
-    const double rest_cpu = CpuSeconds(pid) - cpu;
-    Row("membership-watch-long-poll", o.members, at_rest_s * 1e6,
-        Cpu(rest_cpu, rest_cpu / at_rest_s));
-    added_at =
-        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - epoch_zero).count();
-    command("L " + std::to_string(o.members + 1) + "\n");
-  });
-  OnThreads(o.members, [&](int i) {
-    MembershipQuery q;
-    q.since = formed[static_cast<size_t>(i)];
-    q.seen = q.since;
-    q.wait = Ms(25000);
-    bool counted = false;
-    while (true) {
-      if (!counted) {
-        counted = true;
-        ++holding;
-      }
-      auto v = QueryMembership(server, kKey, q, Deadline::After(Ms(30000)));
-      if (!v.ok()) return fail(v.status());
-      if (v->version > q.seen) {
-        const auto at =
-            std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - epoch_zero);
-        push_us[static_cast<size_t>(i)] = static_cast<double>(at.count() - added_at.load());
-        return;
-      }
-    }
-  });
-  driver.join();
-  std::erase_if(push_us, [](double v) { return v < 0; });
-  Row("membership-push", o.members, Percentile(push_us, 0.5), Latencies(push_us));
-
-  ::close(commands[1]);
+  Members m{o, pid, PeerAddress{"127.0.0.1", port}, commands[1], {}};
+  m.Join();
+  m.Burst();
+  m.PollOnceASecond();
+  m.LongPollThenPush();
+  ::close(commands[1]);  // the server exits
   int status = 0;
   ::waitpid(pid, &status, 0);
-  if (failures.load() > 0) {
-    std::fprintf(stderr, "%d member operations failed\n", failures.load());
+  if (m.failures.load() > 0) {
+    std::fprintf(stderr, "%d member operations failed\n", m.failures.load());
     return 1;
   }
   return 0;
