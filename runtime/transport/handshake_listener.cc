@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "runtime/transport/address_text.h"
 #include "runtime/transport/socket.h"
 
 namespace korovod {
@@ -26,18 +27,7 @@ std::pair<std::string, std::string> RemoteEnd(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
   if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return {"?", "?"};
-  char ip[INET6_ADDRSTRLEN] = "?";
-  uint16_t port = 0;
-  if (ss.ss_family == AF_INET) {
-    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
-    ::inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
-    port = ntohs(a->sin_port);
-  } else if (ss.ss_family == AF_INET6) {
-    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
-    ::inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
-    port = ntohs(a->sin6_port);
-  }
-  return {std::string(ip) + ":" + std::to_string(port), ip};
+  return AddressText(ss);
 }
 
 std::string Claim(const Hello& h) {
