@@ -195,7 +195,8 @@ def test_namespaced_values(rendered):
     assert "--leader-elect" in args and "--namespace=team-a" in args, args
     assert "--sidecar-image=registry.example.com/korovod/sidecar:1.2.3" in args
     assert not any(a.startswith("--webhook") for a in args), args
-    assert "volumeMounts" not in c and [p["name"] for p in c["ports"]] == ["metrics"]
+    # The elastic membership port is declared whatever the webhook (elastic jobs need it).
+    assert "volumeMounts" not in c and [p["name"] for p in c["ports"]] == ["metrics", "elastic"]
     pod = objs[("Deployment", FULL)]["spec"]["template"]
     assert objs[("Deployment", FULL)]["spec"]["replicas"] == 1
     assert "volumes" not in pod["spec"]
