@@ -163,23 +163,13 @@ void HandshakeListener::Handshake(Fd fd, std::string source, std::string ip) {
   std::string key = options_.job_key;
   std::string job;
   if (routing_.key_for_job) {
-    auto named = ReadJobPreamble(raw, hs);
-    std::optional<std::string> found;
-    if (named.ok()) found = routing_.key_for_job(*named);
-    if (named.ok()) {
-      const char answer = found ? kJobKnown : kJobUnknown;
-      (void)WriteFull(raw, &answer, 1, hs, source);
-    }
-    if (!named.ok() || !found) {
+    std::string why;
+    if (!NameJob(raw, hs, source, &job, &key, &why)) {
       finish();
-      Reject(source, ip,
-             named.ok() ? "named job " + *named + ", which is not served here"
-                        : named.status().message(),
-             /*quiet=*/named.ok());
+      // A job not served here is a worker looking for its leader (a failover): no warning.
+      Reject(source, ip, why, /*quiet=*/!job.empty());
       return;
     }
-    key = std::move(*found);
-    job = std::move(named).value();
   }
   auto hello = ReadHello(raw, hs);
   if (!hello.ok()) {
@@ -242,6 +232,25 @@ void HandshakeListener::Handshake(Fd fd, std::string source, std::string ip) {
     if (key_refused_.size() < kMaxSourcesRemembered) key_refused_.insert(hello->from);
   }
   Reject(source, ip, claim + ": " + why, /*quiet=*/false);
+}
+
+bool HandshakeListener::NameJob(int fd, Deadline deadline, const std::string& source,
+                                std::string* job, std::string* key, std::string* why) {
+  auto named = ReadJobPreamble(fd, deadline);
+  if (!named.ok()) {
+    *why = named.status().message();
+    return false;
+  }
+  *job = std::move(named).value();
+  const std::optional<std::string> found = routing_.key_for_job(*job);
+  const char answer = found ? kJobKnown : kJobUnknown;
+  (void)WriteFull(fd, &answer, 1, deadline, source);
+  if (!found) {
+    *why = "named job " + *job + ", which is not served here";
+    return false;
+  }
+  *key = *found;
+  return true;
 }
 
 void HandshakeListener::Reject(const std::string& source, const std::string& ip,

@@ -121,6 +121,10 @@ class HandshakeListener {
   void AcceptLoop();
   void Admit(Fd fd);
   void Handshake(Fd fd, std::string source, std::string ip);
+  // JobRouting: reads the job preamble and answers it; false with `why` when the connection named
+  // none (`job` empty) or one not served here.
+  bool NameJob(int fd, Deadline deadline, const std::string& source, std::string* job,
+               std::string* key, std::string* why);
   void Reject(const std::string& source, const std::string& ip, const std::string& reason,
               bool quiet);
   void Reap(bool all);
