@@ -236,7 +236,7 @@ def test_elastic_job_survives_delete_evict_and_unready_node(crd, ns, tmp_path): 
         crd.request("DELETE", "/api/v1/nodes/node-a")
 
 
-def test_a_deposed_leader_stops_its_membership_servers_and_the_new_one_fences_it(crd, ns, tmp_path):  # noqa: F811,E501
+def test_a_deposed_leader_stops_its_servers_and_a_new_one_fences_it(crd, ns, tmp_path):  # noqa: F811
     """Two replicas with leader election and an elastic job (pods run by the fake kubelet). The
     leader serves the job's membership server with its fencing token (the Lease's transitions);
     SIGSTOPped past its lease, the standby takes over and serves the job with the next token, so
