@@ -27,11 +27,11 @@ build() {
     CMAKE_CACHE_ARGS=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   fi
   # -O1 -g1: the usual sanitizer setting (reports name file and line); nothing but the fuzzers and
-  # the libraries they link is built.
+  # the libraries they link is built (the operator's only for admission_review: its webhook).
   cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_COMPILER="$CLANG" -DCMAKE_CXX_COMPILER="$CLANGXX" \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
-    -DKOROVOD_BUILD_FUZZERS=ON -DKOROVOD_BUILD_TESTS=OFF -DKOROVOD_BUILD_OPERATOR=OFF \
+    -DKOROVOD_BUILD_FUZZERS=ON -DKOROVOD_BUILD_TESTS=OFF -DKOROVOD_BUILD_OPERATOR=ON \
     -DKOROVOD_BUILD_BENCH=OFF -DKOROVOD_BUILD_PYTHON=OFF -DKOROVOD_BUILD_TENSORFLOW=OFF \
     -DKOROVOD_WITH_NCCL=OFF "${CMAKE_CACHE_ARGS[@]}" >/dev/null
   cmake --build build-fuzz -j"$JOBS" --target fuzzers

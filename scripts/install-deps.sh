@@ -10,8 +10,9 @@
 #                                      Python package index into $KOROVOD_DEPS_DIR/tf-venv, a
 #                                      virtualenv that also sees Debian's torch (korovod.tensorflow
 #                                      is built against it; ~600 MB, once)
-#   scripts/install-deps.sh --k8s      also etcd, for the operator's API-server tests (the API
-#                                      server and kubectl come from scripts/build-testinfra.sh),
+#   scripts/install-deps.sh --k8s      also etcd and libfaketime, for the operator's API-server
+#                                      tests (the API server and kubectl come from
+#                                      scripts/build-testinfra.sh),
 #                                      and containerd, runc, the CNI plugins, iptables and
 #                                      conntrack for the tests on a real node (tests/k8s/real_node.py)
 #   scripts/install-deps.sh --images   also podman, buildah, debootstrap and runc, to build the
@@ -73,6 +74,8 @@ if [ "$WITH_IMAGES" = 1 ]; then
 fi
 if [ "$WITH_K8S" = 1 ]; then
   PKGS+=(etcd-server openssl python3-cryptography)
+  # libfaketime: tests/k8s/test_control_plane_chaos.py runs an operator replica 2 h ahead.
+  PKGS+=(faketime)
   # A real node: the kubelet (scripts/build-testinfra.sh) runs pods through containerd 1.6 (CRI)
   # and runc; pod networking is the CNI bridge/host-local/loopback/portmap plugins in /usr/lib/cni;
   # portmap programs iptables, the kubelet checks conntrack; busybox-static makes the real-node

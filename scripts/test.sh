@@ -135,7 +135,7 @@ asan_build() {
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKOROVOD_SANITIZE=ON \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
     -DKOROVOD_WITH_NCCL=AUTO -DKOROVOD_BUILD_PYTHON=OFF -DKOROVOD_BUILD_BENCH=OFF \
-    -DKOROVOD_BUILD_UNIT_TESTS=ON -DKOROVOD_BUILD_SYSTEM_TESTS=OFF \
+    -DKOROVOD_BUILD_OPERATOR=ON -DKOROVOD_BUILD_UNIT_TESTS=ON -DKOROVOD_BUILD_SYSTEM_TESTS=OFF \
     "${CMAKE_CACHE_ARGS[@]}" >/dev/null
   cmake --build build-asan -j"$JOBS"
 }
@@ -173,6 +173,19 @@ if [ "$SANITIZE" = 1 ]; then
     echo "the ASan+UBSan build took $(minutes_since "$ASAN_T") min (beside the k8s tests)"
   }
   stage "wait for the ASan+UBSan build" wait_asan_build
+  # The operator's GoogleTest suites (label operator: controller, manager, the webhook's decision
+  # and its HTTPS server under slow clients and floods) run in this build too: fail loudly if a
+  # build option ever drops them (issue 31 found them assumed absent).
+  asan_operator_tests() {
+    local n
+    n="$(ctest --test-dir build-asan -N -L '^operator$' | sed -n 's/^Total Tests: //p')"
+    if [ "${n:-0}" -eq 0 ]; then
+      echo "the ASan+UBSan build has no operator tests (label operator)" >&2
+      return 1
+    fi
+    echo "$n operator tests in the ASan+UBSan build"
+  }
+  stage "check: operator tests in the ASan+UBSan build" asan_operator_tests
   seed_costs build-asan
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     stage "tests (ASan+UBSan: unit and multi-process)" \

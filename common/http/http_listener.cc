@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <memory>
 
 namespace korovod::http {
 
@@ -23,9 +24,11 @@ StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(httplib::Server& ser
   }
   // cpp-httplib sets SO_REUSEPORT by default, which lets a second server bind a port already in
   // use. SO_REUSEADDR alone still allows a quick restart over TIME_WAIT connections.
-  server.set_socket_options([](socket_t sock) {
+  auto listening = std::make_shared<int>(-1);
+  server.set_socket_options([listening](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    *listening = sock;
   });
   errno = 0;
   const int bound =
@@ -36,6 +39,11 @@ StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(httplib::Server& ser
     if (err != 0) msg += std::string(": ") + std::strerror(err);
     return Unavailable(msg);
   }
+  // cpp-httplib listens with a backlog of 5: while its accept loop is busy (a flood of
+  // connections, a loaded node), the kernel then drops further SYNs and a real client's connect
+  // waits out SYN retransmissions (1 s, 3 s, 7 s: past the API server's 10 s webhook timeout).
+  // listen() again on the bound socket only raises the backlog.
+  if (*listening >= 0) ::listen(*listening, SOMAXCONN);
   auto listener = std::make_unique<HttpListener>(server, std::move(host), bound);
   HttpListener* l = listener.get();
   l->thread_ = std::thread([l] {

@@ -23,7 +23,8 @@ std::string JoinHostPort(const std::string& host, int port);
 
 class HttpListener {
  public:
-  // Binds host:port (port 0: an ephemeral one) without SO_REUSEPORT and starts serving. `what`
+  // Binds host:port (port 0: an ephemeral one) without SO_REUSEPORT, with a listen backlog of
+  // SOMAXCONN (cpp-httplib's is 5), and starts serving. `what`
   // names the server in errors ("health server", "webhook server"). `server` must outlive the
   // listener; handlers must be set before.
   static StatusOr<std::unique_ptr<HttpListener>> Start(httplib::Server& server, std::string host,

@@ -5,6 +5,8 @@
 #include <string_view>
 #include <utility>
 
+#include "operator/api/rank_ranges.h"
+
 namespace korovod::k8s_operator {
 namespace {
 
@@ -305,13 +307,75 @@ StatusOr<WorkerStatus> ParseWorkerStatus(const json& value, const std::string& p
   return w;
 }
 
+StatusOr<FinishedRanks> ParseFinishedRanks(const json& value, const std::string& path) {
+  FinishedRanks f;
+  KV_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::Open(value, path));
+  KV_RETURN_IF_ERROR(r.OnlyKnown({"ranks", "state", "reason", "message"}));
+  KV_RETURN_IF_ERROR(r.String("ranks", f.ranks));
+  if (auto ranks = ParseRanges(f.ranks); !ranks.ok()) {
+    return Bad(r.PathOf("ranks"), ranks.status().message());
+  }
+  std::optional<WorkerState> state;
+  KV_RETURN_IF_ERROR(r.Enum("state", kWorkerStateNames, state));
+  if (state != WorkerState::kSucceeded && state != WorkerState::kFailed) {
+    return Bad(r.PathOf("state"), "must be Succeeded or Failed");
+  }
+  f.state = *state;
+  KV_RETURN_IF_ERROR(r.String("reason", f.reason));
+  KV_RETURN_IF_ERROR(r.String("message", f.message));
+  return f;
+}
+
+// status.elastic. A status written before the compact form (world, workerIds: a list of pod
+// names and of "<pod>.<uid>") is read into it, so an upgraded operator resumes such a job.
+StatusOr<ElasticStatus> ParseElasticStatus(const ObjectReader& r) {
+  ElasticStatus e;
+  KV_RETURN_IF_ERROR(r.OnlyKnown({"epoch", "resets", "version", "members", "memberUids", "world",
+                                  "workerIds", "rendezvousPort"}));
+  KV_RETURN_IF_ERROR(r.Int("epoch", e.epoch, 0));
+  KV_RETURN_IF_ERROR(r.Int("version", e.version, 0));
+  KV_RETURN_IF_ERROR(r.Int("resets", e.resets, 0));
+  KV_RETURN_IF_ERROR(r.Int("rendezvousPort", e.rendezvous_port, 0));
+  std::string members, uids;
+  KV_RETURN_IF_ERROR(r.String("members", members));
+  KV_RETURN_IF_ERROR(r.String("memberUids", uids));
+  auto indices = ParseRanges(members);
+  if (!indices.ok()) return Bad(r.PathOf("members"), indices.status().message());
+  e.members = std::move(indices).value();
+  if (uids.size() != 8 * e.members.size()) {
+    return Bad(r.PathOf("memberUids"), "must hold 8 hex digits for each of the " +
+                                           std::to_string(e.members.size()) + " members");
+  }
+  for (size_t i = 0; i < e.members.size(); ++i) e.member_uids.push_back(uids.substr(8 * i, 8));
+  if (const json* ids = r.Find("workerIds"); ids != nullptr && e.members.empty()) {
+    if (!ids->is_array()) return Bad(r.PathOf("workerIds"), "must be an array");
+    for (size_t i = 0; i < ids->size(); ++i) {
+      const json& id = (*ids)[i];
+      const std::string path = r.PathOf("workerIds") + "[" + std::to_string(i) + "]";
+      if (!id.is_string()) return Bad(path, "must be a string");
+      // "<job>-worker-<index>.<uid>": a uid has no '.', a job name may.
+      const std::string text = id.get<std::string>();
+      const size_t dot = text.rfind('.');
+      const size_t dash = text.rfind('-', dot);
+      auto index = dot == std::string::npos || dash == std::string::npos
+                       ? StatusOr<std::vector<int64_t>>(InvalidArgument("no index"))
+                       : ParseRanges(text.substr(dash + 1, dot - dash - 1));
+      if (!index.ok() || index->size() != 1) return Bad(path, "must be \"<pod>.<uid>\"");
+      e.members.push_back(index->front());
+      e.member_uids.push_back(UidDigest(text.substr(dot + 1)));
+    }
+  }
+  return e;
+}
+
 StatusOr<HorovodJobStatus> ParseStatus(const json& value, const std::string& path) {
   HorovodJobStatus s;
   KV_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::Open(value, path));
   KV_RETURN_IF_ERROR(r.OnlyKnown(
       {"phase", "conditions", "readyWorkers", "activeWorkers", "succeededWorkers", "failedWorkers",
        "restartCount", "startTime", "completionTime", "observedGeneration", "epoch", "worldSize",
-       "epochStartTime", "workers", "rankSummary", "coordinatorAddress", "elastic"}));
+       "epochStartTime", "workers", "unlistedWorkers", "finishedRanks", "rankSummary",
+       "coordinatorAddress", "elastic"}));
   KV_RETURN_IF_ERROR(r.Enum("phase", kJobPhaseNames, s.phase));
   if (const json* conditions = r.Find("conditions")) {
     const std::string cpath = r.PathOf("conditions");
@@ -346,29 +410,23 @@ StatusOr<HorovodJobStatus> ParseStatus(const json& value, const std::string& pat
       s.workers.push_back(std::move(w));
     }
   }
+  KV_RETURN_IF_ERROR(r.Int("unlistedWorkers", s.unlisted_workers, 0));
+  if (const json* finished = r.Find("finishedRanks")) {
+    const std::string fpath = r.PathOf("finishedRanks");
+    if (!finished->is_array()) {
+      return Bad(fpath, std::string("must be an array, got ") + finished->type_name());
+    }
+    for (size_t i = 0; i < finished->size(); ++i) {
+      const std::string item = fpath + "[" + std::to_string(i) + "]";
+      KV_ASSIGN_OR_RETURN(FinishedRanks f, ParseFinishedRanks((*finished)[i], item));
+      s.finished_ranks.push_back(std::move(f));
+    }
+  }
   KV_RETURN_IF_ERROR(r.String("rankSummary", s.rank_summary));
   KV_RETURN_IF_ERROR(r.String("coordinatorAddress", s.coordinator_address));
   KV_ASSIGN_OR_RETURN(std::optional<ObjectReader> elastic, r.Child("elastic"));
   if (elastic) {
-    ElasticStatus& e = s.elastic.emplace();
-    KV_RETURN_IF_ERROR(
-        elastic->OnlyKnown({"epoch", "resets", "version", "world", "workerIds", "rendezvousPort"}));
-    KV_RETURN_IF_ERROR(elastic->Int("epoch", e.epoch, 0));
-    KV_RETURN_IF_ERROR(elastic->Int("version", e.version, 0));
-    KV_RETURN_IF_ERROR(elastic->Int("resets", e.resets, 0));
-    KV_RETURN_IF_ERROR(elastic->Int("rendezvousPort", e.rendezvous_port, 0));
-    for (const char* key : {"world", "workerIds"}) {
-      std::vector<std::string>& into = std::string(key) == "world" ? e.world : e.worker_ids;
-      const json* list = elastic->Find(key);
-      if (list == nullptr) continue;
-      if (!list->is_array()) return Bad(elastic->PathOf(key), "must be an array");
-      for (size_t i = 0; i < list->size(); ++i) {
-        if (!(*list)[i].is_string()) {
-          return Bad(elastic->PathOf(key) + "[" + std::to_string(i) + "]", "must be a string");
-        }
-        into.push_back((*list)[i].get<std::string>());
-      }
-    }
+    KV_ASSIGN_OR_RETURN(s.elastic, ParseElasticStatus(*elastic));
   }
   return s;
 }
@@ -462,14 +520,27 @@ json ToJson(const HorovodJobStatus& s) {
     }
     out["workers"] = std::move(workers);
   }
+  if (s.unlisted_workers > 0) out["unlistedWorkers"] = s.unlisted_workers;
+  if (!s.finished_ranks.empty()) {
+    json finished = json::array();
+    for (const FinishedRanks& f : s.finished_ranks) {
+      json o = {{"ranks", f.ranks}, {"state", std::string(Name(f.state))}};
+      if (!f.reason.empty()) o["reason"] = f.reason;
+      if (!f.message.empty()) o["message"] = f.message;
+      finished.push_back(std::move(o));
+    }
+    out["finishedRanks"] = std::move(finished);
+  }
   if (!s.rank_summary.empty()) out["rankSummary"] = s.rank_summary;
   if (!s.coordinator_address.empty()) out["coordinatorAddress"] = s.coordinator_address;
   if (s.elastic) {
+    std::string uids;
+    for (const std::string& u : s.elastic->member_uids) uids += u;
     out["elastic"] = json{{"epoch", s.elastic->epoch},
                           {"resets", s.elastic->resets},
                           {"version", s.elastic->version},
-                          {"world", s.elastic->world},
-                          {"workerIds", s.elastic->worker_ids},
+                          {"members", FormatRanges(s.elastic->members)},
+                          {"memberUids", uids},
                           {"rendezvousPort", s.elastic->rendezvous_port}};
   }
   return out;

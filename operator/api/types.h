@@ -208,7 +208,9 @@ struct Condition {
   std::string message;
 };
 
-// status.workers[i]: rank i of the current epoch.
+// status.workers[i]: a rank of the current epoch that is not Ready (nor Succeeded: those are in
+// status.finishedRanks), with its pod and why. Ready ranks appear only in status.rankSummary, so
+// the status of a running job stays small whatever its size.
 struct WorkerStatus {
   int64_t rank = 0;
   std::string pod;
@@ -219,16 +221,42 @@ struct WorkerStatus {
   bool operator==(const WorkerStatus&) const = default;
 };
 
-// status.elastic: the membership of an elastic job, as its membership server formed it.
+// status.workers lists at most this many ranks (those with a reason first, then by rank); the
+// rest are counted in status.unlistedWorkers and all of them are in status.rankSummary. 128
+// entries of ~300 bytes keep a 4096-rank job's status far below etcd's object limit while every
+// rank starts.
+inline constexpr size_t kMaxListedWorkers = 128;
+
+// status.finishedRanks[i]: ranks of the current epoch whose worker ended in `state` (Succeeded
+// or Failed) for `reason`, as ranges ("0-3,7"). Kept when the pod is gone (PodGC, a removed
+// node), so a finished rank is neither taken for a lost one nor started again. Ranks are the
+// workers' indices (the number in "<job>-worker-<i>"). One entry per state and reason; message
+// is the lowest rank's (an exit code, a disruption).
+struct FinishedRanks {
+  std::string ranks;
+  WorkerState state = WorkerState::kSucceeded;
+  std::string reason;
+  std::string message;
+  bool operator==(const FinishedRanks&) const = default;
+};
+
+// status.elastic: the membership of an elastic job, as its membership server formed it. Compact
+// at any size: the members are worker indices by rank (as ranges in rank order), and each
+// member's pod uid is kept only as an 8-hex-digit digest, enough for a new leader to rebuild the
+// worker ids ("<pod>.<uid>") from the observed pods and to tell a replacement of the same index
+// from the member itself.
 struct ElasticStatus {
   int64_t epoch = 0;  // the last membership epoch formed (0: none yet)
   int64_t resets = 0;
-  int64_t version = 0;                  // the membership version the epoch formed at
-  std::vector<std::string> world;       // worker pod names by rank
-  std::vector<std::string> worker_ids;  // the same workers' ids (pod name.uid), for a new leader
-  int64_t rendezvous_port = 0;          // the membership server's port on the operator
+  int64_t version = 0;                   // the membership version the epoch formed at
+  std::vector<int64_t> members;          // worker indices by rank
+  std::vector<std::string> member_uids;  // per member, UidDigest of its pod's uid
+  int64_t rendezvous_port = 0;           // the membership server's port on the operator
   bool operator==(const ElasticStatus&) const = default;
 };
+
+// 8 lowercase hex digits (FNV-1a, 32 bits) of a pod uid: status.elastic.memberUids.
+std::string UidDigest(std::string_view uid);
 
 struct HorovodJobStatus {
   std::optional<JobPhase> phase;
@@ -248,7 +276,9 @@ struct HorovodJobStatus {
   int64_t world_size = 0;
   std::string epoch_start_time;  // RFC 3339; empty = unset
   std::vector<WorkerStatus> workers;
-  // workers in one line for `kubectl get -o wide` (a column shows one JSONPath value): the ranks
+  int64_t unlisted_workers = 0;  // ranks not Ready left out of workers (kMaxListedWorkers)
+  std::vector<FinishedRanks> finished_ranks;
+  // every rank in one line for `kubectl get -o wide` (a column shows one JSONPath value): the ranks
   // in each state, as ranges, e.g. "Ready:0-2,4 Pending:3".
   std::string rank_summary;
   std::string coordinator_address;

@@ -2,9 +2,19 @@
 // not fields of a HorovodJob), passed in so the reconciler stays a pure function.
 #pragma once
 
+#include <map>
 #include <string>
 
 namespace korovod::k8s_operator {
+
+// --worker-network-policy NAMESPACE:KEY=VALUE,...: the operator's namespace and its pods'
+// labels, the only sources besides the job's own workers that worker pods accept (a
+// NetworkPolicy per job, network_policy.h). Off while operator_namespace is empty.
+struct WorkerNetworkPolicySettings {
+  std::string operator_namespace;
+  std::map<std::string, std::string> operator_pod_labels;
+  bool enabled() const { return !operator_namespace.empty(); }
+};
 
 struct OperatorSettings {
   // Used when spec.sidecar.image is empty (the CRD requires it today; kept for older objects).
@@ -21,6 +31,7 @@ struct OperatorSettings {
   // The address elastic jobs' sidecars dial for this operator's membership servers (its pod IP,
   // or a name that resolves to it); each job's server has its own port.
   std::string elastic_rendezvous_host;
+  WorkerNetworkPolicySettings worker_network_policy;
 };
 
 }  // namespace korovod::k8s_operator

@@ -1,6 +1,7 @@
 #include "operator/kube/event_recorder.h"
 
 #include <cstdio>
+#include <optional>
 #include <random>
 
 #include "common/json_read.h"
@@ -13,8 +14,12 @@ const char* EventTypeName(EventType type) {
   return type == EventType::kWarning ? "Warning" : "Normal";
 }
 
-EventRecorder::EventRecorder(const ApiClient& client, std::string component, NowFn now)
-    : client_(client), component_(std::move(component)), now_(std::move(now)) {}
+EventRecorder::EventRecorder(const ApiClient& client, std::string component, NowFn now,
+                             EventAggregation aggregation)
+    : client_(client),
+      component_(std::move(component)),
+      now_(std::move(now)),
+      aggregation_(aggregation) {}
 
 nlohmann::json EventRecorder::MakeEvent(const nlohmann::json& object, EventType type,
                                         const std::string& reason,
@@ -56,6 +61,55 @@ nlohmann::json EventRecorder::MakeEvent(const nlohmann::json& object, EventType 
   };
 }
 
+// client-go's getEventKey: the source, the involved object (not its resourceVersion, which
+// moves with every status write), type, reason and message.
+std::string EventRecorder::KeyOf(const nlohmann::json& event) const {
+  const nlohmann::json& o = event["involvedObject"];
+  std::string key;
+  for (const std::string& part :
+       {component_, StringAt(o, {"apiVersion"}), StringAt(o, {"kind"}),
+        StringAt(o, {"namespace"}), StringAt(o, {"name"}), StringAt(o, {"uid"}),
+        StringAt(event, {"type"}), StringAt(event, {"reason"}), StringAt(event, {"message"})}) {
+    key += part;
+    key += '\0';
+  }
+  return key;
+}
+
+void EventRecorder::Remember(const std::string& key, Seen seen) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = seen_.find(key); it != seen_.end()) {
+    lru_.erase(it->second.lru);
+    seen_.erase(it);
+  }
+  lru_.push_front(key);
+  seen.lru = lru_.begin();
+  seen_.emplace(key, std::move(seen));
+  while (seen_.size() > aggregation_.max_keys) {
+    seen_.erase(lru_.back());
+    lru_.pop_back();
+  }
+}
+
+size_t EventRecorder::cached_keys() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return seen_.size();
+}
+
+ApiResult EventRecorder::Create(const std::string& key, const nlohmann::json& event,
+                                std::chrono::system_clock::time_point now) const {
+  const std::string ns = StringAt(event["metadata"], {"namespace"});
+  ApiResult result = client_.Create(kEvents.Path(ns), event);
+  if (result.ok()) {
+    Seen seen;
+    seen.name = StringAt(event["metadata"], {"name"});
+    seen.ns = ns;
+    seen.last = now;
+    Remember(key, std::move(seen));
+  }
+  return result;
+}
+
 ApiResult EventRecorder::Record(const nlohmann::json& object, EventType type,
                                 const std::string& reason, const std::string& message) const {
   const std::string name = StringAt(object, {"metadata", "name"});
@@ -64,7 +118,31 @@ ApiResult EventRecorder::Record(const nlohmann::json& object, EventType type,
   }
   nlohmann::json event = MakeEvent(object, type, reason, message);
   const std::string ns = StringAt(event["metadata"], {"namespace"});
-  ApiResult result = client_.Create(kEvents.Path(ns), event);
+  const std::string key = KeyOf(event);
+  std::optional<Seen> repeat;
+  const auto now = now_();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = seen_.find(key);
+    if (it != seen_.end() && now - it->second.last < aggregation_.window) repeat = it->second;
+  }
+  ApiResult result(nlohmann::json::object());
+  if (repeat) {
+    // A repeat: one more on the Event already there. Not found (its TTL expired, someone
+    // deleted it): a new one.
+    repeat->count += 1;
+    repeat->last = now;
+    const nlohmann::json patch = {{"count", repeat->count},
+                                  {"lastTimestamp", FormatRfc3339(now)}};
+    result = client_.Patch(kEvents.Path(repeat->ns, repeat->name), patch);
+    if (result.ok()) {
+      Remember(key, std::move(*repeat));
+    } else if (IsNotFound(result)) {
+      result = Create(key, event, now);
+    }
+  } else {
+    result = Create(key, event, now);
+  }
   if (!result.ok()) {
     return ApiResult(
         result.status().WithContext("event " + reason + " on " + StringAt(object, {"kind"}) + " " +

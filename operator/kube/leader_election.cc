@@ -60,6 +60,11 @@ uint64_t LeaderElector::fencing_token() const {
   return fencing_token_;
 }
 
+bool LeaderElector::HoldsLease() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return leader_ && std::chrono::steady_clock::now() - last_renew_ < config_.renew_deadline;
+}
+
 Status LeaderElector::last_error() const {
   std::lock_guard<std::mutex> lock(mu_);
   return last_error_;

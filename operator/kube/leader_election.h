@@ -51,6 +51,12 @@ class LeaderElector {
   // Ends the loop, releases the lease if held, and joins. Blocks at most one request timeout.
   void Stop();
   bool IsLeader() const;
+  // True while this candidate leads and its last successful renewal (counted from when it was
+  // sent) is younger than renew_deadline, by the monotonic clock at the time of the call. A
+  // process resumed after a pause (SIGSTOP, a VM freeze) sees its leadership gone at once, before
+  // the watchdog notices: callers check it right before each write, so a deposed leader's
+  // threads that run on for a moment write nothing.
+  bool HoldsLease() const;
   Status last_error() const;
   // The Lease's leaseTransitions as this candidate last wrote it (a new holder increments it):
   // the fencing token of its leadership, higher for every later leader. 0 before it led.

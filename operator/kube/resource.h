@@ -26,6 +26,7 @@ inline const ResourceRef kSecrets{"", "v1", "secrets", true};
 inline const ResourceRef kEvents{"", "v1", "events", true};
 inline const ResourceRef kNamespaces{"", "v1", "namespaces", false};
 inline const ResourceRef kNodes{"", "v1", "nodes", false};
+inline const ResourceRef kNetworkPolicies{"networking.k8s.io", "v1", "networkpolicies", true};
 inline const ResourceRef kLeases{"coordination.k8s.io", "v1", "leases", true};
 
 }  // namespace korovod::kube

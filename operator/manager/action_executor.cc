@@ -6,7 +6,17 @@
 
 namespace korovod::k8s_operator {
 
+Status ActionExecutor::CheckMayWrite() const {
+  if (!may_write_ || may_write_()) return OkStatus();
+  return Unavailable(
+      "not written: this replica no longer holds the leader lease (its last renewal is older "
+      "than the renew deadline); the new leader reconciles");
+}
+
 Status ActionExecutor::Execute(const nlohmann::json& job, const Action& action) const {
+  // A deposed leader's worker may still be mid-reconcile when the lease is lost (a pause longer
+  // than the lease ends with every thread running on): its writes would race the new leader's.
+  KV_RETURN_IF_ERROR(CheckMayWrite());
   switch (action.kind) {
     case Action::Kind::kCreate: {
       const nlohmann::json meta = action.object.value("metadata", nlohmann::json::object());

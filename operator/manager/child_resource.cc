@@ -18,6 +18,9 @@ StatusOr<kube::ResourceRef> ResourceOf(const std::string& api_version, const std
       return kube::ResourceRef{group, version, "workloads", true};
     }
     if (kind == "HorovodJob" && group == kHorovodJobs.group) return kHorovodJobs;
+    if (kind == "NetworkPolicy" && api_version == kube::kNetworkPolicies.ApiVersion()) {
+      return kube::kNetworkPolicies;
+    }
   }
   return InvalidArgument("the operator does not write " + kind + " (" + api_version + ")");
 }

@@ -130,7 +130,7 @@ JobController::JobController(const kube::ApiClient& client, const kube::EventRec
     : client_(client),
       metrics_(metrics),
       options_(std::move(options)),
-      executor_(client, events, metrics),
+      executor_(client, events, metrics, options_.may_write),
       elastic_([this](const std::string& key) { queue_.Add(key); },
                static_cast<uint16_t>(options_.elastic_port)) {
   kube::InformerOptions job_opts;
@@ -166,6 +166,16 @@ JobController::JobController(const kube::ApiClient& client, const kube::EventRec
     auto informer = std::make_unique<kube::Informer>(client_, ref, child_opts, child_handlers);
     *slot = informer.get();
     informers_.emplace_back(name, std::move(informer));
+  }
+  if (options_.settings.worker_network_policy.enabled()) {
+    // Watched only when the operator creates them (and has the RBAC rule for it).
+    child_handlers.on_error = [](const Status& s) {
+      KV_LOG(kWarning, kOperator, "watch networkpolicies: %s", s.ToString().c_str());
+    };
+    auto informer = std::make_unique<kube::Informer>(client_, kube::kNetworkPolicies, child_opts,
+                                                     child_handlers);
+    network_policies_ = informer.get();
+    informers_.emplace_back("networkpolicies", std::move(informer));
   }
 
   // Nodes are cluster-scoped: an operator confined to one namespace (a Role) cannot watch them.
@@ -286,8 +296,12 @@ ObservedState JobController::Observe(const nlohmann::json& job) const {
   observed.pods = owned(pods_->List(ns, selector));
   observed.services = owned(services_->List(ns, selector));
   observed.config_maps = owned(config_maps_->List(ns, selector));
+  if (network_policies_ != nullptr) {
+    observed.network_policies = owned(network_policies_->List(ns, selector));
+  }
   // observed.secrets: ReconcileKey reads the one key Secret by name (no Secret informer).
   observed.now_unix = static_cast<int64_t>(std::time(nullptr));
+  observed.observed_ages = ages_.Observe(JobKey(ns, meta.value("name", "")), job, observed.pods);
   observed.settings = options_.settings;
   observed.elastic_server = elastic_.Observe(JobKey(ns, meta.value("name", "")), uid);
   // Only an elastic job reads the nodes: no copy of the node cache for every other reconcile.
@@ -307,6 +321,7 @@ Status JobController::ReconcileKey(const std::string& key,
   kube::ApiResult got = client_.Get(kHorovodJobs.Path(ns, name));
   if (kube::IsNotFound(got)) {  // deleted; the garbage collector has the rest
     elastic_.Forget(key);
+    ages_.Forget(key);
     return OkStatus();
   }
   if (!got.ok()) return got.status();
@@ -347,7 +362,9 @@ Status JobController::ReconcileKey(const std::string& key,
   if (Status s = elastic_.Apply(key, UidOf(job), result.elastic); !s.ok()) {
     if (first_error.ok()) first_error = s;
   }
-  if (result.status) {
+  if (Status fenced = executor_.CheckMayWrite(); result.status && !fenced.ok()) {
+    if (first_error.ok()) first_error = fenced.WithContext("status of " + key);
+  } else if (result.status) {
     // Someone changed the job since we read it: recompute from the fresh object (the children,
     // and so the actions already taken, are unchanged).
     StatusWriteOutcome written =

@@ -25,6 +25,7 @@
 #include "operator/kube/work_queue.h"
 #include "operator/manager/action_executor.h"
 #include "operator/manager/elastic_servers.h"
+#include "operator/manager/observed_ages.h"
 #include "operator/manager/operator_metrics.h"
 
 namespace korovod::k8s_operator {
@@ -34,7 +35,8 @@ struct JobControllerOptions {
   int workers = 2;
   int watch_timeout_seconds = 300;
   OperatorSettings settings;
-  int elastic_port = 0;  // ElasticServers' listener port
+  int elastic_port = 0;   // ElasticServers' listener port
+  WriteFence may_write;  // asked before every write (ActionExecutor); empty: always
 };
 
 class JobController {
@@ -75,10 +77,12 @@ class JobController {
   kube::Informer* pods_ = nullptr;
   kube::Informer* services_ = nullptr;
   kube::Informer* config_maps_ = nullptr;
+  kube::Informer* network_policies_ = nullptr;  // only with --worker-network-policy
   // Nodes, for elastic jobs (a worker on an unready node is lost). Only when watching every
   // namespace (a Role cannot grant nodes); not waited for by Synced().
   std::unique_ptr<kube::Informer> nodes_;
   ElasticServers elastic_;  // after queue_: its watcher queues jobs
+  mutable ObservedAges ages_;  // deadlines timed by this operator's clock (Observe)
   std::vector<std::thread> workers_;
   std::atomic<bool> stopped_{false};
 };

@@ -56,6 +56,8 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
   controller_options.watch_timeout_seconds = options.watch_timeout_seconds;
   controller_options.settings = options.settings;
   controller_options.elastic_port = options.elastic_rendezvous_port;
+  std::unique_ptr<kube::LeaderElector> elector;  // set below with --leader-elect
+  controller_options.may_write = [&elector] { return !elector || elector->HoldsLease(); };
   JobController controller(**client, recorder, **metrics, controller_options);
 
   // Both addresses were checked by ParseOperatorFlags.
@@ -99,9 +101,8 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
       StatusOr<std::string> ca = SetUpWebhookCertificate(**client, setup);
       if (!ca.ok()) return Fail(ca.status().WithContext("--webhook-cert-secret"));
       if (!options.webhook_configuration.empty()) {
-        ca_bundle_keeper = std::make_unique<CaBundleKeeper>(
-            **client, options.webhook_configuration, std::move(*ca),
-            options.webhook_ca_bundle_check_period, setup.log);
+        CaBundleKeeperOptions keep{setup, std::move(*ca), options.webhook_ca_bundle_check_period};
+        ca_bundle_keeper = std::make_unique<CaBundleKeeper>(**client, std::move(keep), setup.log);
       }
     }
     WebhookServerOptions w;
@@ -126,7 +127,6 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
 
   std::atomic<bool> shutting_down{false};
   std::atomic<bool> lost_leadership{false};
-  std::unique_ptr<kube::LeaderElector> elector;
   if (options.leader_elect) {
     kube::LeaderElectionConfig le;
     le.namespace_name = options.leader_election_namespace;

@@ -80,9 +80,42 @@ std::string OperatorUsage() {
   --webhook-dns-names A,B,...            the serving certificate's DNS names (with the Secret)
   --webhook-configuration NAME           MutatingWebhookConfiguration whose caBundle to set
   --webhook-setup-timeout S              deadline of the Secret and caBundle setup (default 120)
-  --webhook-ca-bundle-check-period S     then re-set the caBundle if removed (default 60)
+  --webhook-ca-bundle-check-period S     then re-check the caBundle against the CA Secret
+                                         (restore, follow a rotation; default 60)
+  --worker-network-policy NS:K=V,...     give each job a NetworkPolicy: its workers accept only
+                                         its own workers and the operator's pods (namespace NS,
+                                         labels K=V); default off
 )";
 }
+
+namespace {
+
+// "NAMESPACE:KEY=VALUE[,KEY=VALUE...]" (see OperatorUsage); "" turns it off.
+Status ParseWorkerNetworkPolicy(const std::string& flag, const std::string& v,
+                                WorkerNetworkPolicySettings* out) {
+  *out = WorkerNetworkPolicySettings{};
+  if (v.empty()) return OkStatus();
+  const std::string expected = ": expected NAMESPACE:KEY=VALUE[,KEY=VALUE...] (the operator's "
+                               "namespace and its pods' labels)";
+  const size_t colon = v.find(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == v.size()) {
+    return InvalidArgument(flag + "=" + v + expected);
+  }
+  for (size_t start = colon + 1; start <= v.size();) {
+    const size_t comma = std::min(v.find(',', start), v.size());
+    const std::string item = v.substr(start, comma - start);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return InvalidArgument(flag + "=" + v + ": \"" + item + "\" is not KEY=VALUE" + expected);
+    }
+    out->operator_pod_labels[item.substr(0, eq)] = item.substr(eq + 1);
+    start = comma + 1;
+  }
+  out->operator_namespace = v.substr(0, colon);
+  return OkStatus();
+}
+
+}  // namespace
 
 StatusOr<OperatorOptions> ParseOperatorFlags(const std::vector<std::string>& args) {
   OperatorOptions o;
@@ -159,6 +192,10 @@ StatusOr<OperatorOptions> ParseOperatorFlags(const std::vector<std::string>& arg
          return OkStatus();
        }},
       {"--webhook-configuration", str(&o.webhook_configuration)},
+      {"--worker-network-policy",
+       [&o](const std::string& flag, const std::string& v) {
+         return ParseWorkerNetworkPolicy(flag, v, &o.settings.worker_network_policy);
+       }},
       {"--webhook-setup-timeout", seconds(&o.webhook_setup_timeout)},
       {"--webhook-ca-bundle-check-period", seconds(&o.webhook_ca_bundle_check_period)},
   };

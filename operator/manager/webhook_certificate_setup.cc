@@ -151,6 +151,24 @@ Status RetryUntil(const std::string& step, Clock::time_point deadline,
 
 }  // namespace
 
+StatusOr<WebhookCertificates> ReadCertificateSecret(const kube::ApiClient& client,
+                                                    const std::string& secret_namespace,
+                                                    const std::string& secret_name) {
+  const std::string where = "Secret " + secret_namespace + "/" + secret_name;
+  kube::ApiResult got = client.Get(kube::kSecrets.Path(secret_namespace, secret_name));
+  if (kube::IsNotFound(got)) return FailedPrecondition(where + " does not exist");
+  if (!got.ok()) return got.status().WithContext(where);
+  StatusOr<WebhookCertificates> certs = FromSecret(got.value());
+  if (!certs.ok()) return certs.status().WithContext(where);
+  return certs;
+}
+
+Status WriteServingPair(const std::string& cert_dir, const WebhookCertificates& certs) {
+  // The key first: ServingCertificate keeps its pair until a matching one is complete.
+  KV_RETURN_IF_ERROR(WriteFileAtomically(cert_dir, kTlsKeyKey, certs.tls_key, 0600));
+  return WriteFileAtomically(cert_dir, kTlsCrtKey, certs.tls_crt, 0644);
+}
+
 StatusOr<std::string> SetUpWebhookCertificate(const kube::ApiClient& client,
                                               const WebhookCertificateSetupOptions& options) {
   if (options.secret_name.empty() || options.secret_namespace.empty()) {
@@ -165,13 +183,17 @@ StatusOr<std::string> SetUpWebhookCertificate(const kube::ApiClient& client,
         KV_ASSIGN_OR_RETURN(certs, EnsureSecret(client, options));
         return OkStatus();
       }));
-  KV_RETURN_IF_ERROR(WriteFileAtomically(options.cert_dir, kTlsCrtKey, certs.tls_crt, 0644));
-  KV_RETURN_IF_ERROR(WriteFileAtomically(options.cert_dir, kTlsKeyKey, certs.tls_key, 0600));
+  KV_RETURN_IF_ERROR(WriteServingPair(options.cert_dir, certs));
   if (!options.webhook_configuration.empty()) {
+    // Added to the CAs already there, not in their place: during a rotation the replicas that
+    // still serve a certificate of the previous CA stay trusted until their keepers switch them
+    // to the new one (CaBundleKeeper retires the old CA after that).
     KV_RETURN_IF_ERROR(RetryUntil(
         "caBundle of MutatingWebhookConfiguration " + options.webhook_configuration, deadline,
-        options,
-        [&] { return EnsureCaBundle(client, options.webhook_configuration, certs.ca_crt); }));
+        options, [&] {
+          return EnsureCaBundle(client, options.webhook_configuration, certs.ca_crt,
+                                /*retire_others=*/false);
+        }));
     if (options.log) {
       options.log("webhook certificate: caBundle of MutatingWebhookConfiguration " +
                   options.webhook_configuration + " set");

@@ -15,6 +15,7 @@
 
 #include "common/status.h"
 #include "operator/kube/api_client.h"
+#include "operator/webhook/certificate_authority.h"
 
 namespace korovod::k8s_operator {
 
@@ -35,6 +36,16 @@ struct WebhookCertificateSetupOptions {
   std::chrono::milliseconds retry_period{std::chrono::seconds(1)};
   std::function<void(const std::string&)> log;  // may be null
 };
+
+// The certificates stored in the Secret (FailedPrecondition when it is absent; InvalidArgument
+// naming the field that is missing or not base64). Also read by CaBundleKeeper every period: the
+// Secret, not what a replica loaded at its start, says which CA is current.
+StatusOr<WebhookCertificates> ReadCertificateSecret(const kube::ApiClient& client,
+                                                    const std::string& secret_namespace,
+                                                    const std::string& secret_name);
+
+// Writes tls.crt and tls.key into `cert_dir`, each through a temporary file and a rename.
+Status WriteServingPair(const std::string& cert_dir, const WebhookCertificates& certs);
 
 // Returns the CA certificate (PEM) the caBundle now holds, or why the setup did not finish before
 // the deadline (the last error of the step that was retried).

@@ -110,7 +110,6 @@ std::optional<HorovodJobSpec> SpecFromAnnotations(const json& pod, int64_t size,
                                                   std::string* denial) {
   HorovodJobSpec spec;
   spec.replicas = size;
-  spec.pod_template = {{"spec", Member(pod, "spec")}};
   spec.sidecar.image =
       Annotation(pod, kSidecarImageAnnotation).value_or(settings.default_sidecar_image);
   if (spec.sidecar.image.empty()) {
@@ -169,8 +168,7 @@ std::optional<HorovodJobSpec> SpecFromAnnotations(const json& pod, int64_t size,
 
 }  // namespace
 
-InjectionPlan PlanInjection(const json& pod, const std::string& ns,
-                            const OperatorSettings& settings) {
+InjectionPlan PlanInjection(json pod, const std::string& ns, const OperatorSettings& settings) {
   InjectionPlan plan;
   if (!pod.is_object() || !Member(pod, "spec").is_object()) {
     plan.denial = "the review's object is not a Pod with a spec";
@@ -222,7 +220,12 @@ InjectionPlan PlanInjection(const json& pod, const std::string& ns,
   std::optional<HorovodJobSpec> spec = SpecFromAnnotations(pod, *size, settings, &plan.denial);
   if (!spec) return plan;
   HorovodJob as_job;
-  as_job.spec = *spec;
+  as_job.spec = std::move(*spec);
+  // The pod's spec is moved, never copied: a copy of a JSON value recurses once per level of
+  // nesting, and this is the one place the whole pod passes through (issue 31).
+  const bool host_network = Member(pod_spec, "hostNetwork") == json(true);
+  as_job.spec.pod_template = json::object();
+  as_job.spec.pod_template["spec"] = std::move(pod["spec"]);
   const int trainer = TrainerContainerIndex(as_job.spec);
   if (trainer < 0) {
     plan.denial = "cannot tell which container is the trainer: name it \"" +
@@ -233,7 +236,7 @@ InjectionPlan PlanInjection(const json& pod, const std::string& ns,
   WorkerIdentity id;
   id.rank = placement->rank;
   id.size = *size;
-  id.host_network = Member(pod_spec, "hostNetwork") == json(true);
+  id.host_network = host_network;
   const std::string world_id = ns + "/" + placement->kind + "/" + placement->workload;
   id.ports = PortsFor(world_id, id.rank, id.host_network, settings);
   id.coordinator = placement->workload + "-0." + subdomain + "." + ns + ".svc." +
@@ -244,17 +247,21 @@ InjectionPlan PlanInjection(const json& pod, const std::string& ns,
   id.shm_prefix = "/korovod-" + placement->workload + "-" + std::to_string(placement->rank) + "-";
   id.start_timeout_seconds = as_job.spec.run_policy.startup_timeout_seconds;
 
-  json configured = pod_spec;
+  json configured = std::move(as_job.spec.pod_template["spec"]);
   ConfigureWorkerPodSpec(configured, trainer, as_job.spec, id, settings);
-  // "add" replaces an existing member (RFC 6902 4.1), so one patch operation per changed field
-  // suffices.
-  // automountServiceAccountToken is the workload's own choice: by admission time the API server
-  // has already mounted the token (or not), so the webhook leaves it alone.
+  // ConfigureWorkerPodSpec always sets these four (the sidecar, its volumes, the trainer's
+  // environment, the sidecar's supplemental group), and "add" replaces an existing member (RFC
+  // 6902 4.1): one operation each, their values moved into the patch rather than compared with a
+  // copy of the original. automountServiceAccountToken is the workload's own choice: by admission
+  // time the API server has already mounted the token (or not), so the webhook leaves it alone.
   for (const char* key : {"containers", "initContainers", "volumes", "securityContext"}) {
-    if (Member(configured, key) != Member(pod_spec, key)) {
-      plan.patch.push_back(
-          {{"op", "add"}, {"path", std::string("/spec/") + key}, {"value", configured[key]}});
-    }
+    auto it = configured.find(key);
+    if (it == configured.end()) continue;
+    json op = json::object();
+    op["op"] = "add";
+    op["path"] = std::string("/spec/") + key;
+    op["value"] = std::move(*it);
+    plan.patch.push_back(std::move(op));
   }
   plan.why = placement->kind + " " + ns + "/" + placement->workload + " rank " +
              std::to_string(id.rank) + " of " + std::to_string(id.size);
@@ -283,7 +290,9 @@ AdmissionReply ReviewPodCreation(std::string_view request_body, const OperatorSe
     reply.outcome = "error";
     return reply;
   }
-  const json& request = Member(review, "request");
+  json no_request;
+  json& request =
+      review.is_object() && review.contains("request") ? review["request"] : no_request;
   const std::string uid = StringMember(request, "uid");
   if (review.is_discarded() || StringMember(review, "kind") != "AdmissionReview" || uid.empty()) {
     reply.http_status = 400;
@@ -300,7 +309,10 @@ AdmissionReply ReviewPodCreation(std::string_view request_body, const OperatorSe
   } else {
     InjectionPlan plan;
     try {
-      plan = PlanInjection(Member(request, "object"), StringMember(request, "namespace"), settings);
+      // The pod is moved out of the review (the review itself is not needed again).
+      json pod = request.is_object() && request.contains("object") ? std::move(request["object"])
+                                                                    : json();
+      plan = PlanInjection(std::move(pod), StringMember(request, "namespace"), settings);
     } catch (const nlohmann::json::exception& e) {
       // A field of an unexpected type deep in the pod (the API server validates pods after
       // mutating admission, so the webhook sees them raw).

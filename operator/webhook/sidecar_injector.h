@@ -35,8 +35,9 @@ struct InjectionPlan {
   std::string why;
 };
 
-// `pod` as in the review's request.object; `ns` the request's namespace.
-InjectionPlan PlanInjection(const nlohmann::json& pod, const std::string& ns,
+// `pod` as in the review's request.object (taken by value: callers move it in, and its spec is
+// moved into the patch, so no part of the pod is deep-copied); `ns` the request's namespace.
+InjectionPlan PlanInjection(nlohmann::json pod, const std::string& ns,
                             const OperatorSettings& settings);
 
 struct AdmissionReply {

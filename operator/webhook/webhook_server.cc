@@ -4,6 +4,7 @@
 
 #include <exception>
 
+#include "operator/webhook/connection_guard.h"
 #include "operator/webhook/serving_certificate.h"
 #include "operator/webhook/sidecar_injector.h"
 #include "common/http/http_listener.h"
@@ -13,6 +14,7 @@ namespace korovod::k8s_operator {
 struct WebhookServer::Impl {
   WebhookServerOptions options;
   std::unique_ptr<ServingCertificate> certificate;
+  std::unique_ptr<ConnectionGuard> guard;  // outlives the server's task queue
   std::unique_ptr<httplib::SSLServer> server;
   std::unique_ptr<http::HttpListener> listener;  // declared last: stops first
 };
@@ -28,15 +30,23 @@ StatusOr<std::unique_ptr<WebhookServer>> WebhookServer::Start(WebhookServerOptio
   KV_ASSIGN_OR_RETURN(s->certificate,
                       ServingCertificate::Load(s->options.cert_dir, s->options.log));
   ServingCertificate* cert = s->certificate.get();
-  s->server = std::make_unique<httplib::SSLServer>([cert](SSL_CTX& ctx) {
+  s->guard = std::make_unique<ConnectionGuard>(s->options.limits, s->options.log);
+  ConnectionGuard* guard = s->guard.get();
+  s->server = std::make_unique<httplib::SSLServer>([cert, guard](SSL_CTX& ctx) {
     // TLS 1.2+ only (the API server speaks 1.3); the certificate is chosen per handshake so a
     // rotation applies to the next connection.
     SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION);
     SSL_CTX_set_cert_cb(&ctx, &ServingCertificate::OnHandshake, cert);
+    guard->InstallOn(ctx);
     return true;
   });
   if (!s->server->is_valid()) return Internal("webhook server: cannot create a TLS context");
   httplib::SSLServer& srv = *s->server;
+  srv.new_task_queue = [guard] { return guard->NewTaskQueue(); };
+  // Called once a request has been read and answered (errors included): the connection's next
+  // request gets a fresh deadline.
+  srv.set_post_routing_handler(
+      [guard](const httplib::Request&, httplib::Response&) { guard->RequestRead(); });
   srv.set_read_timeout(10, 0);
   srv.set_write_timeout(10, 0);
   srv.set_payload_max_length(s->options.max_body_bytes);

@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "operator/controller/operator_settings.h"
+#include "operator/webhook/connection_guard.h"
 #include "common/status.h"
 
 namespace korovod::k8s_operator {
@@ -24,7 +25,12 @@ struct WebhookServerOptions {
   int port = 9443;                   // 0: ephemeral (tests)
   std::string cert_dir;              // tls.crt + tls.key
   OperatorSettings settings;         // sidecar image, ports, cluster domain
-  size_t max_body_bytes = 8u << 20;  // a Pod is at most ~1.5 MiB in etcd; 8 MiB leaves headroom
+  // The API server refuses request bodies over 3 MiB (its MaxRequestBodyBytes), so the pod in a
+  // CREATE review came in at most 3 MiB; re-encoded as JSON (a protobuf or YAML body grows) and
+  // wrapped with userInfo and options it stays well under 4 MiB. Anything larger is not from
+  // the API server. (The webhook is registered for Pod CREATE only: no oldObject.)
+  size_t max_body_bytes = 4u << 20;
+  ConnectionLimits limits;  // slow clients and floods: connection_guard.h
   // One line per review (what was decided and why) and per certificate reload; without a prefix
   // (the caller's logger adds time, role and subsystem).
   std::function<void(const std::string&)> log;

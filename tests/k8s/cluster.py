@@ -194,11 +194,15 @@ class Cluster:
         """Hook for subclasses: kube-apiserver flags of their own (before extra_apiserver_args)."""
         return []
 
-    def restart_apiserver(self, deadline_s=120):
+    def restart_apiserver(self, deadline_s=120, kill=False):
         """Stops kube-apiserver (every watch connection drops) and starts it again on the same
-        port and etcd."""
+        port and etcd. kill: SIGKILL (a crash; a graceful stop waits up to 60 s for the open
+        connections of clients that are not frozen)."""
         p = next(p for p in self.procs if p.korovod_name == "kube-apiserver")
-        p.terminate()
+        if kill:
+            p.kill()
+        else:
+            p.terminate()
         p.wait(30)
         self.procs.remove(p)
         self._spawn("kube-apiserver", self._apiserver_argv)

@@ -93,3 +93,46 @@ def test_status_is_a_subresource(crd):
     out = crd.kubectl("get", "hvdjob", "sub").stdout
     assert "Running" in out, out
     crd.kubectl("delete", "hvdjob", "sub")
+
+
+def test_compact_status_is_kept_and_a_stale_merge_patch_is_refused(crd):
+    """The status shape the operator writes (not-Ready ranks, finishedRanks, compact elastic
+    membership) is accepted and kept whole (not pruned), as a merge patch on /status that carries
+    metadata.resourceVersion; the same patch with a stale resourceVersion gets 409."""
+    path = "/apis/korovod.dev/v1alpha1/namespaces/default/horovodjobs/compact"
+    crd.kubectl("apply", "-f", "-", input=job("compact"))
+    rv = crd.get(path)["metadata"]["resourceVersion"]
+    status = {
+        "phase": "Running", "epoch": 1, "worldSize": 4096, "readyWorkers": 4000,
+        "workers": [{"rank": 7, "pod": "compact-worker-7", "state": "Pending",
+                     "reason": "ImagePullBackOff", "message": "Back-off pulling image"}],
+        "unlistedWorkers": 95,
+        "finishedRanks": [{"ranks": "0-3,9", "state": "Succeeded", "reason": "Completed"},
+                          {"ranks": "5", "state": "Failed", "reason": "Error",
+                           "message": "worker pod compact-worker-5 failed: exit code 3"}],
+        "rankSummary": "Pending:7 Ready:4-6,8,10-4095 Succeeded:0-3,9",
+        "elastic": {"epoch": 2, "resets": 1, "version": 9, "members": "4-5,0-1",
+                    "memberUids": "0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d", "rendezvousPort": 7000},
+    }
+    patch = {"metadata": {"resourceVersion": rv}, "status": status}
+    code, body = crd.request("PATCH", path + "/status", patch,
+                             content_type="application/merge-patch+json")
+    assert code == 200, body
+    stored = crd.get(path)["status"]
+    for key, value in status.items():
+        assert stored.get(key) == value, (key, stored.get(key))
+    wide = crd.kubectl("get", "hvdjob", "compact", "-o", "wide").stdout.splitlines()
+    assert wide[1].endswith(status["rankSummary"]), wide  # the RANKS column
+    # A patch from a stale read is refused, so the operator re-reads and recomputes.
+    code, body = crd.request("PATCH", path + "/status",
+                             {"metadata": {"resourceVersion": rv}, "status": {"epoch": 2}},
+                             content_type="application/merge-patch+json")
+    assert code == 409, body
+    # The schema holds the compact fields to their form.
+    for bad in ({"finishedRanks": [{"ranks": "3-x", "state": "Succeeded"}]},
+                {"finishedRanks": [{"ranks": "3", "state": "Running"}]},
+                {"elastic": {"memberUids": "xyz"}}):
+        code, body = crd.request("PATCH", path + "/status", {"status": bad},
+                                 content_type="application/merge-patch+json")
+        assert code == 422, (bad, body)
+    crd.kubectl("delete", "hvdjob", "compact")

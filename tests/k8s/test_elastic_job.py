@@ -114,13 +114,24 @@ def _wait_training_on(cluster, namespace, logs, size, after_epoch, what):
             what, logs.last(), json.dumps(get_job(cluster, namespace, NAME).get("status"))))
 
 
+def _members(elastic):
+    """The epoch's worker pods by rank, from status.elastic.members (worker indices as ascending
+    runs in rank order, "4-5,0-1")."""
+    pods = []
+    for item in filter(None, elastic.get("members", "").split(",")):
+        first, _, last = item.partition("-")
+        pods += ["%s-worker-%d" % (NAME, i) for i in range(int(first), int(last or first) + 1)]
+    return pods
+
+
 def _world(cluster, namespace, size, without=None):
-    """status.elastic.world once it has `size` workers, `without` not among them (the status
-    follows the epoch shortly)."""
+    """The epoch's worker pods by rank once it has `size` workers, `without` not among them (the
+    status follows the epoch shortly)."""
     def check():
-        w = _elastic(cluster, namespace).get("world", [])
+        w = _members(_elastic(cluster, namespace))
         return w if len(w) == size and without not in w else None
-    return cluster.wait_for(check, "status.elastic.world of %d without %s" % (size, without), 30)
+    return cluster.wait_for(check, "status.elastic.members of %d without %s" % (size, without),
+                            30)
 
 
 def _recovery(logs, t_fault, epoch):

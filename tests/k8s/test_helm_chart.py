@@ -344,6 +344,32 @@ def test_network_policy_values(tmp_path):
     assert ("NetworkPolicy", FULL) not in off
 
 
+def _worker_policy_rules(objs):
+    return [r for r in objs[("ClusterRole", FULL)]["rules"]
+            if "networkpolicies" in r["resources"]]
+
+
+def test_worker_network_policy_value(rendered):
+    # Off by default: no flag, and no rule for NetworkPolicies.
+    default = rendered["default"]
+    assert not [a for a in operator_container(default)["args"]
+                if a.startswith("--worker-network-policy")]
+    assert _worker_policy_rules(default) == []
+    on = by_kind_name(template(None, NS, extra=["--set", "workerNetworkPolicy.enabled=true"]))
+    args = [a for a in operator_container(on)["args"] if a.startswith("--worker-network-policy=")]
+    assert len(args) == 1, operator_container(on)["args"]
+    namespace, labels = args[0].split("=", 1)[1].split(":", 1)
+    # The operator's own pods, by the labels its Deployment gives them, in its namespace.
+    selector = dict(item.split("=", 1) for item in labels.split(","))
+    pod_labels = on[("Deployment", FULL)]["spec"]["template"]["metadata"]["labels"]
+    assert namespace == NS
+    assert selector == on[("Deployment", FULL)]["spec"]["selector"]["matchLabels"]
+    assert all(pod_labels[k] == v for k, v in selector.items()), (selector, pod_labels)
+    rules = _worker_policy_rules(on)
+    assert rules == [{"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
+                      "verbs": ["list", "watch", "create"]}], rules
+
+
 def test_metrics_service_and_service_monitor(rendered):
     objs = rendered["default"]
     svc = objs[("Service", FULL + "-metrics")]

@@ -63,16 +63,16 @@ def test_job_runs_to_success_with_counts_and_events(operator, crd, ns):
         out = crd.kubectl("-n", ns, "get", "hvdjob", "ok").stdout
         row = out.splitlines()[1].split()
         assert row[:4] == ["ok", "Running", "2", "2"], out  # NAME PHASE READY WORKERS
-        # -o wide adds the epoch, the restarts and each rank's state and node, in rank order.
-        crd.wait_for(lambda: [w["state"] for w in get_job(crd, ns, "ok")["status"].get(
-            "workers", [])] == ["Ready", "Ready"], "status.workers Ready, Ready", 30)
+        # -o wide adds the epoch, the restarts and the ranks in each state.
+        crd.wait_for(lambda: get_job(crd, ns, "ok")["status"].get("rankSummary") == "Ready:0-1",
+                     "status.rankSummary Ready:0-1", 30)
         wide = crd.kubectl("-n", ns, "get", "hvdjob", "ok", "-o", "wide").stdout.splitlines()
         assert wide[0].split() == ["NAME", "PHASE", "READY", "WORKERS", "AGE", "EPOCH",
                                    "RESTARTS", "RANKS"], wide
         row = wide[1].split()
         assert row[5:] == ["1", "0", "Ready:0-1"], wide
-        assert [w["node"] for w in get_job(crd, ns, "ok")["status"]["workers"]] == [
-            "fake-node", "fake-node"]
+        # status.workers lists only ranks that are not Ready: none.
+        assert "workers" not in get_job(crd, ns, "ok")["status"]
         assert get_job(crd, ns, "ok")["status"]["worldSize"] == 2
         outcome["v"] = "succeed"
         job = wait_phase(crd, ns, "ok", "Succeeded")
@@ -328,3 +328,59 @@ def test_worker_pods_pass_pod_security_restricted(operator, crd, ns):
                                  for e in events(crd, ns)),
                      "an event naming the PodSecurity violation", 30)
         assert not pods(crd, ns, "rdma")
+
+
+def test_a_succeeded_rank_whose_pod_is_gone_is_not_restarted(operator, crd, ns):
+    """A rank that succeeded keeps its end in status.finishedRanks: once its pod is gone (PodGC,
+    a removed node) the job neither restarts nor recreates it, and succeeds with the others."""
+    outcome = {"v": "run"}
+    first = lambda p: p["metadata"]["labels"]["korovod.dev/replica-index"] == "0"  # noqa: E731
+    with FakeKubelet(crd, ns, outcome=lambda p: "succeed" if first(p) else outcome["v"]):
+        apply(crd, ns, job_doc("gc", replicas=2))
+        crd.wait_for(lambda: get_job(crd, ns, "gc").get("status", {}).get("finishedRanks") == [
+            {"ranks": "0", "state": "Succeeded", "reason": "Completed"}],
+            "rank 0 recorded Succeeded", 60)
+        code, body = crd.request("DELETE", "/api/v1/namespaces/%s/pods/gc-worker-0" % ns,
+                                 {"gracePeriodSeconds": 0})
+        assert code == 200, body
+        crd.wait_for(lambda: [p["metadata"]["name"] for p in pods(crd, ns, "gc")] == [
+            "gc-worker-1"], "gc-worker-0 gone", 30)
+        outcome["v"] = "succeed"
+        job = wait_phase(crd, ns, "gc", "Succeeded")
+    st = job["status"]
+    assert st["restartCount"] == 0 and st["epoch"] == 1, st
+    assert st["succeededWorkers"] == 2, st
+    assert st["finishedRanks"] == [{"ranks": "0-1", "state": "Succeeded", "reason": "Completed"}]
+    # Never recreated: the only worker-0 the cluster saw was the first.
+    assert [p["metadata"]["name"] for p in pods(crd, ns, "gc")] == ["gc-worker-1"]
+    created = [e for e in events(crd, ns) if e["reason"] == "WorkersCreated"]
+    assert sum(e.get("count", 1) for e in created) == 1, created
+
+
+def test_a_repeated_failure_is_one_event_with_a_count(operator, crd, ns):
+    """Worker pods that keep failing to be created (a namespace quota that is used up refuses
+    every pod) are retried: each retry's FailedCreate for the same pod and cause is counted on one
+    Event (client-go's aggregation), not a new Event per retry."""
+    crd.kubectl("-n", ns, "create", "quota", "no-pods", "--hard=pods=1")
+    # The resource quota controller's part (there is no controller-manager): the quota is used.
+    path = "/api/v1/namespaces/%s/resourcequotas/no-pods" % ns
+    quota = crd.get(path)
+    quota["status"] = {"hard": {"pods": "1"}, "used": {"pods": "1"}}
+    code, body = crd.request("PUT", path + "/status", quota)
+    assert code == 200, body
+    apply(crd, ns, job_doc("refused", replicas=1))
+
+    def repeated():
+        failed = [e for e in events(crd, ns) if e["reason"] == "FailedCreate"]
+        return failed if any(e.get("count", 1) > 1 for e in failed) else None
+    try:
+        failed = crd.wait_for(repeated, "a FailedCreate event with count > 1", 90)
+    except AssertionError as e:
+        seen = [(x["reason"], x.get("count"), x["message"][:160]) for x in events(crd, ns)]
+        raise AssertionError("%s; events: %s; pods: %s; operator log: %s" % (
+            e, seen, [p["metadata"]["name"] for p in pods(crd, ns, "refused")],
+            operator.log()[-2000:])) from e
+    messages = [e["message"] for e in failed]
+    assert len(messages) == len(set(messages)), messages  # one Event per distinct message
+    assert any("refused-worker-0" in m and "quota" in m for m in messages), messages
+    crd.kubectl("-n", ns, "delete", "hvdjob", "refused")  # it would retry for ever

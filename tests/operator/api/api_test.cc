@@ -539,6 +539,7 @@ TEST_F(CrdSchema, EverySpecFieldIsKnownToFromJson) {
   std::function<json(const json&)> example = [&](const json& s) -> json {
     const std::string type = s.value("type", "");
     if (s.contains("enum")) return s["enum"][0];
+    if (s.contains("example")) return s["example"];  // a string with a pattern
     if (type == "object") {
       json o = json::object();
       if (s.contains("properties")) {

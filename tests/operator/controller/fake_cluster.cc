@@ -27,6 +27,8 @@ ObservedState FakeCluster::Observe(int64_t now) const {
   o.config_maps = config_maps_;
   o.secrets = secrets_;
   o.pod_groups = pod_groups_;
+  o.network_policies = network_policies_;
+  o.settings = settings_;
   if (!workloads_.empty()) o.workload = workloads_.front();
   o.resource_flavors = resource_flavors_;
   o.workload_priority = workload_priority_;
@@ -63,6 +65,7 @@ std::vector<json>* FakeCluster::ListFor(const std::string& kind) {
   if (kind == "Secret") return &secrets_;
   if (kind == "PodGroup") return &pod_groups_;
   if (kind == "Workload") return &workloads_;
+  if (kind == "NetworkPolicy") return &network_policies_;
   return nullptr;
 }
 
@@ -138,7 +141,8 @@ void FakeCluster::Settle(int64_t now, int max_steps) {
 
 void FakeCluster::FinishTerminations() {
   for (std::vector<json>* list :
-       {&pods_, &services_, &config_maps_, &secrets_, &pod_groups_, &workloads_}) {
+       {&pods_, &services_, &config_maps_, &secrets_, &pod_groups_, &workloads_,
+        &network_policies_}) {
     std::erase_if(*list, [](const json& o) { return o["metadata"].contains("deletionTimestamp"); });
   }
 }

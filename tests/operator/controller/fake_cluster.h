@@ -50,6 +50,9 @@ class FakeCluster {
   std::vector<nlohmann::json>& config_maps() { return config_maps_; }
   std::vector<nlohmann::json>& secrets() { return secrets_; }
   std::vector<nlohmann::json>& pod_groups() { return pod_groups_; }
+  std::vector<nlohmann::json>& network_policies() { return network_policies_; }
+  // The operator's flags as Observe passes them (defaults otherwise).
+  OperatorSettings& settings() { return settings_; }
   // Kueue's side: the Workload (at most one), the ResourceFlavors, the priority the executor
   // resolved, and every status the reconciler wrote to the Workload.
   std::vector<nlohmann::json>& workloads() { return workloads_; }
@@ -89,6 +92,8 @@ class FakeCluster {
 
   nlohmann::json job_;
   std::vector<nlohmann::json> pods_, services_, config_maps_, secrets_, pod_groups_;
+  std::vector<nlohmann::json> network_policies_;
+  OperatorSettings settings_;
   std::vector<Action> events_;
   bool graceful_deletes_ = false;
   bool job_deleted_ = false;

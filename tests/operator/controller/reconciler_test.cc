@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -736,6 +737,78 @@ TEST(Reconcile, TtlRequeuesThenDeletesTheJob) {
   EXPECT_TRUE(c.job_deleted());
 }
 
+// --- a clock ahead of the one that wrote the times ---------------------------------------------
+
+// A new leader whose clock is two hours ahead: the times in the status (written by the old
+// leader) and a pod's deletionTimestamp (the API server's) look two hours old by its wall clock.
+// With observed_ages (how long this operator has seen them, by its monotonic clock) nothing ends
+// early: the TTL, the active deadline and the force deletion wait their full length from then.
+constexpr int64_t kTwoHoursAhead = 2 * 3600;
+
+ObservedState SkewedObserve(const FakeCluster& c, int64_t now,
+                            std::map<std::string, int64_t> ages) {
+  ObservedState observed = c.Observe(now);
+  observed.observed_ages = std::move(ages);
+  return observed;
+}
+
+TEST(Reconcile, TtlIsTimedFromWhenTheOperatorSawTheCompletionTime) {
+  json job = MinimalJob(1);
+  job["spec"]["runPolicy"] = {{"ttlSecondsAfterFinished", 600}};
+  FakeCluster c(job);
+  c.Step(kT0);
+  c.SetTrainerExit("j-worker-0", 0, "Completed");
+  c.Step(kT0 + 100);
+  ASSERT_EQ(Phase(c), "Succeeded");
+  const std::string done = c.status()["completionTime"];
+  const int64_t skewed_now = kT0 + 100 + kTwoHoursAhead;
+  ReconcileResult r = Reconcile(SkewedObserve(c, skewed_now, {{"completionTime=" + done, 5}}));
+  EXPECT_EQ(CountKind(r, Action::Kind::kDeleteJob), 0);
+  EXPECT_EQ(r.requeue_after_seconds, std::optional<int64_t>(595));
+  r = Reconcile(SkewedObserve(c, skewed_now + 595, {{"completionTime=" + done, 600}}));
+  EXPECT_EQ(CountKind(r, Action::Kind::kDeleteJob), 1);
+}
+
+TEST(Reconcile, ActiveDeadlineIsTimedFromWhenTheOperatorSawTheStartTime) {
+  json job = MinimalJob(2);
+  job["spec"]["runPolicy"] = {{"activeDeadlineSeconds", 600}};
+  FakeCluster c = RunningJob(job);
+  const std::string start = c.status()["startTime"];
+  ReconcileResult r =
+      Reconcile(SkewedObserve(c, kT0 + 20 + kTwoHoursAhead, {{"startTime=" + start, 10}}));
+  EXPECT_EQ(CountKind(r, Action::Kind::kDelete), 0);
+  EXPECT_FALSE(r.status && r.status->value("phase", "") == "Failed") << r.status->dump();
+  EXPECT_EQ(r.requeue_after_seconds, std::optional<int64_t>(590));
+  r = Reconcile(SkewedObserve(c, kT0 + 20 + kTwoHoursAhead, {{"startTime=" + start, 600}}));
+  ASSERT_TRUE(r.status);
+  EXPECT_EQ(r.status->value("phase", ""), "Failed") << r.status->dump();
+}
+
+TEST(Reconcile, StuckPodIsTimedFromWhenTheOperatorSawItTerminating) {
+  FakeCluster c = RunningJob(MinimalJob(2));
+  c.set_graceful_deletes(true);
+  c.MarkTerminating("j-worker-1", kT0 + 100, /*grace_seconds=*/30);
+  c.Step(kT0 + 101);
+  ASSERT_EQ(Phase(c), "Restarting");
+  c.RemovePod("j-worker-0");
+  const json* pod = c.Pod("j-worker-1");
+  ASSERT_NE(pod, nullptr);
+  const std::string key = "deletionTimestamp/" + (*pod)["metadata"]["uid"].get<std::string>() +
+                          "=" + (*pod)["metadata"]["deletionTimestamp"].get<std::string>();
+  const int64_t skewed_now = kT0 + 102 + kTwoHoursAhead;
+  ReconcileResult r = Reconcile(SkewedObserve(c, skewed_now, {{key, 1}}));
+  EXPECT_EQ(CountKind(r, Action::Kind::kDelete), 0);
+  EXPECT_EQ(r.requeue_after_seconds,
+            std::optional<int64_t>(30 + kStuckTerminationMarginSeconds - 1));
+  r = Reconcile(SkewedObserve(c, skewed_now, {{key, 30 + kStuckTerminationMarginSeconds}}));
+  ASSERT_EQ(Names(r, Action::Kind::kDelete, "Pod"), std::vector<std::string>{"j-worker-1"});
+  for (const Action& a : r.actions) {
+    if (a.kind == Action::Kind::kDelete) {
+      EXPECT_TRUE(a.force);
+    }
+  }
+}
+
 // --- invalid specs and deletion ------------------------------------------------------------
 
 TEST(Reconcile, InvalidSpecIsReportedOnceAndCreatesNothing) {
@@ -915,7 +988,9 @@ TEST(Reconcile, StatusWithoutWorldSizeFallsBackToTheConfigMap) {
 
 // status.workers names every rank of the current epoch with its pod, node and state, and why a
 // rank is not running.
-TEST(Reconcile, StatusListsEveryRankWithItsState) {
+// status.workers lists the ranks that are not Ready, with their pod and why; rankSummary has
+// every rank.
+TEST(Reconcile, StatusListsRanksThatAreNotReadyWithWhy) {
   FakeCluster c(MinimalJob(3));
   c.Step(kT0);
   c.SetPodPhase("j-worker-0", "Running");
@@ -926,23 +1001,31 @@ TEST(Reconcile, StatusListsEveryRankWithItsState) {
   c.RemovePod("j-worker-2");  // gone before it ran: Missing until recreated
   c.Step(kT0 + 1);
   const json workers = c.status()["workers"];
-  ASSERT_EQ(workers.size(), 3u);
-  EXPECT_EQ(workers[0], json::parse(R"({"rank": 0, "pod": "j-worker-0", "node": "node-a",
-                                         "state": "Ready"})"));
-  EXPECT_EQ(workers[1]["state"], "Running");
+  ASSERT_EQ(workers.size(), 2u);  // rank 0 is Ready: only in rankSummary
+  EXPECT_EQ(workers[0], json::parse(R"({"rank": 1, "pod": "j-worker-1", "state": "Running"})"));
   EXPECT_EQ(c.status()["rankSummary"], "Missing:2 Running:1 Ready:0");
-  EXPECT_EQ(workers[2]["pod"], "j-worker-2");
+  EXPECT_EQ(workers[1]["pod"], "j-worker-2");
   // Recreated in this reconcile, so observed as Missing; the next one sees it Pending.
-  EXPECT_EQ(workers[2]["state"], "Missing");
+  EXPECT_EQ(workers[1]["state"], "Missing");
+  EXPECT_FALSE(c.status().contains("unlistedWorkers"));
   c.SetContainerWaiting("j-worker-2", "trainer", "ImagePullBackOff", "Back-off pulling image");
   c.Step(kT0 + 2);
-  EXPECT_EQ(c.status()["workers"][2]["state"], "Pending");
+  EXPECT_EQ(c.status()["workers"][1]["state"], "Pending");
   c.SetPodPhase("j-worker-1", "Pending");
   c.Step(kT0 + 3);
   EXPECT_EQ(c.status()["rankSummary"], "Pending:1-2 Ready:0");
-  EXPECT_EQ(c.status()["workers"][2]["reason"], "ImagePullBackOff");
-  EXPECT_EQ(c.status()["workers"][2]["message"],
+  EXPECT_EQ(c.status()["workers"][1]["reason"], "ImagePullBackOff");
+  EXPECT_EQ(c.status()["workers"][1]["message"],
             "container \"trainer\": ImagePullBackOff: Back-off pulling image");
+  // Every rank Ready: no list at all.
+  for (const std::string& name : c.PodNames()) {
+    c.SetPodPhase(name, "Running");
+    c.SetContainerWaiting(name, "trainer", "", "");
+    c.SetPodReady(name, true);
+  }
+  c.Step(kT0 + 4);
+  EXPECT_FALSE(c.status().contains("workers")) << c.status().dump();
+  EXPECT_EQ(c.status()["rankSummary"], "Ready:0-2");
 }
 
 // Workers that do not all come up within startupTimeoutSeconds of their creation fail the job,
@@ -1301,7 +1384,11 @@ TEST(ReconcileElastic, PodsWaitForTheServerThenJoinItByPodUid) {
   r = Step(c, kT0 + 4, Server(1, {Id(c, "j-worker-2"), Id(c, "j-worker-0")}));
   EXPECT_EQ(Phase(c), "Running");
   EXPECT_EQ(c.status()["elastic"]["epoch"], 1);
-  EXPECT_EQ(c.status()["elastic"]["world"], json({"j-worker-2", "j-worker-0"}));
+  // The members as worker indices by rank, and a digest of each one's pod uid.
+  EXPECT_EQ(c.status()["elastic"]["members"], "2,0");
+  EXPECT_EQ(c.status()["elastic"]["memberUids"],
+            UidDigest(c.Pod("j-worker-2")->at("metadata")["uid"].get<std::string>()) +
+                UidDigest(c.Pod("j-worker-0")->at("metadata")["uid"].get<std::string>()));
   EXPECT_EQ(c.status()["elastic"]["rendezvousPort"], 7000);
   EXPECT_EQ(c.status()["workers"][0]["pod"], "j-worker-2");
   const Action* formed = FindEvent(r, "MembershipChanged");
@@ -1466,7 +1553,7 @@ TEST(ReconcileElastic, PodsOfADottedJobNameAreNamedWhole) {
   c.SetAllPodsPhase("Running");
   const std::string gone = Id(c, "team.exp-worker-1");
   Step(c, kT0 + 2, Server(1, {Id(c, "team.exp-worker-0"), gone}));
-  EXPECT_EQ(c.status()["elastic"]["world"], json({"team.exp-worker-0", "team.exp-worker-1"}));
+  EXPECT_EQ(c.status()["elastic"]["members"], "0-1");
   c.RemovePod("team.exp-worker-1");
   const ReconcileResult r = Step(c, kT0 + 3, Server(2, {Id(c, "team.exp-worker-0")}));
   const Action* formed = FindEvent(r, "MembershipChanged");

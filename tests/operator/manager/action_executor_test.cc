@@ -59,5 +59,53 @@ TEST(ActionExecutor, ForceDeleteSendsGracePeriodZero) {
   EXPECT_EQ(bodies["graceful"]["preconditions"]["uid"], "uid-graceful");
 }
 
+// A replica whose lease is gone (the fence says so) sends nothing: a deposed leader's worker
+// that runs on for a moment after a pause must not race the new leader's writes.
+TEST(ActionExecutor, FencedReplicaWritesNothing) {
+  kube::testing::FakeApiServer fake;
+  std::mutex mu;
+  int requests = 0;
+  fake.server().Post("/api/v1/namespaces/ns/(.*)",
+                     [&](const httplib::Request&, httplib::Response& res) {
+                       std::lock_guard<std::mutex> lock(mu);
+                       ++requests;
+                       res.status = 201;
+                       res.set_content("{}", "application/json");
+                     });
+  fake.server().Delete("/api/v1/namespaces/ns/pods/(.*)",
+                       [&](const httplib::Request&, httplib::Response& res) {
+                         std::lock_guard<std::mutex> lock(mu);
+                         ++requests;
+                         res.set_content("{}", "application/json");
+                       });
+  fake.Start();
+  auto client = fake.Client();
+  auto registry = std::make_unique<http::MetricsRegistry>();
+  auto metrics = OperatorMetrics::Create(*registry);
+  ASSERT_TRUE(metrics.ok()) << metrics.status().ToString();
+  kube::EventRecorder events(*client, "korovod-operator");
+  bool leading = true;
+  ActionExecutor executor(*client, events, **metrics, [&leading] { return leading; });
+  const json job = {{"metadata", {{"name", "j"}, {"namespace", "ns"}, {"uid", "u"}}}};
+  Action create;
+  create.kind = Action::Kind::kCreate;
+  create.object = {
+      {"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", "p"}, {"namespace", "ns"}}}};
+  create.reason = "test";
+
+  ASSERT_TRUE(executor.Execute(job, create).ok());
+  ASSERT_TRUE(executor.CheckMayWrite().ok());
+  leading = false;
+  for (const Action& a : {create, PodDelete("p", false)}) {
+    const Status s = executor.Execute(job, a);
+    EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+    EXPECT_NE(s.message().find("no longer holds the leader lease"), std::string::npos)
+        << s.ToString();
+  }
+  EXPECT_FALSE(executor.CheckMayWrite().ok());
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(requests, 1);
+}
+
 }  // namespace
 }  // namespace korovod::k8s_operator

@@ -72,14 +72,16 @@ class FakeNamespace {
                          std::lock_guard<std::mutex> lock(mu_);
                          res.set_content(job_.dump(), "application/json");
                        });
-    fake_.server().Put(std::string(kJobs) + "/j/status",
-                       [this](const httplib::Request& req, httplib::Response& res) {
-                         std::lock_guard<std::mutex> lock(mu_);
-                         const json body = json::parse(req.body);
-                         statuses_.push_back(body.value("status", json::object()));
-                         job_["status"] = body["status"];
-                         res.set_content(job_.dump(), "application/json");
-                       });
+    // The status is written as a merge patch; statuses_ keeps each resulting status whole.
+    fake_.server().Patch(std::string(kJobs) + "/j/status",
+                         [this](const httplib::Request& req, httplib::Response& res) {
+                           std::lock_guard<std::mutex> lock(mu_);
+                           const json body = json::parse(req.body);
+                           if (!job_.contains("status")) job_["status"] = json::object();
+                           job_["status"].merge_patch(body.value("status", json::object()));
+                           statuses_.push_back(job_["status"]);
+                           res.set_content(job_.dump(), "application/json");
+                         });
     fake_.server().Post(".*", [this](const httplib::Request& req, httplib::Response& res) {
       std::lock_guard<std::mutex> lock(mu_);
       posts_.push_back(req.path);

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
+
 #include "operator/manager/child_resource.h"
 
 namespace korovod::k8s_operator {
@@ -63,6 +66,20 @@ TEST(OperatorOptions, OwnWebhookCertificate) {
   EXPECT_EQ(o->webhook_setup_timeout, std::chrono::seconds(30));
 }
 
+TEST(OperatorOptions, WorkerNetworkPolicyNamesTheOperatorsNamespaceAndLabels) {
+  auto off = ParseOperatorFlags({});
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->settings.worker_network_policy.enabled());
+  auto o = ParseOperatorFlags(
+      {"--worker-network-policy=sys:app.kubernetes.io/name=korovod,app.kubernetes.io/instance=r"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_TRUE(o->settings.worker_network_policy.enabled());
+  EXPECT_EQ(o->settings.worker_network_policy.operator_namespace, "sys");
+  EXPECT_EQ(o->settings.worker_network_policy.operator_pod_labels,
+            (std::map<std::string, std::string>{{"app.kubernetes.io/name", "korovod"},
+                                                {"app.kubernetes.io/instance", "r"}}));
+}
+
 TEST(OperatorOptions, ErrorsNameTheFlag) {
   struct Case {
     std::vector<std::string> args;
@@ -88,6 +105,9 @@ TEST(OperatorOptions, ErrorsNameTheFlag) {
            {{"--webhook-cert-secret=ns/n", "--webhook-dns-names=a,,b"}, "an empty name"},
            {{"--webhook-configuration", "c"},
             "--webhook-configuration needs --webhook-cert-secret"},
+           {{"--worker-network-policy", "sys"},
+            "--worker-network-policy=sys: expected NAMESPACE:KEY=VALUE"},
+           {{"--worker-network-policy", "sys:app"}, "\"app\" is not KEY=VALUE"},
        }) {
     auto o = ParseOperatorFlags(c.args);
     ASSERT_FALSE(o.ok()) << c.args[0];
@@ -111,6 +131,11 @@ TEST(ChildResource, PathsOfWhatTheOperatorWrites) {
                          {"metadata", {{"name", "j"}, {"namespace", "ns"}}}});
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(*job, "/apis/korovod.dev/v1alpha1/namespaces/ns/horovodjobs/j");
+  auto policy = ObjectPath({{"apiVersion", "networking.k8s.io/v1"},
+                            {"kind", "NetworkPolicy"},
+                            {"metadata", {{"name", "j-workers"}, {"namespace", "ns"}}}});
+  ASSERT_TRUE(policy.ok());
+  EXPECT_EQ(*policy, "/apis/networking.k8s.io/v1/namespaces/ns/networkpolicies/j-workers");
   auto other = ResourceOf("apps/v1", "Deployment");
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.status().message().find("Deployment (apps/v1)"), std::string::npos);

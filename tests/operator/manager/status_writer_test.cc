@@ -1,5 +1,6 @@
-// WriteJobStatus: the /status write carries the resourceVersion read; a 409 re-reads the job,
-// recomputes the status from the fresh object and writes again.
+// WriteJobStatus: the /status write is a merge patch of the changed fields that carries the
+// resourceVersion read; a 409 re-reads the job, recomputes the status from the fresh object and
+// writes again.
 #include "operator/manager/status_writer.h"
 
 #include <gtest/gtest.h>
@@ -33,11 +34,12 @@ class StatusWriterTest : public ::testing::Test {
       }
       res.set_content(stored_.dump(), "application/json");
     });
-    fake_.server().Put(std::string(kPath) + "/status", [this](const httplib::Request& req,
-                                                              httplib::Response& res) {
+    fake_.server().Patch(std::string(kPath) + "/status", [this](const httplib::Request& req,
+                                                                httplib::Response& res) {
       std::lock_guard<std::mutex> lock(mu_);
       json body = json::parse(req.body);
       writes_.push_back(body);
+      content_types_.push_back(req.get_header_value("Content-Type"));
       // The API server's optimistic concurrency.
       if (body["metadata"]["resourceVersion"] != stored_["metadata"]["resourceVersion"]) {
         res.status = code_on_mismatch_;
@@ -47,7 +49,8 @@ class StatusWriterTest : public ::testing::Test {
             "application/json");
         return;
       }
-      stored_["status"] = body["status"];
+      if (!stored_.contains("status")) stored_["status"] = json::object();
+      stored_["status"].merge_patch(body["status"]);
       stored_["metadata"]["resourceVersion"] =
           std::to_string(std::stoi(body["metadata"]["resourceVersion"].get<std::string>()) + 1);
       res.set_content(stored_.dump(), "application/json");
@@ -71,6 +74,7 @@ class StatusWriterTest : public ::testing::Test {
   bool gone_ = false;
   int code_on_mismatch_ = 409;
   std::vector<json> writes_;
+  std::vector<std::string> content_types_;
 };
 
 TEST_F(StatusWriterTest, WritesWithTheResourceVersionRead) {
@@ -152,6 +156,54 @@ TEST_F(StatusWriterTest, OtherErrorsReturnAtOnce) {
   EXPECT_EQ(out.conflicts, 0);
   EXPECT_EQ(gets_, 0);
   EXPECT_NE(out.status.message().find("403"), std::string::npos) << out.status.ToString();
+}
+
+TEST_F(StatusWriterTest, PatchCarriesOnlyTheChangedFields) {
+  json read = Read();
+  read["status"] = {{"phase", "Running"},
+                    {"readyWorkers", 3},
+                    {"rankSummary", "Ready:0-2 Pending:3"},
+                    {"workers", json::array({{{"rank", 3}, {"state", "Pending"}}})},
+                    {"elastic", {{"epoch", 4}, {"members", "0-3"}}}};
+  stored_["status"] = read["status"];
+  json next = read["status"];
+  next["readyWorkers"] = 4;
+  next["rankSummary"] = "Ready:0-3";
+  next.erase("workers");
+  next["elastic"]["epoch"] = 5;
+  auto out = WriteJobStatus(*client_, read, next, [](const json&) -> std::optional<json> {
+    ADD_FAILURE() << "no recompute without a conflict";
+    return std::nullopt;
+  });
+  ASSERT_TRUE(out.status.ok()) << out.status.ToString();
+  ASSERT_EQ(writes_.size(), 1u);
+  EXPECT_EQ(content_types_[0], "application/merge-patch+json");
+  // Only what changed: no phase, no members; a removed list is a null.
+  EXPECT_EQ(writes_[0], json::parse(R"({"metadata": {"resourceVersion": "1"},
+      "status": {"readyWorkers": 4, "rankSummary": "Ready:0-3", "workers": null,
+                 "elastic": {"epoch": 5}}})"));
+  EXPECT_EQ(stored_["status"], next);
+}
+
+TEST_F(StatusWriterTest, AStatusAlreadyStoredIsNotWritten) {
+  json read = Read();
+  read["status"] = {{"phase", "Running"}};
+  auto out = WriteJobStatus(*client_, read, {{"phase", "Running"}},
+                            [](const json&) -> std::optional<json> { return std::nullopt; });
+  EXPECT_TRUE(out.status.ok());
+  EXPECT_TRUE(writes_.empty());
+}
+
+TEST(MergePatch, FollowsRfc7386) {
+  EXPECT_EQ(MergePatch(json::object(), json::object()), json::object());
+  EXPECT_EQ(MergePatch(json{{"a", 1}, {"b", {{"c", 1}, {"d", 2}}}},
+                       json{{"b", {{"c", 1}, {"d", 3}, {"e", "x"}}}, {"f", json::array({1})}}),
+            json::parse(R"({"a": null, "b": {"d": 3, "e": "x"}, "f": [1]})"));
+  // Applying the patch gives the target.
+  json from = {{"x", {{"y", json::array({1, 2})}, {"z", "q"}}}, {"k", 1}};
+  const json to = {{"x", {{"y", json::array({2})}}}, {"n", {{"m", true}}}};
+  from.merge_patch(MergePatch(from, to));
+  EXPECT_EQ(from, to);
 }
 
 }  // namespace
