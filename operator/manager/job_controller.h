@@ -35,6 +35,7 @@ struct JobControllerOptions {
   int workers = 2;
   int watch_timeout_seconds = 300;
   OperatorSettings settings;
+  int elastic_port = 0;   // ElasticServers' listener port
   WriteFence may_write;  // asked before every write (ActionExecutor); empty: always
 };
 
@@ -56,6 +57,7 @@ class JobController {
 
   std::map<std::string, int> JobsByPhase() const;
   size_t QueueDepth() const { return queue_.Len(); }
+  ElasticServers& elastic_servers() { return elastic_; }  // fencing token, deposition
 
  private:
   void EnqueueJob(const nlohmann::json& job);
