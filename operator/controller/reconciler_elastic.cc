@@ -6,8 +6,6 @@
 // the server gave up on, count failed pods against backoffLimit (disruptions, deletions and lost
 // nodes are not failures), report the membership. The job succeeds once a worker succeeded and
 // none runs any more.
-#include "operator/controller/job_reconciler.h"
-
 #include <algorithm>
 #include <map>
 #include <set>
@@ -20,15 +18,14 @@
 #include "operator/api/conditions.h"
 #include "operator/controller/child_names.h"
 #include "operator/controller/job_key_secret.h"
+#include "operator/controller/job_reconciler.h"
 #include "operator/controller/json_access.h"
 #include "operator/controller/reasons.h"
 #include "operator/controller/worker_pod_builder.h"
 
 namespace korovod::k8s_operator::internal {
 
-std::string JobReconciler::WorkerId(const WorkerPodState& s) {
-  return s.name + "." + s.uid;
-}
+std::string JobReconciler::WorkerId(const WorkerPodState& s) { return s.name + "." + s.uid; }
 
 // Why a member left the world, from its pod.
 std::string JobReconciler::LeaveCause(const std::string& id,
@@ -177,8 +174,8 @@ void JobReconciler::ClassifyElasticPods(ElasticPods& e) {
     } else if (given_up.count(id) != 0) {
       ++status_.active_workers;
       why = "worker pod " + s.name + " did not join an epoch within " +
-            "spec.elastic.timeoutSeconds (" +
-            std::to_string(job_.spec.elastic->timeout_seconds) + "s)";
+            "spec.elastic.timeoutSeconds (" + std::to_string(job_.spec.elastic->timeout_seconds) +
+            "s)";
       Event(kEventWarning, kReasonWorkerLost, why + ": deleted, a replacement follows");
       DeletePod(*pod, "it did not join an epoch in time");
     } else {
@@ -213,6 +210,20 @@ void JobReconciler::CountRecordedEnds(ElasticPods& e) {
   e.failures = std::max(e.failures, recorded_failures);
 }
 
+// The first 16 of `names` joined by `sep`, then how many more: the event of a 4096-worker epoch
+// (or of 1000 workers leaving at once) stays readable and far under an Event's size limit.
+namespace {
+
+std::string NameTheFirst(const std::vector<std::string>& names, const std::string& sep) {
+  constexpr size_t kNamed = 16;
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < kNamed; ++i) out += (i == 0 ? "" : sep) + names[i];
+  if (names.size() > kNamed) out += " and " + std::to_string(names.size() - kNamed) + " more";
+  return out;
+}
+
+}  // namespace
+
 // The server formed a new epoch: status.elastic follows, and an event says who left (and why)
 // and who joined.
 void JobReconciler::RecordMembership(const ElasticPods& e, ElasticStatus& es) {
@@ -231,27 +242,14 @@ void JobReconciler::RecordMembership(const ElasticPods& e, ElasticStatus& es) {
   es.version = static_cast<int64_t>(server.formed_version);
   SetMembers(job_, server.members, e.pods, es);
   member_ids_ = server.members;
+  std::vector<std::string> ranks;
+  for (const std::string& id : member_ids_) ranks.push_back(PodOfId(id));
   std::string message = "membership epoch " + std::to_string(es.epoch) + ": " +
-                        std::to_string(member_ids_.size()) + " workers";
-  std::string ranks;
-  // The first ranks by name, so that the event of a 4096-worker epoch stays readable.
-  constexpr size_t kNamed = 16;
-  for (size_t i = 0; i < member_ids_.size() && i < kNamed; ++i) {
-    ranks += (ranks.empty() ? "" : ", ") + PodOfId(member_ids_[i]);
-  }
-  if (member_ids_.size() > kNamed) {
-    ranks += " and " + std::to_string(member_ids_.size() - kNamed) + " more";
-  }
-  message += " (" + ranks + ")";
-  if (!left.empty()) {
-    std::string l;
-    for (const std::string& x : left) l += (l.empty() ? "" : "; ") + x;
-    message += "; left: " + l;
-  }
+                        std::to_string(member_ids_.size()) + " workers (" +
+                        NameTheFirst(ranks, ", ") + ")";
+  if (!left.empty()) message += "; left: " + NameTheFirst(left, "; ");
   if (!joined.empty() && es.resets > 0) {  // not the first epoch
-    std::string j;
-    for (const std::string& x : joined) j += (j.empty() ? "" : ", ") + x;
-    message += "; joined: " + j;
+    message += "; joined: " + NameTheFirst(joined, ", ");
   }
   Event(kEventNormal, kReasonMembershipChanged, message);
 }
@@ -295,8 +293,8 @@ void JobReconciler::ScaleElastic(const std::vector<const json*>& present,
     return;
   }
   if (have == want || !pod_group_ready_) return;
-  const std::string endpoint = settings_.elastic_rendezvous_host + ":" +
-                               std::to_string(observed_.elastic_server->port);
+  const std::string endpoint =
+      settings_.elastic_rendezvous_host + ":" + std::to_string(observed_.elastic_server->port);
   int64_t created = 0;
   for (int64_t index = 0; have + created < want; ++index) {
     if (names.count(WorkerPodName(job_, index)) != 0) continue;
@@ -307,8 +305,8 @@ void JobReconciler::ScaleElastic(const std::vector<const json*>& present,
   if (status_.start_time.empty()) status_.start_time = FormatRfc3339(now_);
   if (status_.epoch_start_time.empty()) status_.epoch_start_time = FormatRfc3339(now_);
   const std::string message = "created " + std::to_string(created) +
-                              " elastic worker pods (spec.replicas " + std::to_string(want) +
-                              ", " + std::to_string(have) + " present)";
+                              " elastic worker pods (spec.replicas " + std::to_string(want) + ", " +
+                              std::to_string(have) + " present)";
   Mark(kConditionCreated, true, kReasonWorkersCreated, message);
   Event(kEventNormal, kReasonWorkersCreated, message);
 }

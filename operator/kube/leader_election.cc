@@ -55,6 +55,11 @@ bool LeaderElector::IsLeader() const {
   return leader_;
 }
 
+uint64_t LeaderElector::fencing_token() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fencing_token_;
+}
+
 bool LeaderElector::HoldsLease() const {
   std::lock_guard<std::mutex> lock(mu_);
   return leader_ && std::chrono::steady_clock::now() - last_renew_ < config_.renew_deadline;
@@ -98,6 +103,8 @@ StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
     ApiResult created = client_.Create(kLeases.Path(config_.namespace_name), lease);
     if (IsAlreadyExists(created) || IsConflict(created)) return false;  // another won the race
     if (!created.ok()) return created.status();
+    std::lock_guard<std::mutex> lock(mu_);
+    fencing_token_ = 0;
     return true;
   }
   if (!current.ok()) return current.status();
@@ -134,6 +141,9 @@ StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
   ApiResult written = client_.Replace(path, lease);
   if (IsConflict(written)) return false;
   if (!written.ok()) return written.status();
+  const int64_t transitions = IntAt(spec, {"leaseTransitions"}).value_or(0);
+  std::lock_guard<std::mutex> lock(mu_);
+  fencing_token_ = static_cast<uint64_t>(std::max<int64_t>(0, transitions));
   return true;
 }
 

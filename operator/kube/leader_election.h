@@ -58,6 +58,9 @@ class LeaderElector {
   // threads that run on for a moment write nothing.
   bool HoldsLease() const;
   Status last_error() const;
+  // The Lease's leaseTransitions as this candidate last wrote it (a new holder increments it):
+  // the fencing token of its leadership, higher for every later leader. 0 before it led.
+  uint64_t fencing_token() const;
 
   // One attempt, exposed for tests: true when this candidate holds the lease afterwards.
   StatusOr<bool> TryAcquireOrRenew();
@@ -84,6 +87,7 @@ class LeaderElector {
   std::string observed_record_;
   std::chrono::steady_clock::time_point observed_time_{};
   std::chrono::steady_clock::time_point last_renew_{};  // guarded by mu_
+  uint64_t fencing_token_ = 0;                          // guarded by mu_
   std::thread thread_;
   std::thread deadline_thread_;
 };

@@ -14,8 +14,8 @@ constexpr auto kWatchInterval = std::chrono::milliseconds(200);
 
 }  // namespace
 
-ElasticServers::ElasticServers(std::function<void(const std::string&)> changed)
-    : changed_(std::move(changed)) {
+ElasticServers::ElasticServers(std::function<void(const std::string&)> changed, uint16_t port)
+    : changed_(std::move(changed)), port_(port) {
   watch_ = std::jthread([this](std::stop_token stop) { Watch(stop); });
 }
 
@@ -61,8 +61,13 @@ Status ElasticServers::Apply(const std::string& job_key, const std::string& uid,
     it = jobs_.end();
   }
   if (!d) return OkStatus();
-  stopped.reset();  // its port free before a successor binds it
+  stopped.reset();  // detached before a successor attaches
   if (it == jobs_.end()) {
+    if (deposed_) {
+      return FailedPrecondition("elastic membership server of " + job_key +
+                                ": this operator is no longer the leader");
+    }
+    KV_RETURN_IF_ERROR(Listen(static_cast<int>(d->port)));
     ElasticServerOptions o;
     o.job_key = d->job_key;
     o.min_workers = static_cast<int>(d->min_workers);
@@ -73,19 +78,20 @@ Status ElasticServers::Apply(const std::string& job_key, const std::string& uid,
     o.resume_members = d->resume_members;
     o.resume_resets = static_cast<int>(d->resume_resets);
     o.resume_version = d->resume_version;
-    o.port = static_cast<uint16_t>(d->port);
+    o.listener = listener_;
+    o.fencing_token = token_;
     auto server = ElasticRendezvousServer::Start(o);
-    if (!server.ok() && o.port != 0) {
-      // Its old port is taken here: workers of the running epoch cannot reach this one (they
-      // fail at their next reset and the pods are replaced); new pods get the new port.
-      KV_LOG(kWarning, kOperator, "elastic: %s: port %d is taken (%s); serving on another",
-             job_key.c_str(), d->port, server.status().ToString().c_str());
-      o.port = 0;
-      server = ElasticRendezvousServer::Start(o);
-    }
     if (!server.ok()) return server.status().WithContext("elastic membership server of " + job_key);
-    KV_LOG(kInfo, kOperator, "elastic: membership server of %s on port %d (epoch %u)",
-           job_key.c_str(), (*server)->port(), (*server)->epoch());
+    if (d->port != 0 && d->port != (*server)->port()) {
+      // Workers of the running epoch dial the old port: they fail at their next reset and the
+      // pods are replaced; new pods get this port.
+      KV_LOG(kWarning, kOperator, "elastic: %s ran on port %d, served on %d now", job_key.c_str(),
+             static_cast<int>(d->port), (*server)->port());
+    }
+    KV_LOG(kInfo, kOperator,
+           "elastic: membership server of %s on port %d (epoch %u), fencing token %llu",
+           job_key.c_str(), (*server)->port(), (*server)->epoch(),
+           static_cast<unsigned long long>(token_));
     Hosted h;
     h.uid = uid;
     h.settings = settings;
@@ -104,6 +110,48 @@ void ElasticServers::Forget(const std::string& job_key) {
   if (it == jobs_.end()) return;
   stopped = std::move(it->second.server);
   jobs_.erase(it);
+}
+
+Status ElasticServers::Listen(int status_port) {
+  if (listener_ != nullptr) return OkStatus();
+  MembershipListenerOptions o;
+  o.port = port_ != 0 ? port_ : static_cast<uint16_t>(status_port);
+  auto l = MembershipListener::Start(o);
+  if (!l.ok() && o.port != 0) {
+    // Taken here (another replica on this host, a process not yet gone): serve on another port,
+    // which new pods get; workers of running epochs fail at their next reset.
+    KV_LOG(kWarning, kOperator, "elastic: port %d is taken (%s); serving on another",
+           static_cast<int>(o.port), l.status().ToString().c_str());
+    o.port = 0;
+    l = MembershipListener::Start(o);
+  }
+  if (!l.ok()) return l.status();
+  listener_ = std::move(l).value();
+  KV_LOG(kInfo, kOperator, "elastic: membership listener on port %d", listener_->port());
+  return OkStatus();
+}
+
+void ElasticServers::SetFencingToken(uint64_t token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  token_ = token;
+}
+
+void ElasticServers::Depose() {
+  std::map<std::string, Hosted> stopped;
+  std::shared_ptr<MembershipListener> closed;
+  uint64_t token = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    token = token_;
+    deposed_ = true;
+    stopped = std::move(jobs_);
+    jobs_.clear();
+    closed = std::move(listener_);
+  }
+  KV_LOG(kWarning, kOperator,
+         "elastic: no longer the leader: %zu membership server%s stopped (fencing token %llu)",
+         stopped.size(), stopped.size() == 1 ? "" : "s", static_cast<unsigned long long>(token));
+  stopped.clear();  // every server detaches before the listener goes
 }
 
 std::vector<std::string> ElasticServers::JobKeys() const {

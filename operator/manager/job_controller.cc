@@ -96,7 +96,8 @@ JobController::JobController(const kube::ApiClient& client, const kube::EventRec
       options_(std::move(options)),
       executor_(client, events, metrics, options_.may_write),
       expectations_(options_.expectations_timeout),
-      elastic_([this](const std::string& key) { queue_.Add(key); }) {
+      elastic_([this](const std::string& key) { queue_.Add(key); },
+               static_cast<uint16_t>(options_.elastic_port)) {
   kube::InformerOptions job_opts;
   job_opts.namespace_name = options_.namespace_name;
   job_opts.watch_timeout_seconds = options_.watch_timeout_seconds;

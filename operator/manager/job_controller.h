@@ -51,6 +51,7 @@ struct JobControllerOptions {
   OperatorSettings settings;
   // How long an elastic job waits for the pod cache to see its own creates and deletes.
   std::chrono::steady_clock::duration expectations_timeout = PodExpectations::kDefaultTimeout;
+  int elastic_port = 0;   // ElasticServers' listener port
   WriteFence may_write;  // asked before every write (ActionExecutor); empty: always
 };
 
@@ -76,6 +77,7 @@ class JobController {
   size_t QueueDepth() const { return queue_.Len(); }
   // Whether the Node informer runs now (while at least one elastic job exists).
   bool WatchingNodes() const;
+  ElasticServers& elastic_servers() { return elastic_; }  // fencing token, deposition
 
  private:
   void OnJobEvent(const nlohmann::json& job, bool deleted);

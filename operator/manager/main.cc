@@ -67,6 +67,7 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
   controller_options.workers = options.workers;
   controller_options.watch_timeout_seconds = options.watch_timeout_seconds;
   controller_options.settings = options.settings;
+  controller_options.elastic_port = options.elastic_rendezvous_port;
   std::unique_ptr<kube::LeaderElector> elector;  // set below with --leader-elect
   controller_options.may_write = [&elector] { return !elector || elector->HoldsLease(); };
   JobController controller(**client, recorder, **metrics, controller_options);
@@ -154,8 +155,9 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
       KV_LOG(kInfo, kOperator, "leading (Lease %s)", lease.c_str());
       m->leader->Set(1);
     };
-    le.on_stopped_leading = [m, &shutting_down, &lost_leadership] {
+    le.on_stopped_leading = [m, &shutting_down, &lost_leadership, &controller] {
       m->leader->Set(0);
+      controller.elastic_servers().Depose();  // at once: a new leader may serve these jobs now
       if (!shutting_down.load()) lost_leadership.store(true);
     };
     elector = std::make_unique<kube::LeaderElector>(**lease_client, le);
@@ -188,6 +190,8 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
     if (may_write && !workers_started) {
       workers_started = true;
       if (!elector) m->leader->Set(1);
+      // The Lease's transitions when this replica took it: its membership servers' fencing token.
+      if (elector) controller.elastic_servers().SetFencingToken(elector->fencing_token());
       controller.StartWorkers();
     }
   }

@@ -82,6 +82,9 @@ std::string OperatorUsage() {
   --elastic-rendezvous-host HOST         the address elastic jobs' sidecars dial for this
                                          operator's membership servers (its pod IP); without
                                          it elastic jobs fail naming the flag
+  --elastic-rendezvous-port PORT         the one port of the leader's membership listener for
+                                         every elastic job (the chart: 29400); 0 (default):
+                                         the port a job's status names, else any
   --webhook-bind-address HOST:PORT       serve the sidecar injection webhook (HTTPS, POST /inject)
   --webhook-cert-dir DIR                 its tls.crt + tls.key, re-read on rotation
                                          (default /etc/korovod/webhook)
@@ -183,6 +186,7 @@ StatusOr<OperatorOptions> ParseOperatorFlags(const std::vector<std::string>& arg
       {"--host-network-port-max", integer(&o.settings.host_network_port_max, 1024, 65535)},
       {"--cluster-domain", str(&o.settings.cluster_domain)},
       {"--elastic-rendezvous-host", str(&o.settings.elastic_rendezvous_host)},
+      {"--elastic-rendezvous-port", integer(&o.elastic_rendezvous_port, 0, 65535)},
       {"--webhook-bind-address", host_port(&o.webhook_bind_address)},
       {"--webhook-cert-dir", str(&o.webhook_cert_dir)},
       {"--webhook-cert-secret",

@@ -31,6 +31,9 @@ struct OperatorOptions {
   // above it. 0 = no limit.
   double kube_api_qps = 50;
   int kube_api_burst = 100;
+  // The one port of the leader's elastic membership listener (the pods' env names it, so a new
+  // leader serves where the old one did); 0: the port a job's status names, else any.
+  int elastic_rendezvous_port = 0;
   std::string webhook_bind_address;                       // "" = no injection webhook
   std::string webhook_cert_dir = "/etc/korovod/webhook";  // tls.crt + tls.key
   // The operator's own CA and serving certificate (webhook_certificate_setup.h): kept in this

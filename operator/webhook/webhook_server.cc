@@ -2,12 +2,14 @@
 
 #include <httplib.h>
 
+#include <cstdlib>
 #include <exception>
+#include <optional>
 
+#include "common/http/http_listener.h"
 #include "operator/webhook/connection_guard.h"
 #include "operator/webhook/serving_certificate.h"
 #include "operator/webhook/sidecar_injector.h"
-#include "common/http/http_listener.h"
 
 namespace korovod::k8s_operator {
 
@@ -15,9 +17,72 @@ struct WebhookServer::Impl {
   WebhookServerOptions options;
   std::unique_ptr<ServingCertificate> certificate;
   std::unique_ptr<ConnectionGuard> guard;  // outlives the server's task queue
+  std::unique_ptr<BodyBudget> budget;
   std::unique_ptr<httplib::SSLServer> server;
   std::unique_ptr<http::HttpListener> listener;  // declared last: stops first
 };
+
+namespace {
+
+void SetError(httplib::Response& res, int status, const std::string& why) {
+  res.status = status;
+  res.set_content(nlohmann::json{{"error", why}}.dump(), "application/json");
+}
+
+// The body of a POST /inject, read only once its declared length fits the body limit and the
+// budget of bodies in flight (held while the review is parsed and answered: the caller's
+// `reservation`); nullopt with `res` set (413, 503, 400) otherwise.
+std::optional<std::string> ReadBudgetedBody(WebhookServer::Impl& s, const httplib::Request& req,
+                                            httplib::Response& res,
+                                            const httplib::ContentReader& read,
+                                            std::optional<BodyBudget::Reservation>* reservation) {
+  const size_t limit = s.options.max_body_bytes;
+  size_t declared = limit;  // chunked: the most it may grow to
+  if (req.has_header("Content-Length")) {
+    const std::string text = req.get_header_value("Content-Length");
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(text.c_str(), &end, 10);
+    if (text.empty() || end == nullptr || *end != '\0') {
+      SetError(res, 400, "Content-Length is not a number: " + text);
+      return std::nullopt;
+    }
+    if (n > limit) {
+      // httplib skips (reads and drops) a body over its payload limit, so the client, still
+      // writing, gets the answer rather than a reset.
+      read([](const char*, size_t) { return true; });
+      res.status = 413;  // the error handler says why
+      return std::nullopt;
+    }
+    declared = static_cast<size_t>(n);
+  }
+  if (auto held = s.budget->TryReserve(req.remote_addr, declared)) {
+    reservation->emplace(std::move(*held));
+  } else {
+    res.set_header("Retry-After", "1");
+    const std::string why = "review bodies in flight would exceed the webhook's memory budget (" +
+                            std::to_string(s.budget->limits().total_bytes) + " bytes, " +
+                            std::to_string(s.budget->limits().per_source_bytes) +
+                            " per address): " + std::to_string(declared) + " more from " +
+                            req.remote_addr;
+    SetError(res, 503, why);
+    if (s.options.log) s.options.log("refused a review: " + why);
+    return std::nullopt;
+  }
+  std::string body;
+  body.reserve(declared);
+  const bool whole = read([&](const char* data, size_t n) {
+    if (n > declared - body.size()) return false;  // longer than it said
+    body.append(data, n);
+    return true;
+  });
+  if (!whole) {
+    if (res.status != 413) SetError(res, 400, "the body was cut short or overran its length");
+    return std::nullopt;
+  }
+  return body;
+}
+
+}  // namespace
 
 WebhookServer::WebhookServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -58,10 +123,18 @@ StatusOr<std::unique_ptr<WebhookServer>> WebhookServer::Start(WebhookServerOptio
   srv.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain; charset=utf-8");
   });
-  srv.Post("/inject", [s](const httplib::Request& req, httplib::Response& res) {
+  s->budget = std::make_unique<BodyBudget>(s->options.body_budget);
+  srv.Post("/inject", [s](const httplib::Request& req, httplib::Response& res,
+                          const httplib::ContentReader& read) {
+    std::optional<BodyBudget::Reservation> reservation;  // until the reply is built
+    std::optional<std::string> body = ReadBudgetedBody(*s, req, res, read, &reservation);
+    if (!body) {
+      if (s->options.on_review) s->options.on_review("error");
+      return;
+    }
     std::string_view outcome = "error";
     try {
-      AdmissionReply reply = ReviewPodCreation(req.body, s->options.settings);
+      AdmissionReply reply = ReviewPodCreation(*body, s->options.settings);
       res.status = reply.http_status;
       res.set_content(reply.body.dump(), "application/json");
       outcome = reply.outcome;

@@ -6,6 +6,7 @@
 //   POST /inject   200 AdmissionReview (allowed + JSON Patch, allowed unchanged, or denied)
 //                  400 {"error": ...} for a body that is not an AdmissionReview
 //                  413 for a body over max_body_bytes
+//                  503 when its body would exceed the memory budget of bodies in flight
 //   GET  /healthz  200 "ok"
 #pragma once
 
@@ -14,23 +15,25 @@
 #include <string>
 #include <string_view>
 
-#include "operator/controller/operator_settings.h"
-#include "operator/webhook/connection_guard.h"
 #include "common/status.h"
+#include "operator/controller/operator_settings.h"
+#include "operator/webhook/body_budget.h"
+#include "operator/webhook/connection_guard.h"
 
 namespace korovod::k8s_operator {
 
 struct WebhookServerOptions {
   std::string host = "0.0.0.0";
-  int port = 9443;                   // 0: ephemeral (tests)
-  std::string cert_dir;              // tls.crt + tls.key
-  OperatorSettings settings;         // sidecar image, ports, cluster domain
+  int port = 9443;            // 0: ephemeral (tests)
+  std::string cert_dir;       // tls.crt + tls.key
+  OperatorSettings settings;  // sidecar image, ports, cluster domain
   // The API server refuses request bodies over 3 MiB (its MaxRequestBodyBytes), so the pod in a
   // CREATE review came in at most 3 MiB; re-encoded as JSON (a protobuf or YAML body grows) and
   // wrapped with userInfo and options it stays well under 4 MiB. Anything larger is not from
   // the API server. (The webhook is registered for Pod CREATE only: no oldObject.)
   size_t max_body_bytes = 4u << 20;
-  ConnectionLimits limits;  // slow clients and floods: connection_guard.h
+  ConnectionLimits limits;       // slow clients and floods: connection_guard.h
+  BodyBudgetLimits body_budget;  // bodies in flight: body_budget.h
   // One line per review (what was decided and why) and per certificate reload; without a prefix
   // (the caller's logger adds time, role and subsystem).
   std::function<void(const std::string&)> log;

@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "common/log.h"
+#include "runtime/transport/address_text.h"
 #include "runtime/transport/socket.h"
 
 namespace korovod {
@@ -25,18 +27,7 @@ std::pair<std::string, std::string> RemoteEnd(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
   if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return {"?", "?"};
-  char ip[INET6_ADDRSTRLEN] = "?";
-  uint16_t port = 0;
-  if (ss.ss_family == AF_INET) {
-    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
-    ::inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
-    port = ntohs(a->sin_port);
-  } else if (ss.ss_family == AF_INET6) {
-    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
-    ::inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
-    port = ntohs(a->sin6_port);
-  }
-  return {std::string(ip) + ":" + std::to_string(port), ip};
+  return AddressText(ss);
 }
 
 std::string Claim(const Hello& h) {
@@ -45,13 +36,38 @@ std::string Claim(const Hello& h) {
          " (epoch " + std::to_string(h.epoch) + ")";
 }
 
+// The job a dialer names before its Hello (JobRouting::key_for_job).
+StatusOr<std::string> ReadJobPreamble(int fd, Deadline deadline) {
+  char head[5];
+  KV_RETURN_IF_ERROR(ReadFull(fd, head, sizeof head, deadline, "a connecting peer"));
+  if (std::memcmp(head, kJobPreambleMagic, 4) != 0) {
+    return InvalidArgument("a connection that does not name its job (no korovod job preamble)");
+  }
+  std::string job(static_cast<unsigned char>(head[4]), '\0');
+  KV_RETURN_IF_ERROR(ReadFull(fd, job.data(), job.size(), deadline, "a connecting peer"));
+  return job;
+}
+
 }  // namespace
 
+Status DialJobPreamble(int fd, const std::string& job, Deadline deadline, const std::string& who) {
+  if (job.size() > 255) return InvalidArgument("a job id over 255 bytes: " + job.substr(0, 64));
+  std::string msg(kJobPreambleMagic, 4);
+  msg += static_cast<char>(job.size());
+  msg += job;
+  KV_RETURN_IF_ERROR(WriteFull(fd, msg.data(), msg.size(), deadline, who));
+  char answer = kJobUnknown;
+  KV_RETURN_IF_ERROR(ReadFull(fd, &answer, 1, deadline, who));
+  if (answer != kJobKnown) return Unavailable(who + " serves no job " + job);
+  return OkStatus();
+}
+
 HandshakeListener::HandshakeListener(int listen_fd, HandshakeListenerOptions options,
-                                     HelloFilter filter)
+                                     HelloFilter filter, JobRouting routing)
     : listen_fd_(listen_fd),
       options_(std::move(options)),
       filter_(std::move(filter)),
+      routing_(std::move(routing)),
       ready_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK | EFD_SEMAPHORE)),
       accept_thread_([this] { AcceptLoop(); }) {}
 
@@ -144,6 +160,17 @@ void HandshakeListener::Handshake(Fd fd, std::string source, std::string ip) {
     Reject(source, ip, "closed without sending anything", /*quiet=*/true);
     return;
   }
+  std::string key = options_.job_key;
+  std::string job;
+  if (routing_.key_for_job) {
+    std::string why;
+    if (!NameJob(raw, hs, source, &job, &key, &why)) {
+      finish();
+      // A job not served here is a worker looking for its leader (a failover): no warning.
+      Reject(source, ip, why, /*quiet=*/!job.empty());
+      return;
+    }
+  }
   auto hello = ReadHello(raw, hs);
   if (!hello.ok()) {
     const StatusCode c = hello.status().code();
@@ -163,17 +190,26 @@ void HandshakeListener::Handshake(Fd fd, std::string source, std::string ip) {
   }
   const std::string who = source + " (" + Claim(*hello) + ")";
   ConnectionSecret secret;
-  const AcceptOutcome outcome =
-      AnswerHello(raw, options_.job_key, *hello, options_.epoch, hs, who, &secret);
-  finish();
+  const AcceptOutcome outcome = AnswerHello(raw, key, *hello, options_.epoch, hs, who, &secret);
   if (outcome == AcceptOutcome::kAuthenticated) {
+    AuthenticatedConnection c{std::move(fd), *hello, source, secret, std::move(job), ""};
+    if (routing_.after_handshake) {
+      if (Status s = routing_.after_handshake(c, hs); !s.ok()) {
+        finish();
+        KV_LOG(kDebug, kTransport, "%s: authenticated connection from %s closed: %s",
+               options_.owner.c_str(), source.c_str(), s.ToString().c_str());
+        return;
+      }
+    }
+    finish();
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(AuthenticatedConnection{std::move(fd), *hello, source, secret});
+    queue_.push_back(std::move(c));
     const uint64_t one = 1;
     (void)!::write(ready_.get(), &one, sizeof one);
     cv_.notify_all();
     return;
   }
+  finish();
   const std::string claim = Claim(*hello);
   std::string why;
   switch (outcome) {
@@ -196,6 +232,25 @@ void HandshakeListener::Handshake(Fd fd, std::string source, std::string ip) {
     if (key_refused_.size() < kMaxSourcesRemembered) key_refused_.insert(hello->from);
   }
   Reject(source, ip, claim + ": " + why, /*quiet=*/false);
+}
+
+bool HandshakeListener::NameJob(int fd, Deadline deadline, const std::string& source,
+                                std::string* job, std::string* key, std::string* why) {
+  auto named = ReadJobPreamble(fd, deadline);
+  if (!named.ok()) {
+    *why = named.status().message();
+    return false;
+  }
+  *job = std::move(named).value();
+  const std::optional<std::string> found = routing_.key_for_job(*job);
+  const char answer = found ? kJobKnown : kJobUnknown;
+  (void)WriteFull(fd, &answer, 1, deadline, source);
+  if (!found) {
+    *why = "named job " + *job + ", which is not served here";
+    return false;
+  }
+  *key = *found;
+  return true;
 }
 
 void HandshakeListener::Reject(const std::string& source, const std::string& ip,

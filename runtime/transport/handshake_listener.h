@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -39,7 +40,20 @@ struct AuthenticatedConnection {
   Hello hello;
   std::string source;  // "ip:port" of the dialer
   ConnectionSecret secret;  // the handshake's per-connection secret (wire security)
+  std::string job;          // the job the dialer named (JobRouting::key_for_job)
+  std::string payload;      // what JobRouting::after_handshake read
 };
+
+// A listener shared by several jobs (the operator's one membership listener) cannot know which
+// key to prove before the dialer says which job it wants: such a dialer first sends a job
+// preamble, "KVJ1", one length byte and the job id (not a secret: elastic_rendezvous.h derives it
+// from the key), and reads one byte back, kJobKnown or kJobUnknown, before its Hello.
+inline constexpr char kJobPreambleMagic[4] = {'K', 'V', 'J', '1'};
+inline constexpr char kJobKnown = 1;
+inline constexpr char kJobUnknown = 0;
+// Dialer side: sends the preamble and reads the answer. Unavailable naming `who` when the listener
+// serves no such job; the socket's error otherwise.
+Status DialJobPreamble(int fd, const std::string& job, Deadline deadline, const std::string& who);
 
 struct HandshakeListenerOptions {
   std::string job_key;
@@ -50,6 +64,17 @@ struct HandshakeListenerOptions {
   int max_in_flight = 128;
 };
 
+// For a listener shared by several jobs (the elastic membership listener).
+struct JobRouting {
+  // Set: every connection opens with a job preamble; the key of the job it names (nullopt: not
+  // served here, answered kJobUnknown and closed) replaces job_key for its handshake.
+  std::function<std::optional<std::string>(const std::string& job)> key_for_job;
+  // Set: runs on the handshake's thread once the dialer is authenticated (it reads the first
+  // request into `payload`), so a client that stalls after its handshake holds up only itself. An
+  // error closes the connection, logged with its cause.
+  std::function<Status(AuthenticatedConnection&, Deadline)> after_handshake;
+};
+
 class HandshakeListener {
  public:
   // "" accepts the Hello (the handshake goes on); any other text refuses it without an answer,
@@ -57,7 +82,8 @@ class HandshakeListener {
   using HelloFilter = std::function<std::string(const Hello&)>;
 
   // `listen_fd` stays the caller's and must outlive this object.
-  HandshakeListener(int listen_fd, HandshakeListenerOptions options, HelloFilter filter);
+  HandshakeListener(int listen_fd, HandshakeListenerOptions options, HelloFilter filter,
+                    JobRouting routing = {});
   ~HandshakeListener();  // stops accepting, cuts short every handshake in flight, joins
   HandshakeListener(const HandshakeListener&) = delete;
   HandshakeListener& operator=(const HandshakeListener&) = delete;
@@ -95,6 +121,10 @@ class HandshakeListener {
   void AcceptLoop();
   void Admit(Fd fd);
   void Handshake(Fd fd, std::string source, std::string ip);
+  // JobRouting: reads the job preamble and answers it; false with `why` when the connection named
+  // none (`job` empty) or one not served here.
+  bool NameJob(int fd, Deadline deadline, const std::string& source, std::string* job,
+               std::string* key, std::string* why);
   void Reject(const std::string& source, const std::string& ip, const std::string& reason,
               bool quiet);
   void Reap(bool all);
@@ -102,6 +132,7 @@ class HandshakeListener {
   const int listen_fd_;
   const HandshakeListenerOptions options_;
   const HelloFilter filter_;
+  const JobRouting routing_;
   Fd ready_;  // eventfd: counts connections queued for Next
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> rejected_{0};

@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/transport/address_text.h"
+
 namespace korovod {
 
 namespace {
@@ -23,6 +25,8 @@ namespace {
 struct SockAddr {
   sockaddr_storage ss{};
   socklen_t len = 0;
+  // "ip:port", as SocketIp(fd, false) and the port name a connected socket's remote end.
+  std::string ToString() const { return AddressText(ss).first; }
 };
 
 // Every address `host` resolves to (a headless Service: one per pod behind it).
@@ -135,14 +139,20 @@ StatusOr<Fd> ConnectTcp(const PeerAddress& addr, Deadline deadline) {
                           std::strerror(last_err ? last_err : ETIMEDOUT) + ")");
 }
 
-StatusOr<Fd> ConnectTcpAny(const PeerAddress& addr, Deadline deadline) {
+StatusOr<Fd> ConnectTcpAny(const PeerAddress& addr, Deadline deadline,
+                           const std::set<std::string>& avoid) {
   int backoff_ms = 5;
   std::string last = "no address";
   while (true) {
     // Resolved again each round: the address of the pod that now listens may be new.
     auto all = ResolveAll(addr.host, addr.port);
     if (!all.ok()) last = all.status().message();
-    for (const SockAddr& a : all.ok() ? *all : std::vector<SockAddr>{}) {
+    std::vector<SockAddr> order = all.ok() ? *all : std::vector<SockAddr>{};
+    if (!avoid.empty()) {
+      std::stable_partition(order.begin(), order.end(),
+                            [&](const SockAddr& a) { return avoid.count(a.ToString()) == 0; });
+    }
+    for (const SockAddr& a : order) {
       int err = 0;
       // One second per address at most, so a silent one does not hide the others.
       Fd fd = TryConnect(a, deadline.Sooner(std::chrono::milliseconds(1000)), &err);
@@ -242,6 +252,21 @@ StatusOr<uint16_t> LocalPort(int fd) {
   }
   if (ss.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
   return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+}
+
+std::pair<std::string, std::string> AddressText(const sockaddr_storage& ss) {
+  char ip[INET6_ADDRSTRLEN] = "?";
+  uint16_t port = 0;
+  if (ss.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+    ::inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
+    port = ntohs(a->sin_port);
+  } else if (ss.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+    ::inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
+    port = ntohs(a->sin6_port);
+  }
+  return {std::string(ip) + ":" + std::to_string(port), ip};
 }
 
 std::string SocketIp(int fd, bool local) {

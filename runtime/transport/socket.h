@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -21,7 +22,10 @@ StatusOr<Fd> ConnectTcp(const PeerAddress& addr, Deadline deadline);
 // Dials every address `addr.host` resolves to (resolved again each round), the first that accepts
 // wins: a name behind which one of several pods listens (the operator's leader among its
 // replicas), until the deadline.
-StatusOr<Fd> ConnectTcpAny(const PeerAddress& addr, Deadline deadline);
+// `avoid` ("ip:port" of addresses that answered wrongly, e.g. a deposed leader's membership
+// server) are dialed only after every other address failed in a round.
+StatusOr<Fd> ConnectTcpAny(const PeerAddress& addr, Deadline deadline,
+                           const std::set<std::string>& avoid = {});
 // Accepts one connection or times out.
 StatusOr<Fd> AcceptTcp(int listen_fd, Deadline deadline);
 

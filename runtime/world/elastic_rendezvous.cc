@@ -1,142 +1,43 @@
 #include "runtime/world/elastic_rendezvous.h"
 
-#include <poll.h>
-
 #include <algorithm>
-#include <sstream>
 
 #include "common/log.h"
-#include "runtime/transport/handshake.h"
-#include "runtime/transport/socket.h"
+#include "runtime/world/elastic_wire.h"
+#include "runtime/world/membership_listener.h"
 #include "runtime/world/rendezvous_frame.h"
 #include "runtime/world/world_table.h"
 
 namespace korovod {
 namespace {
 
-constexpr uint32_t kMaxRegistration = 64 << 10;
-constexpr uint32_t kMaxAnswer = 64 << 20;
-constexpr auto kPerConnection = std::chrono::milliseconds(5000);
-constexpr auto kPollSlice = std::chrono::milliseconds(100);
+using elastic_wire::kPerConnection;
+using elastic_wire::Seconds;
+using elastic_wire::ValidWorkerId;
 
-std::string Seconds(std::chrono::milliseconds d) {
-  std::ostringstream out;
-  out << d.count() / 1000.0 << " s";
-  return out.str();
-}
-
-// "key=value key=value" (the first line of a frame) into a map; words without '=' are ignored.
-std::map<std::string, std::string> Fields(std::string_view line) {
-  std::map<std::string, std::string> out;
-  std::istringstream in{std::string(line)};
-  std::string word;
-  while (in >> word) {
-    const size_t eq = word.find('=');
-    if (eq != std::string::npos) out[word.substr(0, eq)] = word.substr(eq + 1);
-  }
-  return out;
-}
-
-bool ParseU64(const std::string& s, uint64_t* out) {
-  if (s.empty() || s.size() > 19 || s.find_first_not_of("0123456789") != std::string::npos) {
-    return false;
-  }
-  *out = std::stoull(s);
-  return true;
-}
-
-// A worker id is one word of printable ASCII (it travels inside "key=value" lines).
-bool ValidWorkerId(const std::string& id) {
-  return !id.empty() && id.size() <= 253 &&
-         std::all_of(id.begin(), id.end(), [](char c) { return c > ' ' && c < 127 && c != '='; });
-}
+// Workers the driver listed and then removed, remembered to refuse them at once.
+constexpr size_t kMaxRemembered = 4096;
 
 }  // namespace
 
-StatusOr<ElasticRegistration> ParseElasticRegistration(std::string_view text) {
-  const size_t eol = text.find('\n');
-  const auto fields = Fields(text.substr(0, eol));
-  const auto worker_it = fields.find("worker");
-  const auto epoch_it = fields.find("epoch");
-  ElasticRegistration reg;
-  if (worker_it == fields.end() || !ValidWorkerId(worker_it->second) || epoch_it == fields.end() ||
-      !ParseU64(epoch_it->second, &reg.last_epoch) || reg.last_epoch > UINT32_MAX ||
-      eol == std::string_view::npos) {
-    return InvalidArgument(
-        "malformed elastic registration (want \"worker=ID epoch=N\" and a rank line)");
-  }
-  reg.worker = worker_it->second;
-  auto entry = ParseRankLine(text.substr(eol + 1), "worker " + reg.worker + "'s registration: ");
-  if (!entry.ok()) return entry.status();
-  reg.entry = std::move(entry->second);
-  return reg;
-}
-
-uint64_t ParseMembershipQuery(std::string_view text) {
-  uint64_t since = 0;
-  const auto fields = Fields(text.substr(0, text.find('\n')));
-  if (auto it = fields.find("since"); it != fields.end()) (void)ParseU64(it->second, &since);
-  return since;
-}
-
-StatusOr<ElasticAssignment> ParseElasticAssignment(std::string_view text, const std::string& me,
-                                                   const std::string& server) {
-  const size_t eol = text.find('\n');
-  const auto fields = Fields(text.substr(0, eol));
-  uint64_t epoch = 0, rank = 0, size = 0, version = 0;
-  auto get = [&](const char* k, uint64_t* v) {
-    auto it = fields.find(k);
-    return it != fields.end() && ParseU64(it->second, v);
-  };
-  // The epoch travels as 32 bits and the size as an int everywhere after this: a larger value
-  // would wrap (a negative world size), so it is refused here.
-  if (eol == std::string_view::npos || !get("epoch", &epoch) || !get("rank", &rank) ||
-      !get("size", &size) || !get("version", &version) || rank >= size ||
-      size > kMaxElasticWorldSize || epoch > UINT32_MAX) {
-    return InvalidArgument(me + ": " + server + " sent a malformed epoch");
-  }
-  ElasticAssignment a;
-  a.epoch = static_cast<uint32_t>(epoch);
-  a.rank = static_cast<int>(rank);
-  a.size = static_cast<int>(size);
-  a.version = version;
-  auto table = ParseWorldTable(text.substr(eol + 1),
-                               "the world table of epoch " + std::to_string(epoch), a.size);
-  if (!table.ok()) return table.status().WithContext(me);
-  a.table = std::move(table).value();
-  return a;
-}
-
-StatusOr<MembershipVersion> ParseMembershipVersion(std::string_view text, const std::string& who) {
-  const size_t eol = text.find('\n');
-  const auto fields = Fields(text.substr(0, eol));
-  MembershipVersion v;
-  uint64_t epoch = 0, update = 0;
-  auto version = fields.find("version");
-  auto e = fields.find("epoch");
-  auto u = fields.find("update");
-  if (version == fields.end() || e == fields.end() || u == fields.end() ||
-      !ParseU64(version->second, &v.version) || !ParseU64(e->second, &epoch) ||
-      !ParseU64(u->second, &update) || epoch > UINT32_MAX ||
-      update > (kHostsRemoved | kHostsAdded)) {
-    return InvalidArgument(who + " sent a malformed membership version");
-  }
-  v.epoch = static_cast<uint32_t>(epoch);
-  v.update = static_cast<int>(update);
-  if (eol != std::string_view::npos) {
-    std::istringstream gone{std::string(text.substr(eol + 1))};
-    for (std::string id; std::getline(gone, id);) {
-      if (!id.empty()) v.gone.push_back(id);
-    }
-  }
-  return v;
-}
-
-struct ElasticRendezvousServer::Waiting {
+// A connection the server answers later.
+struct HeldConnection {
   Fd fd;
+  bool polled = false;  // in the listener's poll set now: its revents are this connection's
+};
+
+struct ElasticRendezvousServer::Waiting : HeldConnection {
   uint32_t last_epoch = 0;
   RankEntry entry;
   uint64_t order = 0;
+  Clock::time_point since;  // registered; a worker the driver does not list waits from then
+};
+
+struct ElasticRendezvousServer::Watcher : HeldConnection {
+  uint64_t since = 0;
+  uint64_t seen = 0;
+  Clock::time_point until;
+  std::string who;
 };
 
 StatusOr<std::unique_ptr<ElasticRendezvousServer>> ElasticRendezvousServer::Start(
@@ -158,34 +59,26 @@ StatusOr<std::unique_ptr<ElasticRendezvousServer>> ElasticRendezvousServer::Star
       return InvalidArgument("elastic: resumed member \"" + m + "\" is not a valid worker id");
     }
   }
-  Fd owned;
-  int fd = options.listen_fd;
-  if (fd < 0) {
-    auto l = ListenTcp("0.0.0.0", options.port, 128);
-    if (!l.ok()) return l.status().WithContext("elastic rendezvous server");
-    owned = std::move(l).value();
-    fd = owned.get();
-  } else {
-    owned = Fd(fd);  // taken over
+  std::shared_ptr<MembershipListener> listener = options.listener;
+  if (listener == nullptr) {
+    MembershipListenerOptions l;
+    l.listen_fd = options.listen_fd;
+    l.port = options.port;
+    auto started = MembershipListener::Start(l);
+    if (!started.ok()) return started.status().WithContext("elastic rendezvous server");
+    listener = std::move(started).value();
   }
-  KV_ASSIGN_OR_RETURN(uint16_t port, LocalPort(fd));
   std::unique_ptr<ElasticRendezvousServer> server(
-      new ElasticRendezvousServer(std::move(options), std::move(owned), port));
-  server->thread_ = std::thread([s = server.get()] { s->Run(); });
+      new ElasticRendezvousServer(std::move(options), listener));
+  KV_RETURN_IF_ERROR(listener->Attach(server->job_id_, server->options_.job_key, server.get()));
   return server;
 }
 
-ElasticRendezvousServer::ElasticRendezvousServer(ElasticServerOptions options, Fd listener,
-                                                 uint16_t port)
-    : options_(std::move(options)), listener_(std::move(listener)), port_(port) {
-  handshakes_ = std::make_unique<HandshakeListener>(
-      listener_.get(),
-      HandshakeListenerOptions{options_.job_key, 0,
-                               "the elastic membership server on port " + std::to_string(port),
-                               kPerConnection},
-      [](const Hello& h) -> std::string {
-        return h.stream == kRendezvousStream ? "" : "not an elastic registration or query";
-      });
+ElasticRendezvousServer::ElasticRendezvousServer(ElasticServerOptions options,
+                                                 std::shared_ptr<MembershipListener> l)
+    : options_(std::move(options)),
+      job_id_(ElasticJobId(options_.job_key)),
+      listener_(std::move(l)) {
   epoch_ = options_.resume_epoch;
   members_ = options_.resume_members;
   live_.insert(members_.begin(), members_.end());
@@ -194,22 +87,45 @@ ElasticRendezvousServer::ElasticRendezvousServer(ElasticServerOptions options, F
 }
 
 ElasticRendezvousServer::~ElasticRendezvousServer() {
-  stop_.store(true);
-  if (thread_.joinable()) thread_.join();
+  // Once detached the listener's thread never calls in again; the held connections close with
+  // the members below, and their workers look for another server.
+  listener_->Detach(job_id_, this);
 }
 
+uint16_t ElasticRendezvousServer::port() const { return listener_->port(); }
+
 void ElasticRendezvousServer::SetLiveWorkers(const std::vector<std::string>& workers) {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::set<std::string> next(workers.begin(), workers.end());
-  int bits = kNoHostUpdate;
-  for (const std::string& w : next) {
-    if (live_.count(w) == 0) bits |= kHostsAdded;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::set<std::string> next(workers.begin(), workers.end());
+    int bits = kNoHostUpdate;
+    for (const std::string& w : next) {
+      if (live_.count(w) != 0) continue;
+      bits |= kHostsAdded;
+      removed_.erase(w);
+      // A held registration counts from now: the driver has just listed it.
+      if (waiting_.count(w) != 0 && !first_registered_) first_registered_ = Clock::now();
+    }
+    for (const std::string& w : live_) {
+      if (next.count(w) != 0) continue;
+      bits |= kHostsRemoved;
+      if (removed_.size() >= kMaxRemembered) removed_.erase(removed_.begin());
+      removed_.insert(w);
+    }
+    live_ = std::move(next);
+    if (bits != kNoHostUpdate) AddUpdate(bits);
   }
-  for (const std::string& w : live_) {
-    if (next.count(w) == 0) bits |= kHostsRemoved;
+  listener_->Wake();  // held queries hear of it, held registrations may form, now
+}
+
+void ElasticRendezvousServer::AddUpdate(int bits) {
+  updates_.emplace_back(++version_, bits);
+  if (updates_.size() > kMaxUpdateLog) {
+    // The two oldest become one: an asker between them reads the older bits too (a reset more,
+    // never a change missed).
+    updates_[1].second |= updates_[0].second;
+    updates_.erase(updates_.begin());
   }
-  live_ = std::move(next);
-  if (bits != kNoHostUpdate) updates_.emplace_back(++version_, bits);
 }
 
 uint32_t ElasticRendezvousServer::epoch() const {
@@ -242,69 +158,128 @@ std::vector<std::string> ElasticRendezvousServer::TakeLost() {
   return std::exchange(lost_, {});
 }
 
-void ElasticRendezvousServer::Run() {
-  while (!stop_.load()) {
-    std::vector<pollfd> fds{{handshakes_->ready_fd(), POLLIN, 0}};
-    std::vector<std::string> names;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& [name, w] : waiting_) {
-        fds.push_back({w->fd.get(), POLLIN, 0});
-        names.push_back(name);
-      }
-    }
-    const int n = ::poll(fds.data(), fds.size(), static_cast<int>(kPollSlice.count()));
-    if (n > 0 && (fds[0].revents & POLLIN) != 0) {
-      auto accepted = handshakes_->Next(Deadline::After(std::chrono::milliseconds(0)));
-      if (accepted.ok()) Accept(std::move(accepted).value());
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    // A waiting worker says nothing until answered: input or a hang-up means it went away.
-    for (size_t i = 1; i < fds.size(); ++i) {
-      if (fds[i].revents == 0) continue;
-      auto it = waiting_.find(names[i - 1]);
-      if (it != waiting_.end() && it->second->fd.get() == fds[i].fd) waiting_.erase(it);
-    }
-    if (failure_.ok()) TryForm();
+size_t ElasticRendezvousServer::update_log_size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return updates_.size();
+}
+
+void ElasticRendezvousServer::AppendFds(std::vector<pollfd>& fds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [name, w] : waiting_) {
+    fds.push_back({w->fd.get(), POLLIN, 0});
+    w->polled = true;
+  }
+  for (auto& w : watchers_) {
+    fds.push_back({w->fd.get(), POLLIN, 0});
+    w->polled = true;
   }
 }
 
-// One connection: the handshake, then a query (answered at once) or a registration (kept open
-// until its epoch forms, or refused with the reason).
-void ElasticRendezvousServer::Accept(AuthenticatedConnection c) {
-  Fd fd = std::move(c.fd);
-  const Deadline hs = Deadline::After(kPerConnection);
-  const std::string who = "elastic worker at " + c.source;
-  FrameType type{};
-  auto text = ReadFrame(fd.get(), "RQ", kMaxRegistration, hs, who, &type);
-  if (!text.ok()) return;
+void ElasticRendezvousServer::Service(const std::map<int, short>& revents) {
   std::lock_guard<std::mutex> lock(mu_);
+  // A waiting worker or query says nothing until answered: input or a hang-up means it went away.
+  auto gone = [&](const HeldConnection& h) { return h.polled && revents.count(h.fd.get()) != 0; };
+  std::erase_if(waiting_, [&](const auto& entry) { return gone(*entry.second); });
+  std::erase_if(watchers_, [&](const auto& w) { return gone(*w); });
+  AnswerWatchers(/*all=*/false);
+  HoldUnlisted();
+  if (failure_.ok()) TryForm();
+}
+
+// One authenticated request: a query (answered now, or held until the version moves) or a
+// registration (held until its epoch forms, or refused with the reason).
+void ElasticRendezvousServer::Accept(AuthenticatedConnection c) {
+  if (c.payload.empty()) return;
+  const auto type = static_cast<FrameType>(c.payload[0]);
+  const std::string text = c.payload.substr(1);
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string who = "elastic worker at " + c.source;
   if (type == FrameType::kQuery) {
-    const uint64_t since = ParseMembershipQuery(*text);
-    int bits = kNoHostUpdate;
-    for (const auto& [v, b] : updates_) {
-      if (v > since) bits |= b;
+    const ParsedMembershipQuery q = ParseMembershipQueryFields(text);
+    if (q.fence > options_.fencing_token) {
+      return Fence(c.fd.get(), q.fence, who);
     }
-    std::string answer = "version=" + std::to_string(version_) +
-                         " epoch=" + std::to_string(epoch_) + " update=" + std::to_string(bits);
-    for (const std::string& m : members_) {
-      if (live_.count(m) == 0) answer += "\n" + m;  // gone: one per line
-    }
-    (void)WriteFrame(fd.get(), FrameType::kVersion, answer, hs, who);
+    const auto wait = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(q.wait_ms),
+                                                          elastic_wire::kMaxQueryWait);
+    if (wait.count() == 0 || version_ > q.seen) return AnswerQuery(c.fd.get(), q.since, who);
+    auto w = std::make_unique<Watcher>();
+    w->fd = std::move(c.fd);
+    w->since = q.since;
+    w->seen = q.seen;
+    w->until = Clock::now() + wait;
+    w->who = who;
+    watchers_.push_back(std::move(w));
     return;
   }
+  Register(c, text);
+}
+
+void ElasticRendezvousServer::Fence(int fd, uint64_t fence, const std::string& who) {
+  if (!told_deposed_) {
+    told_deposed_ = true;
+    KV_LOG(kWarning, kWorld,
+           "elastic: a worker of this job met fencing token %llu, above this server's %llu: "
+           "another driver (a newer operator leader) serves the job; this one refuses its "
+           "workers",
+           static_cast<unsigned long long>(fence),
+           static_cast<unsigned long long>(options_.fencing_token));
+  }
+  (void)WriteFrame(
+      fd, FrameType::kFenced,
+      "token=" + std::to_string(options_.fencing_token) + " fence=" + std::to_string(fence),
+      Deadline::After(kPerConnection), who);
+}
+
+void ElasticRendezvousServer::AnswerQuery(int fd, uint64_t since, const std::string& who) {
+  (void)WriteFrame(fd, FrameType::kVersion, VersionAnswer(since), Deadline::After(kPerConnection),
+                   who);
+}
+
+std::string ElasticRendezvousServer::VersionAnswer(uint64_t since) const {
+  int bits = kNoHostUpdate;
+  for (const auto& [v, b] : updates_) {
+    if (v > since) bits |= b;
+  }
+  std::string answer = "version=" + std::to_string(version_) + " epoch=" + std::to_string(epoch_) +
+                       " update=" + std::to_string(bits) +
+                       " token=" + std::to_string(options_.fencing_token);
+  for (const std::string& m : members_) {
+    if (live_.count(m) == 0) answer += "\n" + m;  // gone: one per line
+  }
+  return answer;
+}
+
+void ElasticRendezvousServer::AnswerWatchers(bool all) {
+  const auto now = Clock::now();
+  // Members of one epoch ask from one version: one text for all of them (a thousand held queries
+  // answered at a change would otherwise walk the member list a thousand times).
+  std::map<uint64_t, std::string> answers;
+  std::erase_if(watchers_, [&](const std::unique_ptr<Watcher>& w) {
+    if (!all && version_ <= w->seen && now < w->until) return false;
+    auto it = answers.find(w->since);
+    if (it == answers.end()) it = answers.emplace(w->since, VersionAnswer(w->since)).first;
+    (void)WriteFrame(w->fd.get(), FrameType::kVersion, it->second, Deadline::After(kPerConnection),
+                     w->who);
+    return true;
+  });
+}
+
+void ElasticRendezvousServer::Register(AuthenticatedConnection& c, const std::string& text) {
+  const std::string who = "elastic worker at " + c.source;
+  const Deadline d = Deadline::After(kPerConnection);
   auto refuse = [&](const std::string& why) {
-    (void)WriteFrame(fd.get(), FrameType::kRefusal, why, hs, who);
+    (void)WriteFrame(c.fd.get(), FrameType::kRefusal, why, d, who);
   };
-  auto reg = ParseElasticRegistration(*text);
+  auto reg = ParseElasticRegistration(text);
   if (!reg.ok()) return refuse(reg.status().message());
+  if (reg->fence > options_.fencing_token) return Fence(c.fd.get(), reg->fence, who);
   const std::string& worker = reg->worker;
   const uint64_t last_epoch = reg->last_epoch;
   if (!failure_.ok()) return refuse(failure_.message());
-  if (live_.count(worker) == 0) {
+  if (removed_.count(worker) != 0) {
     return refuse("worker " + worker +
-                  " is not a live worker of this job (the launcher removed it, or never started "
-                  "it): it may not join epoch " +
+                  " is not a live worker of this job (the driver removed it): it may not join "
+                  "epoch " +
                   std::to_string(epoch_ + 1));
   }
   const bool member = std::find(members_.begin(), members_.end(), worker) != members_.end();
@@ -321,13 +296,39 @@ void ElasticRendezvousServer::Accept(AuthenticatedConnection c) {
                   " but the job is at epoch " + std::to_string(epoch_) +
                   (member ? ", which formed with it: a stale member is refused" : ""));
   }
+  const bool listed = live_.count(worker) != 0;
+  if (!listed) {
+    // Its pod may be running before the driver saw it so (the operator's informer lags the
+    // kubelet): held, not refused, until the driver lists it or the timeout passes.
+    KV_LOG(kInfo, kWorld,
+           "elastic: worker %s registers before the driver lists it: held for up to %s",
+           worker.c_str(), Seconds(options_.timeout).c_str());
+  }
   auto w = std::make_unique<Waiting>();
-  w->fd = std::move(fd);
+  w->fd = std::move(c.fd);
   w->last_epoch = static_cast<uint32_t>(last_epoch);
   w->entry = std::move(reg->entry);
   w->order = ++registrations_;
+  w->since = Clock::now();
   waiting_[worker] = std::move(w);  // a worker that registers again replaces its registration
-  if (!first_registered_) first_registered_ = Clock::now();
+  if (listed && !first_registered_) first_registered_ = Clock::now();
+}
+
+void ElasticRendezvousServer::HoldUnlisted() {
+  const auto now = Clock::now();
+  std::erase_if(waiting_, [&](const auto& entry) {
+    const auto& [name, w] = entry;
+    if (live_.count(name) != 0 || now - w->since < options_.timeout) return false;
+    (void)WriteFrame(w->fd.get(), FrameType::kRefusal,
+                     "worker " + name +
+                         " is not a live worker of this job: the driver did not list it within "
+                         "the elastic timeout (" +
+                         Seconds(options_.timeout) +
+                         ", its pod not seen running): it may not join epoch " +
+                         std::to_string(epoch_ + 1),
+                     Deadline::After(kPerConnection), "elastic worker " + name);
+    return true;
+  });
 }
 
 void ElasticRendezvousServer::FailAll(const Status& s) {
@@ -358,7 +359,7 @@ void ElasticRendezvousServer::TryForm() {
   for (const std::string& w : live_) {
     if (waiting_.count(w) == 0) missing.push_back(w);
   }
-  if (waiting_.empty() || !first_registered_) return;
+  if (static_cast<int>(missing.size()) == alive || !first_registered_) return;  // none listed
   if (!missing.empty()) {
     if (now - *first_registered_ < options_.timeout) return;
     // Alive but silent for the whole timeout: left out, and the driver stops it.
@@ -366,7 +367,7 @@ void ElasticRendezvousServer::TryForm() {
       live_.erase(w);
       lost_.push_back(w);
     }
-    updates_.emplace_back(++version_, kHostsRemoved);
+    AddUpdate(kHostsRemoved);
     if (static_cast<int>(live_.size()) < options_.min_workers) return;
   }
   if (options_.reset_limit >= 0 && formations_ >= 1 + options_.reset_limit) {
@@ -400,6 +401,17 @@ void ElasticRendezvousServer::Form(const std::vector<std::string>& order) {
   ++formations_;
   members_ = chosen;
   formed_version_ = version_;
+  // The members of this epoch ask about the changes after formed_version_: what came before is
+  // merged into one entry (read only by members of older epochs, who reset anyway).
+  const auto older = std::find_if(updates_.begin(), updates_.end(),
+                                  [&](const auto& u) { return u.first > formed_version_; });
+  if (older - updates_.begin() > 1) {
+    int bits = kNoHostUpdate;
+    for (auto it = updates_.begin(); it != older; ++it) bits |= it->second;
+    const uint64_t last = std::prev(older)->first;
+    updates_.erase(updates_.begin(), older);
+    updates_.insert(updates_.begin(), {last, bits});
+  }
   std::vector<RankEntry> table;
   for (const std::string& m : chosen) table.push_back(waiting_[m]->entry);
   ApplyLoopbackRule(table);
@@ -408,75 +420,25 @@ void ElasticRendezvousServer::Form(const std::vector<std::string>& order) {
   for (size_t r = 0; r < chosen.size(); ++r) {
     Waiting& w = *waiting_[chosen[r]];
     (void)WriteFrame(w.fd.get(), FrameType::kTable,
-                     "epoch=" + std::to_string(epoch_) + " rank=" + std::to_string(r) +
-                         " size=" + std::to_string(chosen.size()) +
-                         " version=" + std::to_string(version_) + "\n" + text,
+                     "epoch=" + std::to_string(epoch_) + " rank=" + std::to_string(r) + " size=" +
+                         std::to_string(chosen.size()) + " version=" + std::to_string(version_) +
+                         " token=" + std::to_string(options_.fencing_token) + "\n" + text,
                      d, "elastic worker " + chosen[r]);
   }
-  for (auto& [name, w] : waiting_) {
-    if (std::find(chosen.begin(), chosen.end(), name) == chosen.end() && live_.count(name) != 0) {
+  // Those the driver does not list yet stay held for a later epoch.
+  std::erase_if(waiting_, [&](const auto& entry) {
+    const auto& [name, w] = entry;
+    if (live_.count(name) == 0) return false;
+    if (std::find(chosen.begin(), chosen.end(), name) == chosen.end()) {
       (void)WriteFrame(w->fd.get(), FrameType::kRefusal,
                        "elastic: epoch " + std::to_string(epoch_) + " is full (" +
                            std::to_string(options_.max_workers) +
                            " workers, the maximum): worker " + name + " waits for a later one",
                        d, "elastic worker " + name);
     }
-  }
-  waiting_.clear();
+    return true;
+  });
   first_registered_.reset();
-}
-
-StatusOr<ElasticAssignment> JoinElasticEpoch(const ElasticJoinOptions& o) {
-  if (!ValidWorkerId(o.worker)) {
-    return InvalidArgument("elastic: worker id \"" + o.worker +
-                           "\" must be one word of printable characters without '='");
-  }
-  const Deadline deadline = Deadline::After(o.timeout);
-  const std::string server = "the elastic rendezvous server at " + o.server.ToString();
-  const std::string me = "worker " + o.worker;
-  const std::string registration = "worker=" + o.worker + " epoch=" + std::to_string(o.last_epoch) +
-                                   "\n" + FormatRankLine(0, o.self);
-  std::string last_error = "no attempt finished";
-  auto backoff = std::chrono::milliseconds(50);
-  while (!deadline.Expired()) {
-    auto conn = ConnectTcpAny(o.server, deadline);
-    if (!conn.ok()) {
-      last_error = conn.status().message();
-      break;
-    }
-    Fd fd = std::move(conn).value();
-    Status s = DialHandshake(fd.get(), o.job_key, -1, 0, kRendezvousStream, 0, 0,
-                             deadline.Sooner(kPerConnection), server);
-    if (s.code() == StatusCode::kPermissionDenied) return s.WithContext(me);
-    if (s.ok()) s = WriteFrame(fd.get(), FrameType::kRegistration, registration, deadline, server);
-    if (s.ok()) {
-      FrameType type{};
-      auto text = ReadFrame(fd.get(), "TE", kMaxAnswer, deadline, server, &type);
-      if (text.ok() && type == FrameType::kRefusal) {
-        return FailedPrecondition(me + ": " + *text);
-      }
-      if (text.ok()) return ParseElasticAssignment(*text, me, server);
-      s = text.status();
-    }
-    last_error = s.message();
-    std::this_thread::sleep_for(
-        std::min(backoff, std::chrono::milliseconds(deadline.RemainingMs())));
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
-  }
-  return DeadlineExceeded(me + ": no epoch from " + server + " within " + Seconds(o.timeout) +
-                          ": " + last_error);
-}
-
-StatusOr<MembershipVersion> QueryMembership(const PeerAddress& server, const std::string& job_key,
-                                            uint64_t since, Deadline deadline) {
-  const std::string who = "the elastic rendezvous server at " + server.ToString();
-  KV_ASSIGN_OR_RETURN(Fd fd, ConnectTcpAny(server, deadline));
-  KV_RETURN_IF_ERROR(
-      DialHandshake(fd.get(), job_key, -1, 0, kRendezvousStream, 0, 0, deadline, who));
-  KV_RETURN_IF_ERROR(
-      WriteFrame(fd.get(), FrameType::kQuery, "since=" + std::to_string(since), deadline, who));
-  KV_ASSIGN_OR_RETURN(std::string text, ReadFrame(fd.get(), "V", kMaxAnswer, deadline, who));
-  return ParseMembershipVersion(text, who);
 }
 
 }  // namespace korovod

@@ -16,6 +16,7 @@ enum class FrameType : char {
   kRefusal = 'E',       // elastic: why the server will not place this worker
   kQuery = 'Q',         // elastic: "what is the membership version?"
   kVersion = 'V',       // elastic: the answer
+  kFenced = 'F',        // elastic: "my fencing token is below yours" (a deposed leader's server)
 };
 
 Status WriteFrame(int fd, FrameType type, const std::string& text, Deadline deadline,

@@ -63,7 +63,9 @@ StatusOr<DiscoveredWorld> DiscoverWorld(const DiscoveryOptions& o) {
     j.last_epoch = o.last_epoch;
     j.self = std::move(self);
     j.timeout = o.timeout;
+    j.min_token = o.min_token;
     KV_ASSIGN_OR_RETURN(ElasticAssignment a, JoinElasticEpoch(j));
+    w.token = a.token;
     w.ranks = std::move(a.table);
     w.rank = a.rank;
     w.epoch = a.epoch;

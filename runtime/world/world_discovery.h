@@ -30,6 +30,7 @@ struct DiscoveryOptions {
   std::optional<PeerAddress> elastic_server;  // or: the elastic membership server
   std::string worker;                         // elastic: this worker's id
   uint32_t last_epoch = 0;                    // elastic: the epoch it last belonged to
+  uint64_t min_token = 0;  // elastic: the highest fencing token met (ElasticJoinOptions)
   std::string host_name;  // the host name registered (korovodrun's virtual host); empty: this one's
   std::string iface;      // only this interface's addresses; empty: all usable
   std::string job_key;
@@ -43,6 +44,7 @@ struct DiscoveredWorld {
   int rank = 0;  // options.rank, or the one the elastic epoch assigned
   uint32_t epoch = 0;
   uint64_t formed_version = 0;  // elastic: the membership version the epoch formed at
+  uint64_t token = 0;           // elastic: the server's fencing token
   Fd listener;         // the data listener bound here (invalid when options.listen_fd was given)
   int listen_fd = -1;  // the one to use
 };

@@ -348,9 +348,18 @@ void SetPlacement(const HostLayout& layout, int rank, ServedEpoch& e) {
   }
 }
 
+void RaiseFence(std::atomic<uint64_t>& fence, uint64_t token) {
+  uint64_t now = fence.load();
+  while (token > now && !fence.compare_exchange_weak(now, token)) {
+  }
+}
+
 // Elastic jobs: the next epoch, from the membership server. Its rank and size are the server's.
+// `fence` is the highest fencing token this worker met (a server below it is a deposed operator
+// leader's): raised by every answer.
 StatusOr<std::shared_ptr<ServedEpoch>> ElasticEpoch(const RankContext& rc, uint32_t last_epoch,
-                                                    Deadline deadline) {
+                                                    Deadline deadline,
+                                                    std::atomic<uint64_t>& fence) {
   const SidecarConfig& cfg = rc.cfg;
   KV_ASSIGN_OR_RETURN(WorldOptions world, EpochWorld(rc));
   DiscoveryOptions d;
@@ -362,9 +371,11 @@ StatusOr<std::shared_ptr<ServedEpoch>> ElasticEpoch(const RankContext& rc, uint3
   d.job_key = world.job_key;
   d.data_port = static_cast<uint16_t>(cfg.data_port);
   d.timeout = std::chrono::milliseconds(std::max(1, deadline.RemainingMs()));
+  d.min_token = fence.load();
   KV_LOG(kInfo, kWorld, "worker %s: joining membership epoch %u", cfg.worker_id.c_str(),
          last_epoch + 1);
   KV_ASSIGN_OR_RETURN(DiscoveredWorld discovered, DiscoverWorld(d));
+  RaiseFence(fence, discovered.token);
   ApplyDiscoveredWorld(discovered, world);
   // korovodrun's virtual hosts: the registered host names say which ranks share a host.
   if (!cfg.host_name.empty()) {
@@ -407,13 +418,18 @@ int ServeRank(const SidecarConfig& cfg, SidecarDevice& device, const std::atomic
   const RankContext rc{cfg, *engine_config, device, **arena, metrics->get()};
 
   std::unique_ptr<RankEpochs> epochs;
+  std::atomic<uint64_t> fence{0};  // outlives `epochs`, whose watch reads it
   if (cfg.elastic()) {
     epochs = std::make_unique<RankEpochs>(
-        [&rc](uint32_t last, Deadline d) { return ElasticEpoch(rc, last, d); },
-        [&cfg, key = WorldOptionsFrom(cfg)](uint64_t since,
-                                            Deadline d) -> StatusOr<MembershipVersion> {
+        [&rc, &fence](uint32_t last, Deadline d) { return ElasticEpoch(rc, last, d, fence); },
+        [&cfg, &fence, key = WorldOptionsFrom(cfg)](const MembershipQuery& query,
+                                                    Deadline d) -> StatusOr<MembershipVersion> {
           if (!key.ok()) return key.status();
-          return QueryMembership(*cfg.elastic_server, key->job_key, since, d);
+          MembershipQuery q = query;
+          q.min_token = fence.load();
+          auto v = QueryMembership(*cfg.elastic_server, key->job_key, q, d);
+          if (v.ok()) RaiseFence(fence, v->token);
+          return v;
         });
   } else {
     auto only = StaticEpoch(rc);

@@ -7,8 +7,8 @@
 namespace korovod::sidecar {
 namespace {
 
-// A membership answer this young stands for a fresh one (the watch asks every second).
-constexpr auto kFreshAnswer = std::chrono::milliseconds(2000);
+// A membership answer stands for a fresh one this long after its long poll's bound.
+constexpr auto kAnswerSlack = std::chrono::milliseconds(2000);
 
 }  // namespace
 
@@ -19,8 +19,9 @@ void ServedEpoch::End() {
 
 RankEpochs::RankEpochs(std::shared_ptr<ServedEpoch> only) : current_(std::move(only)) {}
 
-RankEpochs::RankEpochs(Former form, Query query, std::chrono::milliseconds watch_every)
-    : form_(std::move(form)), query_(std::move(query)) {
+RankEpochs::RankEpochs(Former form, Query query, std::chrono::milliseconds watch_every,
+                       std::chrono::milliseconds long_poll)
+    : form_(std::move(form)), query_(std::move(query)), long_poll_(long_poll) {
   watch_ = std::jthread([this, watch_every](std::stop_token stop) { Watch(stop, watch_every); });
 }
 
@@ -34,30 +35,55 @@ RankEpochs::~RankEpochs() {
 
 void RankEpochs::Watch(std::stop_token stop, std::chrono::milliseconds every) {
   uint32_t aborted = 0;  // the epoch already ended by this watch
+  uint32_t asked_epoch = 0;
+  uint64_t seen = 0;  // the last version read for asked_epoch: the long poll waits past it
   std::mutex sleep_mu;
   std::unique_lock<std::mutex> sleep(sleep_mu);
-  while (!watch_cv_.wait_for(sleep, stop, every, [&stop] { return stop.stop_requested(); })) {
+  auto pause = [&](std::chrono::milliseconds d) {
+    return watch_cv_.wait_for(sleep, stop, d, [&stop] { return stop.stop_requested(); });
+  };
+  while (!stop.stop_requested()) {
     std::shared_ptr<ServedEpoch> e = current();
-    if (e == nullptr || e->epoch == aborted) continue;
-    auto v = query_(e->formed_version, Deadline::After(std::chrono::milliseconds(2000)));
+    if (e == nullptr || e->epoch == aborted) {
+      if (pause(every)) break;
+      continue;
+    }
+    if (e->epoch != asked_epoch) {
+      asked_epoch = e->epoch;
+      seen = e->formed_version;
+    }
+    MembershipQuery q;
+    q.since = e->formed_version;
+    q.seen = seen;
+    q.wait = long_poll_;
+    q.stop = stop;
+    const auto asked = Clock::now();
+    auto v = query_(q, Deadline::After(long_poll_ + kAnswerSlack));
     if (!v.ok()) {
       KV_LOG(kDebug, kSidecar, "membership watch: %s", v.status().ToString().c_str());
-      continue;  // a server that does not answer ends nothing: the next formation will tell
+      // A server that does not answer ends nothing: the next formation will tell.
+      if (pause(every)) break;
+      continue;
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
       last_answer_ = Answer{e->epoch, Clock::now(), *v};
     }
-    if (v->epoch != e->epoch || v->gone.empty() || e->engine == nullptr) continue;
-    std::string who;
-    for (const std::string& g : v->gone) who += (who.empty() ? "" : ", ") + g;
-    const std::string why = "elastic: epoch " + std::to_string(e->epoch) + " lost " + who +
-                            " (the job's driver no longer lists " +
-                            (v->gone.size() == 1 ? "it" : "them") +
-                            ": its pod or host is gone); the epoch ends";
-    KV_LOG(kWarning, kSidecar, "%s", why.c_str());
-    e->engine->Abort(Aborted(why));
-    aborted = e->epoch;
+    const bool news = v->version > seen;
+    seen = std::max(seen, v->version);
+    if (v->epoch == e->epoch && !v->gone.empty() && e->engine != nullptr) {
+      std::string who;
+      for (const std::string& g : v->gone) who += (who.empty() ? "" : ", ") + g;
+      const std::string why = "elastic: epoch " + std::to_string(e->epoch) + " lost " + who +
+                              " (the job's driver no longer lists " +
+                              (v->gone.size() == 1 ? "it" : "them") +
+                              ": its pod or host is gone); the epoch ends";
+      KV_LOG(kWarning, kSidecar, "%s", why.c_str());
+      e->engine->Abort(Aborted(why));
+      aborted = e->epoch;
+    }
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - asked);
+    if (!news && took < every && pause(every - took)) break;
   }
 }
 
@@ -101,7 +127,7 @@ StatusOr<RankEpochs::Membership> RankEpochs::QueryMembership(Deadline deadline) 
     if (last_answer_ && last_answer_->epoch == e->epoch) known = last_answer_;
   }
   Status unreachable;
-  if (known && Clock::now() - known->at < kFreshAnswer) {
+  if (known && Clock::now() - known->at < long_poll_ + kAnswerSlack) {
     m.version = known->v.version;
     m.update = known->v.update;
     return m;
@@ -113,7 +139,10 @@ StatusOr<RankEpochs::Membership> RankEpochs::QueryMembership(Deadline deadline) 
                               " s");
   } else {
     // The epoch's first question: ask now (the server formed the epoch a moment ago).
-    auto v = query_(e->formed_version, deadline.Sooner(kFreshAnswer));
+    MembershipQuery q;
+    q.since = e->formed_version;
+    q.seen = e->formed_version;
+    auto v = query_(q, deadline.Sooner(kAnswerSlack));
     if (v.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       if (!last_answer_ || last_answer_->epoch != e->epoch) {

@@ -51,17 +51,20 @@ class RankEpochs {
  public:
   using Former =
       std::function<StatusOr<std::shared_ptr<ServedEpoch>>(uint32_t last_epoch, Deadline)>;
-  using Query = std::function<StatusOr<MembershipVersion>(uint64_t since, Deadline)>;
+  using Query = std::function<StatusOr<MembershipVersion>(const MembershipQuery&, Deadline)>;
 
   // Static: `only` serves every session.
   explicit RankEpochs(std::shared_ptr<ServedEpoch> only);
-  // Elastic: each session's epoch comes from `form`; `query` answers Membership. Every
-  // `watch_every`, the current epoch asks the server whether a member is gone (the driver removed
-  // it: its pod was deleted, its node went NotReady) and aborts its engine naming them, so a
-  // member that vanished without closing its connections (a frozen or partitioned host) does not
-  // hold the others until their op deadline.
+  // Elastic: each session's epoch comes from `form`; `query` answers Membership. The current
+  // epoch keeps one query held at the server (a long poll of up to `long_poll`, answered as soon
+  // as the membership moves) to learn whether a member is gone (the driver removed it: its pod
+  // was deleted, its node went NotReady) and aborts its engine naming them, so a member that
+  // vanished without closing its connections (a frozen or partitioned host) does not hold the
+  // others until their op deadline. `watch_every` spaces the questions when the server does not
+  // answer, or answers at once without news (a server that does not hold queries).
   RankEpochs(Former form, Query query,
-             std::chrono::milliseconds watch_every = std::chrono::milliseconds(1000));
+             std::chrono::milliseconds watch_every = std::chrono::milliseconds(1000),
+             std::chrono::milliseconds long_poll = std::chrono::milliseconds(10000));
   ~RankEpochs();
 
   bool elastic() const { return static_cast<bool>(form_); }
@@ -72,10 +75,10 @@ class RankEpochs {
   StatusOr<std::shared_ptr<ServedEpoch>> ForSession(Deadline deadline);
 
   // Whether the membership moved since the current epoch formed. Static: all zeros. Elastic: the
-  // membership watch's last answer when it is under 2 s old, so a commit costs no round trip to
-  // the server (the epoch's first commit asks itself); a server that does not answer (an
-  // operator failing over) reads as "no change", said once per epoch, so training goes on and
-  // the next answer tells.
+  // membership watch's last answer while it stands (under the long poll's bound plus 2 s old: a
+  // change would have been answered at once), so a commit costs no round trip to the server (the
+  // epoch's first commit asks itself); a server that does not answer (an operator failing over)
+  // reads as "no change", said once per epoch, so training goes on and the next answer tells.
   struct Membership {
     uint32_t epoch = 0;
     uint64_t formed_version = 0;
@@ -91,6 +94,7 @@ class RankEpochs {
   Former form_;
   Query query_;
   void Watch(std::stop_token stop, std::chrono::milliseconds every);
+  const std::chrono::milliseconds long_poll_{0};
 
   std::mutex form_mu_;  // one formation at a time
   mutable std::mutex mu_;

@@ -25,9 +25,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       break;
     }
-    case 1:
-      (void)ParseMembershipQuery(text);
+    case 1: {
+      // "since seen wait fence": any text reads as numbers (0 where absent or not a number).
+      const ParsedMembershipQuery q = ParseMembershipQueryFields(text);
+      FUZZ_CHECK(q.since == ParseMembershipQuery(text));
       break;
+    }
     case 2: {
       auto a = ParseElasticAssignment(text, "worker fuzz", "the server");
       if (a.ok()) {

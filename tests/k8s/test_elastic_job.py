@@ -12,14 +12,20 @@ Three workers (minReplicas 2), then, each once training runs on 3 again:
 Between 1 and 2 the operator is killed and a new one resumes the job's membership server from the
 status. Each time the survivors go on without a restart (the operator's membership server forms a new
 epoch), a replacement pod joins, and at the end the job has Succeeded with restartCount 0 and the
-weights match. The time from each fault to the next training step is printed (recovery)."""
+weights match. The time from each fault to the next training step is printed (recovery).
+
+Then two operator replicas with leader election: a leader SIGSTOPped past its lease and resumed
+stops its membership servers at once, and the new leader serves the job with the next fencing
+token (issue 31)."""
 import json
 import os
 import re
+import signal
 import time
 
 from cluster import REPO
-from jobs import crd, get_job, ns  # noqa: F401
+from fake_kubelet import FakeKubelet
+from jobs import apply, crd, get_job, job_doc, ns  # noqa: F401
 from node_agent import NodeAgent
 from operator_process import OperatorProcess
 
@@ -239,3 +245,48 @@ def test_elastic_job_survives_delete_evict_and_unready_node(crd, ns, tmp_path): 
         crd.kubectl("-n", ns, "delete", "hvdjob", NAME, "--ignore-not-found", "--wait=false")
         crd.request("DELETE", "/api/v1/nodes/node-b")
         crd.request("DELETE", "/api/v1/nodes/node-a")
+
+
+def test_a_deposed_leader_stops_its_servers_and_a_new_one_fences_it(crd, ns, tmp_path):  # noqa: F811
+    """Two replicas with leader election and an elastic job (pods run by the fake kubelet). The
+    leader serves the job's membership server with its fencing token (the Lease's transitions);
+    SIGSTOPped past its lease, the standby takes over and serves the job with the next token, so
+    sidecars that meet it refuse the old one; resumed, the old leader stops its servers at once
+    and exits."""
+    args = ["--leader-elect", "--leader-election-namespace", ns,
+            "--leader-election-lease-duration", "3", "--leader-election-renew-deadline", "2",
+            "--leader-election-retry-period", "0.5", "--elastic-rendezvous-host", "127.0.0.1"]
+    a = OperatorProcess(crd, str(tmp_path), "operator-a", args).start()
+    b = OperatorProcess(crd, str(tmp_path), "operator-b", args).start()
+    lease_path = "/apis/coordination.k8s.io/v1/namespaces/%s/leases/korovod-operator" % ns
+    served = re.compile(r"membership server of %s/fenced on port \d+ \(epoch \d+\), "
+                        r"fencing token (\d+)" % ns)
+    stopped = None
+    try:
+        holder = crd.wait_for(lambda: (crd.get(lease_path) or {}).get("spec", {}).get(
+            "holderIdentity"), "a leader", 30)
+        leader, standby = (a, b) if holder == "operator-a" else (b, a)
+        with FakeKubelet(crd, ns):
+            apply(crd, ns, job_doc("fenced", replicas=2, elastic={
+                "minReplicas": 1, "maxReplicas": 2, "timeoutSeconds": 60}))
+            first = crd.wait_for(lambda: served.search(leader.log()),
+                                 "the leader's membership server", 60)
+            token = int(first.group(1))
+            leader.proc.send_signal(signal.SIGSTOP)
+            stopped = leader
+            crd.wait_for(lambda: crd.get(lease_path)["spec"]["holderIdentity"] not in
+                         ("", holder), "the standby taking the lease", 30)
+            second = crd.wait_for(lambda: served.search(standby.log()),
+                                  "the new leader's membership server", 60)
+            assert int(second.group(1)) == token + 1, (first.group(0), second.group(0))
+            leader.proc.send_signal(signal.SIGCONT)
+            stopped = None
+            crd.wait_for(lambda: "no longer the leader: 1 membership server stopped" in
+                         leader.log(), "the deposed leader stopping its server", 30)
+            assert leader.proc.wait(30) == 1, leader.log()[-2000:]
+            assert "leading" in standby.log()
+    finally:
+        if stopped is not None:
+            stopped.proc.send_signal(signal.SIGCONT)
+        a.stop()
+        b.stop()

@@ -150,7 +150,8 @@ def test_deployment_defaults(rendered):
               "--webhook-dns-names=%s,%s.%s,%s.%s.svc,%s.%s.svc.cluster.local"
               % (svc, svc, NS, svc, NS, svc, NS),
               "--webhook-configuration=" + FULL, "--webhook-setup-timeout=120",
-              "--elastic-rendezvous-host=%s-elastic.%s.svc.cluster.local" % (FULL, NS)):
+              "--elastic-rendezvous-host=%s-elastic.%s.svc.cluster.local" % (FULL, NS),
+              "--elastic-rendezvous-port=29400"):
         assert a in args, (a, args)
     assert not any(a.startswith("--namespace") for a in args), args
     # Elastic jobs' sidecars dial that name: headless over every replica (only the leader
@@ -194,7 +195,8 @@ def test_namespaced_values(rendered):
     assert "--leader-elect" in args and "--namespace=team-a" in args, args
     assert "--sidecar-image=registry.example.com/korovod/sidecar:1.2.3" in args
     assert not any(a.startswith("--webhook") for a in args), args
-    assert "volumeMounts" not in c and [p["name"] for p in c["ports"]] == ["metrics"]
+    # The elastic membership port is declared whatever the webhook (elastic jobs need it).
+    assert "volumeMounts" not in c and [p["name"] for p in c["ports"]] == ["metrics", "elastic"]
     pod = objs[("Deployment", FULL)]["spec"]["template"]
     assert objs[("Deployment", FULL)]["spec"]["replicas"] == 1
     assert "volumes" not in pod["spec"]
@@ -309,11 +311,11 @@ def test_network_policy(rendered, case):
     assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
     ingress_ports = [p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]]
     # The webhook port from anywhere (the API server is no pod), the metrics/health port, and
-    # the elastic membership servers' ephemeral ports from HorovodJob worker pods only.
-    assert ingress_ports == ([9443, 8080, 32768] if case == "default" else [8080, 32768]), policy
+    # the leader's one elastic membership port from HorovodJob worker pods only.
+    assert ingress_ports == ([9443, 8080, 29400] if case == "default" else [8080, 29400]), policy
     assert all("from" not in rule for rule in policy["spec"]["ingress"][:-1]), policy
     elastic = policy["spec"]["ingress"][-1]
-    assert elastic["ports"] == [{"protocol": "TCP", "port": 32768, "endPort": 60999}]
+    assert elastic["ports"] == [{"protocol": "TCP", "port": 29400}]
     assert elastic["from"] == [{"namespaceSelector": {},
                                 "podSelector": {"matchLabels": {"korovod.dev/role": "worker"}}}]
     api, dns = policy["spec"]["egress"]

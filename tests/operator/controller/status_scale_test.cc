@@ -103,9 +103,9 @@ TEST(StatusScale, A4096RankStaticJobStaysUnder256KiB) {
   // Every rank succeeded, and PodGC took half of the pods already.
   for (json& pod : c.pods()) {
     pod["status"]["phase"] = "Succeeded";
-    pod["status"]["containerStatuses"] = json::array(
-        {{{"name", "trainer"},
-          {"state", {{"terminated", {{"exitCode", 0}, {"reason", "Completed"}}}}}}});
+    pod["status"]["containerStatuses"] =
+        json::array({{{"name", "trainer"},
+                      {"state", {{"terminated", {{"exitCode", 0}, {"reason", "Completed"}}}}}}});
   }
   c.Step(kT0 + 4);
   std::erase_if(c.pods(), [](const json& pod) { return IndexOf(pod) % 2 == 1; });
@@ -174,6 +174,21 @@ TEST(StatusScale, A4096RankElasticJobStaysUnder256KiBAndANewLeaderResumesIt) {
   EXPECT_EQ(r.elastic->port, 7000);
   EXPECT_EQ(r.elastic->resume_members, ids);
   std::printf("4096-rank elastic job: status %zu bytes\n", StatusBytes(c));
+
+  // Half the workers leave at once: the event names the first 16 of them and counts the rest.
+  server.epoch = 2;
+  server.members.assign(ids.begin(), ids.begin() + kRanks / 2);
+  server.formed_version = 4097;
+  r = ElasticStep(c, kT0 + 4, server);
+  const Action* shrunk = nullptr;
+  for (const Action& a : r.actions) {
+    if (a.reason == "MembershipChanged") shrunk = &a;
+  }
+  ASSERT_NE(shrunk, nullptr);
+  EXPECT_LT(shrunk->message.size(), 2048u) << shrunk->message.substr(0, 4096);
+  EXPECT_NE(shrunk->message.find("and " + std::to_string(kRanks / 2 - 16) + " more"),
+            std::string::npos)
+      << shrunk->message.substr(0, 2048);
 }
 
 }  // namespace

@@ -236,6 +236,7 @@ TEST(LeaderElectionTest, AStaleLeaseIsTakenOverOnlyAfterALeaseDurationOfLocalTim
   // The record must first stay unchanged for leaseDurationSeconds of local time.
   store.Set(HeldLease("ghost", std::chrono::system_clock::now() - std::chrono::seconds(20)));
   EXPECT_FALSE(me.Try());
+  EXPECT_EQ(me.elector->fencing_token(), 0u);  // not led yet
   me.steady += std::chrono::seconds(15) - milliseconds(1);
   EXPECT_FALSE(me.Try()) << "taken over before leaseDurationSeconds";
   me.steady += milliseconds(1);  // expired at exactly leaseDurationSeconds, as in client-go
@@ -243,8 +244,11 @@ TEST(LeaderElectionTest, AStaleLeaseIsTakenOverOnlyAfterALeaseDurationOfLocalTim
   EXPECT_EQ(store.lease()["spec"]["holderIdentity"], "me");
   EXPECT_EQ(store.lease()["spec"]["leaseTransitions"], 4);
   EXPECT_EQ(store.lease()["spec"]["leaseDurationSeconds"], 3);
+  // The transitions it wrote are its fencing token: above the deposed holder's 3.
+  EXPECT_EQ(me.elector->fencing_token(), 4u);
   EXPECT_TRUE(me.Try());  // a renewal is not a transition
   EXPECT_EQ(store.lease()["spec"]["leaseTransitions"], 4);
+  EXPECT_EQ(me.elector->fencing_token(), 4u);
 }
 
 TEST(LeaderElectionTest, AHolderWithItsClockBehindThatKeepsRenewingIsNeverTakenOver) {

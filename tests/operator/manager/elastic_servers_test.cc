@@ -24,10 +24,11 @@ ElasticDirective Directive(std::vector<std::string> live) {
   return d;
 }
 
-StatusOr<ElasticAssignment> Join(int port, const std::string& worker, uint32_t last_epoch) {
+StatusOr<ElasticAssignment> Join(int port, const std::string& worker, uint32_t last_epoch,
+                                 const std::string& key = "elastic-servers-test-key") {
   ElasticJoinOptions o;
   o.server = {"127.0.0.1", static_cast<uint16_t>(port)};
-  o.job_key = "elastic-servers-test-key";
+  o.job_key = key;
   o.worker = worker;
   o.last_epoch = last_epoch;
   o.self.host_name = worker;
@@ -80,6 +81,66 @@ TEST(ElasticServers, StartFormWakeRestartOnEditAndStop) {
   ASSERT_TRUE(servers.Apply("ns/j", "uid-1", std::nullopt).ok());
   EXPECT_FALSE(servers.Observe("ns/j", "uid-1"));
   EXPECT_TRUE(servers.JobKeys().empty());
+}
+
+// Two operators that both believe they lead (a deposed leader resumed after SIGSTOP, and the new
+// one): a worker that met the new leader's token refuses the old one's server, naming both
+// tokens; once the old one learns it is deposed, its servers and listener stop at once and it
+// starts no other.
+TEST(ElasticServers, ADeposedLeadersServerIsRefusedThenStops) {
+  ElasticServers deposed([](const std::string&) {});
+  ElasticServers current([](const std::string&) {});
+  deposed.SetFencingToken(1);
+  current.SetFencingToken(2);
+  ASSERT_TRUE(deposed.Apply("ns/j", "uid-1", Directive({"w0.u"})).ok());
+  ASSERT_TRUE(current.Apply("ns/j", "uid-1", Directive({"w0.u"})).ok());
+  const int old_port = deposed.Observe("ns/j", "uid-1")->port;
+  const int new_port = current.Observe("ns/j", "uid-1")->port;
+  auto joined = Join(new_port, "w0.u", 0);
+  ASSERT_TRUE(joined.ok()) << joined.status().ToString();
+  EXPECT_EQ(joined->token, 2u);
+
+  MembershipQuery q;
+  q.since = joined->version;
+  q.min_token = joined->token;
+  auto fenced = QueryMembership({"127.0.0.1", static_cast<uint16_t>(old_port)},
+                                "elastic-servers-test-key", q, Deadline::After(milliseconds(5000)));
+  ASSERT_FALSE(fenced.ok());
+  EXPECT_NE(fenced.status().message().find("fencing token 1, below the token 2"), std::string::npos)
+      << fenced.status().ToString();
+
+  deposed.Depose();
+  EXPECT_FALSE(deposed.Observe("ns/j", "uid-1"));
+  auto none = QueryMembership({"127.0.0.1", static_cast<uint16_t>(old_port)},
+                              "elastic-servers-test-key", 0, Deadline::After(milliseconds(500)));
+  EXPECT_FALSE(none.ok());  // nothing listens there any more
+  Status again = deposed.Apply("ns/j", "uid-1", Directive({"w0.u"}));
+  EXPECT_EQ(again.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(again.message().find("no longer the leader"), std::string::npos) << again.ToString();
+}
+
+// Every elastic job of the leader is served on one listener, on the configured port.
+TEST(ElasticServers, EveryJobIsServedOnTheOnePort) {
+  uint16_t port = 0;
+  {
+    auto probe = MembershipListener::Start({});
+    ASSERT_TRUE(probe.ok());
+    port = (*probe)->port();
+  }
+  ElasticServers servers([](const std::string&) {}, port);
+  ElasticDirective a = Directive({"a.u"});
+  ElasticDirective b = Directive({"b.u"});
+  b.job_key = "another-job-key";
+  ASSERT_TRUE(servers.Apply("ns/a", "uid-a", a).ok());
+  ASSERT_TRUE(servers.Apply("ns/b", "uid-b", b).ok());
+  EXPECT_EQ(servers.Observe("ns/a", "uid-a")->port, port);
+  EXPECT_EQ(servers.Observe("ns/b", "uid-b")->port, port);
+  auto ja = Join(port, "a.u", 0);
+  auto jb = Join(port, "b.u", 0, "another-job-key");
+  ASSERT_TRUE(ja.ok()) << ja.status().ToString();
+  ASSERT_TRUE(jb.ok()) << jb.status().ToString();
+  EXPECT_EQ(servers.Observe("ns/a", "uid-a")->members, std::vector<std::string>{"a.u"});
+  EXPECT_EQ(servers.Observe("ns/b", "uid-b")->members, std::vector<std::string>{"b.u"});
 }
 
 }  // namespace

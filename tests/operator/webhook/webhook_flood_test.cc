@@ -9,6 +9,7 @@
 #include <openssl/ssl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -226,6 +227,50 @@ TEST_F(WebhookFloodTest, TheBodyLimitFitsTheLargestReviewTheApiServerSends) {
   ASSERT_TRUE(too_large) << httplib::to_string(too_large.error());
   EXPECT_EQ(too_large->status, 413);
   EXPECT_NE(too_large->body.find("4194304"), std::string::npos) << too_large->body;
+}
+
+TEST_F(WebhookFloodTest, LargeBodiesSentSlowlyAreRefusedPastTheMemoryBudget) {
+  // 20 connections from one address each announce a body just under the 4 MiB limit and never
+  // send it: without a budget the server would hold a buffer for each (256 of them: 1 GiB).
+  // Two fit in one address's share (8 MiB); the others are answered 503 before any body is read,
+  // and a review from another address is still answered.
+  client_ctx_ = SSL_CTX_new(TLS_client_method());
+  const std::string head =
+      "POST /inject HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string((4u << 20) - 1) + "\r\n\r\n";
+  for (int i = 0; i < 20; ++i) {
+    const int fd = ConnectFrom("127.0.0.2", server_->port());
+    ASSERT_GE(fd, 0);
+    timeval wait{3, 0};  // a held connection answers nothing: give up on it after 3 s
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+    SSL* ssl = SSL_new(client_ctx_);
+    SSL_set_fd(ssl, fd);
+    slow_.push_back(fd);
+    slow_tls_.push_back(ssl);
+    ASSERT_EQ(SSL_connect(ssl), 1);
+    SSL_write(ssl, head.data(), static_cast<int>(head.size()));
+  }
+  int refused = 0;
+  std::string first_refusal;
+  for (SSL* ssl : slow_tls_) {
+    std::string answer;
+    char buf[4096];
+    while (answer.find('}') == std::string::npos) {
+      const int n = SSL_read(ssl, buf, sizeof(buf));
+      if (n <= 0) break;
+      answer.append(buf, n);
+    }
+    if (answer.rfind("HTTP/1.1 503", 0) == 0) {
+      if (first_refusal.empty()) first_refusal = answer;
+      ++refused;
+    }
+  }
+  EXPECT_EQ(refused, 18) << first_refusal;
+  EXPECT_NE(first_refusal.find("memory budget"), std::string::npos) << first_refusal;
+  auto res = Post(Review(StatefulSetPod()).dump());
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200) << res->body;
 }
 
 }  // namespace

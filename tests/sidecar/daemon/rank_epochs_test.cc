@@ -27,7 +27,8 @@ RankEpochs Elastic(FakeServer& server, milliseconds watch_every) {
         e->formed_version = 10;
         return e;
       },
-      [&server](uint64_t since, Deadline) -> StatusOr<MembershipVersion> {
+      [&server](const MembershipQuery& q, Deadline) -> StatusOr<MembershipVersion> {
+        const uint64_t since = q.since;
         ++server.queries;
         if (!server.up) return Unavailable("the membership server is away");
         MembershipVersion v;
@@ -36,7 +37,7 @@ RankEpochs Elastic(FakeServer& server, milliseconds watch_every) {
         v.update = server.version > since ? kHostsAdded : kNoHostUpdate;
         return v;
       },
-      watch_every);
+      watch_every, /*long_poll=*/milliseconds(0));
 }
 
 TEST(RankEpochsMembership, TheEpochsFirstQuestionAsksThenTheAnswerIsReused) {
