@@ -51,7 +51,7 @@ struct JobControllerOptions {
   OperatorSettings settings;
   // How long an elastic job waits for the pod cache to see its own creates and deletes.
   std::chrono::steady_clock::duration expectations_timeout = PodExpectations::kDefaultTimeout;
-  int elastic_port = 0;   // ElasticServers' listener port
+  int elastic_port = 0;  // ElasticServers' listener port
   WriteFence may_write;  // asked before every write (ActionExecutor); empty: always
 };
 
