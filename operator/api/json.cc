@@ -240,8 +240,7 @@ Status ParseSchedulingPolicy(const ObjectReader& r, SchedulingPolicy& out) {
 }
 
 Status ParseElastic(const ObjectReader& r, ElasticSpec& out) {
-  KV_RETURN_IF_ERROR(
-      r.OnlyKnown({"minReplicas", "maxReplicas", "timeoutSeconds", "resetLimit"}));
+  KV_RETURN_IF_ERROR(r.OnlyKnown({"minReplicas", "maxReplicas", "timeoutSeconds", "resetLimit"}));
   KV_RETURN_IF_ERROR(r.Int("minReplicas", out.min_replicas, 1));
   KV_RETURN_IF_ERROR(r.Int("maxReplicas", out.max_replicas, 1));
   KV_RETURN_IF_ERROR(r.Int("timeoutSeconds", out.timeout_seconds, 1));
@@ -371,11 +370,11 @@ StatusOr<ElasticStatus> ParseElasticStatus(const ObjectReader& r) {
 StatusOr<HorovodJobStatus> ParseStatus(const json& value, const std::string& path) {
   HorovodJobStatus s;
   KV_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::Open(value, path));
-  KV_RETURN_IF_ERROR(r.OnlyKnown(
-      {"phase", "conditions", "readyWorkers", "activeWorkers", "succeededWorkers", "failedWorkers",
-       "restartCount", "startTime", "completionTime", "observedGeneration", "epoch", "worldSize",
-       "epochStartTime", "workers", "unlistedWorkers", "finishedRanks", "rankSummary",
-       "coordinatorAddress", "elastic"}));
+  KV_RETURN_IF_ERROR(r.OnlyKnown({"phase", "conditions", "readyWorkers", "activeWorkers",
+                                  "succeededWorkers", "failedWorkers", "restartCount", "startTime",
+                                  "completionTime", "observedGeneration", "epoch", "worldSize",
+                                  "epochStartTime", "workers", "unlistedWorkers", "finishedRanks",
+                                  "rankSummary", "coordinatorAddress", "elastic"}));
   KV_RETURN_IF_ERROR(r.Enum("phase", kJobPhaseNames, s.phase));
   if (const json* conditions = r.Find("conditions")) {
     const std::string cpath = r.PathOf("conditions");

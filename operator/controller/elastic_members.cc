@@ -41,9 +41,8 @@ std::vector<std::string> MemberIds(const HorovodJob& job, const ElasticStatus& e
     const int64_t index = es.members[rank];
     const std::string digest = rank < es.member_uids.size() ? es.member_uids[rank] : "";
     const auto it = by_index.find({index, digest});
-    ids.push_back(it != by_index.end()
-                      ? it->second->name + "." + it->second->uid
-                      : WorkerPodName(job, index) + "." + std::string(kGoneUid));
+    ids.push_back(it != by_index.end() ? it->second->name + "." + it->second->uid
+                                       : WorkerPodName(job, index) + "." + std::string(kGoneUid));
   }
   return ids;
 }

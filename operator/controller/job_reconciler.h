@@ -147,8 +147,8 @@ class JobReconciler {
   std::map<int64_t, std::pair<WorkerPodState, const json*>> current_;
   std::vector<const json*> stale_;
   std::set<std::string> deleted_;
-  FinishedRankRecord finished_;     // status.finishedRanks, updated from the pods
-  std::vector<WorkerStatus> ranks_;  // every rank's entry (status.workers lists some)
+  FinishedRankRecord finished_;          // status.finishedRanks, updated from the pods
+  std::vector<WorkerStatus> ranks_;      // every rank's entry (status.workers lists some)
   std::vector<std::string> member_ids_;  // an elastic job's members' worker ids, by rank
   bool key_ready_ = true;
   bool pod_group_ready_ = true;

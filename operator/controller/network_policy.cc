@@ -22,15 +22,15 @@ nlohmann::json BuildWorkerNetworkPolicy(const HorovodJob& job, const OperatorSet
       {"namespaceSelector",
        {{"matchLabels", {{"kubernetes.io/metadata.name", np.operator_namespace}}}}},
       {"podSelector", {{"matchLabels", std::move(operator_labels)}}}};
-  return json{{"apiVersion", "networking.k8s.io/v1"},
-              {"kind", "NetworkPolicy"},
-              {"metadata", ChildMetadata(job, WorkerNetworkPolicyName(job))},
-              {"spec",
-               {{"podSelector", workers},
-                {"policyTypes", json::array({"Ingress"})},
-                {"ingress",
-                 json::array({{{"from", json::array({{{"podSelector", workers}},
-                                                      the_operator})}}})}}}};
+  return json{
+      {"apiVersion", "networking.k8s.io/v1"},
+      {"kind", "NetworkPolicy"},
+      {"metadata", ChildMetadata(job, WorkerNetworkPolicyName(job))},
+      {"spec",
+       {{"podSelector", workers},
+        {"policyTypes", json::array({"Ingress"})},
+        {"ingress",
+         json::array({{{"from", json::array({{{"podSelector", workers}}, the_operator})}}})}}}};
 }
 
 }  // namespace korovod::k8s_operator

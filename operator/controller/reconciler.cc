@@ -17,9 +17,9 @@
 #include "operator/api/validate.h"
 #include "operator/controller/child_metadata.h"
 #include "operator/controller/child_names.h"
-#include "operator/controller/job_reconciler.h"
 #include "operator/controller/elastic_members.h"
 #include "operator/controller/job_key_secret.h"
+#include "operator/controller/job_reconciler.h"
 #include "operator/controller/json_access.h"
 #include "operator/controller/kueue_workload.h"
 #include "operator/controller/network_policy.h"
@@ -166,8 +166,7 @@ void JobReconciler::Event(std::string_view type, std::string_view reason, std::s
 }
 
 void JobReconciler::Create(json object, std::string why) {
-  out_.actions.push_back(
-      Action{Action::Kind::kCreate, std::move(object), "", std::move(why), ""});
+  out_.actions.push_back(Action{Action::Kind::kCreate, std::move(object), "", std::move(why), ""});
 }
 
 void JobReconciler::Delete(const json& child, std::string_view api_version, std::string_view kind,

@@ -1,13 +1,12 @@
 // JobReconciler, a static job's epochs: which pods are the current epoch's, what counts as a
 // failure, a resize, the epoch's children and workers, and the phase they add up to.
-#include "operator/controller/job_reconciler.h"
-
 #include <cstdlib>
 #include <string>
 
 #include "common/rfc3339.h"
 #include "operator/api/conditions.h"
 #include "operator/controller/child_names.h"
+#include "operator/controller/job_reconciler.h"
 #include "operator/controller/json_access.h"
 #include "operator/controller/pod_group.h"
 #include "operator/controller/reasons.h"
@@ -48,8 +47,8 @@ JobReconciler::Failure JobReconciler::FindFailure() const {
       } else if (status_.phase == JobPhase::kRunning) {
         // Before the world ran, a missing pod is just (re)created; once it ran, its rank is
         // gone.
-        why = "worker pod " + WorkerPodName(job_, i) +
-              " disappeared (deleted outside the operator)";
+        why =
+            "worker pod " + WorkerPodName(job_, i) + " disappeared (deleted outside the operator)";
       }
     } else {
       const WorkerPodState& s = it->second.first;
@@ -96,11 +95,10 @@ bool JobReconciler::RestartAfter(const Failure& failure) {
                std::to_string(status_.restart_count) + " of " + std::to_string(limit) +
                " restarts used)";
   } else {
-    message += " (restart " + std::to_string(status_.restart_count) + " of " +
-               std::to_string(limit) + ")";
+    message +=
+        " (restart " + std::to_string(status_.restart_count) + " of " + std::to_string(limit) + ")";
   }
-  const std::string_view reason =
-      failure.disruption ? kReasonWorkerDisrupted : kReasonWorkerFailed;
+  const std::string_view reason = failure.disruption ? kReasonWorkerDisrupted : kReasonWorkerFailed;
   status_.phase = JobPhase::kRestarting;
   Mark(kConditionRestarting, true, reason, message);
   MarkIfPresent(kConditionRunning, false, reason, message);
@@ -142,8 +140,7 @@ void JobReconciler::MaybeResize() {
                                : "the world (spec.replicas x spec.worker.ranksPerWorker ranks)";
   const std::string message = what + " changed from " + std::to_string(size) + " to " +
                               std::to_string(WorldSize(job_.spec)) +
-                              "; restarting all workers as epoch " +
-                              std::to_string(status_.epoch);
+                              "; restarting all workers as epoch " + std::to_string(status_.epoch);
   status_.phase = JobPhase::kRestarting;
   Mark(kConditionRestarting, true, kReasonWorldResized, message);
   MarkIfPresent(kConditionRunning, false, kReasonWorldResized, message);

@@ -1,11 +1,10 @@
 // JobReconciler, the end of a job: finishing (conditions, event), the cleanPodPolicy and the TTL,
 // the active deadline and the start-up timeout.
-#include "operator/controller/job_reconciler.h"
-
 #include <string>
 
 #include "common/rfc3339.h"
 #include "operator/api/conditions.h"
+#include "operator/controller/job_reconciler.h"
 #include "operator/controller/json_access.h"
 #include "operator/controller/reasons.h"
 
@@ -47,16 +46,15 @@ void JobReconciler::CleanUpFinished() {
   }
   const int64_t finished_for = SecondsSince("completionTime", status_.completion_time, *completed);
   if (finished_for >= *ttl) {
-    out_.actions.push_back(
-        Action{Action::Kind::kDeleteJob,
-               json{{"apiVersion", std::string(kApiVersion)},
-                    {"kind", std::string(kKind)},
-                    {"metadata",
-                     {{"name", job_.metadata.name},
-                      {"namespace", job_.metadata.namespace_name},
-                      {"uid", job_.metadata.uid}}}},
-               "", std::string(kReasonTtlExpired),
-               "ttlSecondsAfterFinished " + std::to_string(*ttl) + " expired"});
+    out_.actions.push_back(Action{Action::Kind::kDeleteJob,
+                                  json{{"apiVersion", std::string(kApiVersion)},
+                                       {"kind", std::string(kKind)},
+                                       {"metadata",
+                                        {{"name", job_.metadata.name},
+                                         {"namespace", job_.metadata.namespace_name},
+                                         {"uid", job_.metadata.uid}}}},
+                                  "", std::string(kReasonTtlExpired),
+                                  "ttlSecondsAfterFinished " + std::to_string(*ttl) + " expired"});
   } else {
     Requeue(out_, *ttl - finished_for);
   }
@@ -110,8 +108,8 @@ bool JobReconciler::StartupTimedOut() {
     ++count;
     if (count > 8) continue;  // the message stays readable; status.rankSummary has them all
     missing += missing.empty() ? "" : "; ";
-    missing += "rank " + std::to_string(w.rank) + " (" + w.pod + ": " +
-               std::string(Name(w.state)) + (w.message.empty() ? "" : ", " + w.message) + ")";
+    missing += "rank " + std::to_string(w.rank) + " (" + w.pod + ": " + std::string(Name(w.state)) +
+               (w.message.empty() ? "" : ", " + w.message) + ")";
   }
   if (count == 0) return false;
   if (count > 8) missing += "; and " + std::to_string(count - 8) + " more";
@@ -123,8 +121,7 @@ bool JobReconciler::StartupTimedOut() {
   Finish(JobPhase::kFailed, kReasonStartupTimeout,
          std::to_string(count) + " of " + std::to_string(job_.spec.replicas) +
              " workers of epoch " + std::to_string(status_.epoch) + " did not start within " +
-             "spec.runPolicy.startupTimeoutSeconds (" + std::to_string(timeout) +
-             "s): " + missing);
+             "spec.runPolicy.startupTimeoutSeconds (" + std::to_string(timeout) + "s): " + missing);
   return true;
 }
 

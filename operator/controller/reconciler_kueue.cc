@@ -1,12 +1,11 @@
 // JobReconciler, Kueue (kueue_workload.h): a job in a LocalQueue runs only while its Workload is
 // admitted, and gives the quota back once stopped or finished.
-#include "operator/controller/job_reconciler.h"
-
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "operator/api/conditions.h"
+#include "operator/controller/job_reconciler.h"
 #include "operator/controller/json_access.h"
 #include "operator/controller/reasons.h"
 

@@ -1,11 +1,10 @@
 // JobReconciler, the counts and the per-rank status (worker_status.h): every rank's entry,
 // status.workers and rankSummary from it, and the finished ranks kept in status.finishedRanks.
-#include "operator/controller/job_reconciler.h"
-
 #include <string>
 
 #include "operator/api/conditions.h"
 #include "operator/controller/child_names.h"
+#include "operator/controller/job_reconciler.h"
 #include "operator/controller/reasons.h"
 
 namespace korovod::k8s_operator::internal {

@@ -13,10 +13,10 @@
 #include <string>
 #include <string_view>
 
+#include "common/status.h"
 #include "operator/kube/api_result.h"
 #include "operator/kube/canceller.h"
 #include "operator/kube/kube_config.h"
-#include "common/status.h"
 
 namespace korovod::kube {
 

@@ -67,9 +67,9 @@ std::string EventRecorder::KeyOf(const nlohmann::json& event) const {
   const nlohmann::json& o = event["involvedObject"];
   std::string key;
   for (const std::string& part :
-       {component_, StringAt(o, {"apiVersion"}), StringAt(o, {"kind"}),
-        StringAt(o, {"namespace"}), StringAt(o, {"name"}), StringAt(o, {"uid"}),
-        StringAt(event, {"type"}), StringAt(event, {"reason"}), StringAt(event, {"message"})}) {
+       {component_, StringAt(o, {"apiVersion"}), StringAt(o, {"kind"}), StringAt(o, {"namespace"}),
+        StringAt(o, {"name"}), StringAt(o, {"uid"}), StringAt(event, {"type"}),
+        StringAt(event, {"reason"}), StringAt(event, {"message"})}) {
     key += part;
     key += '\0';
   }
@@ -132,8 +132,7 @@ ApiResult EventRecorder::Record(const nlohmann::json& object, EventType type,
     // deleted it): a new one.
     repeat->count += 1;
     repeat->last = now;
-    const nlohmann::json patch = {{"count", repeat->count},
-                                  {"lastTimestamp", FormatRfc3339(now)}};
+    const nlohmann::json patch = {{"count", repeat->count}, {"lastTimestamp", FormatRfc3339(now)}};
     result = client_.Patch(kEvents.Path(repeat->ns, repeat->name), patch);
     if (result.ok()) {
       Remember(key, std::move(*repeat));

@@ -17,11 +17,11 @@
 #include <thread>
 #include <vector>
 
+#include "common/status.h"
 #include "operator/kube/api_client.h"
 #include "operator/kube/canceller.h"
 #include "operator/kube/resource.h"
 #include "operator/kube/watch_decoder.h"
-#include "common/status.h"
 
 namespace korovod::kube {
 

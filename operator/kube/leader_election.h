@@ -13,8 +13,8 @@
 #include <string>
 #include <thread>
 
-#include "operator/kube/api_client.h"
 #include "common/status.h"
+#include "operator/kube/api_client.h"
 
 namespace korovod::kube {
 

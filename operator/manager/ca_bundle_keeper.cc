@@ -147,8 +147,8 @@ Status CaBundleKeeper::CheckOnce() {
   if (usable.ok()) {
     // Any time left will do: a replica switches to whatever the Secret holds; replacing a
     // Secret near its end is the setup's job at the next start.
-    usable = CheckWebhookCertificates(*stored, o.dns_names, std::time(nullptr),
-                                      std::chrono::seconds(0));
+    usable =
+        CheckWebhookCertificates(*stored, o.dns_names, std::time(nullptr), std::chrono::seconds(0));
   }
   bool changed = false;
   if (!usable.ok()) {
@@ -177,12 +177,13 @@ Status CaBundleKeeper::CheckOnce() {
   const auto retire_after =
       options_.retire_after.count() > 0 ? options_.retire_after : 2 * options_.period;
   const bool retire = now - serving_since_ >= retire_after;
-  KV_RETURN_IF_ERROR(EnsureCaBundle(client_, o.webhook_configuration, serving_ca_, retire,
-                                    &changed));
+  KV_RETURN_IF_ERROR(
+      EnsureCaBundle(client_, o.webhook_configuration, serving_ca_, retire, &changed));
   if (log_ && changed) {
-    log_("caBundle of " + config + (retire ? ": set to the CA of " + secret + " alone" +
-                                                 " (other CAs retired, or it had been removed)"
-                                           : " was changed or removed: restored"));
+    log_("caBundle of " + config +
+         (retire ? ": set to the CA of " + secret + " alone" +
+                       " (other CAs retired, or it had been removed)"
+                 : " was changed or removed: restored"));
   }
   return OkStatus();
 }
@@ -195,8 +196,8 @@ void CaBundleKeeper::Run() {
     Status s = CheckOnce();
     if (log_ && !s.ok() && s.ToString() != last_error) {
       log_("caBundle check of MutatingWebhookConfiguration " +
-           options_.setup.webhook_configuration + " failed (retrying every period): " +
-           s.ToString());
+           options_.setup.webhook_configuration +
+           " failed (retrying every period): " + s.ToString());
     }
     last_error = s.ok() ? "" : s.ToString();
     lock.lock();

@@ -48,9 +48,9 @@ Status ElasticServers::Apply(const std::string& job_key, const std::string& uid,
   std::unique_ptr<ElasticRendezvousServer> stopped;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(job_key);
-  const auto settings = d ? std::make_tuple(d->min_workers, d->max_workers, d->timeout_seconds,
-                                            d->reset_limit)
-                          : std::tuple<int64_t, int64_t, int64_t, int64_t>{};
+  const auto settings =
+      d ? std::make_tuple(d->min_workers, d->max_workers, d->timeout_seconds, d->reset_limit)
+        : std::tuple<int64_t, int64_t, int64_t, int64_t>{};
   // Settings changed: the server starts again from the state the directive carries (the status
   // this reconcile wrote from it), on its port.
   if (it != jobs_.end() && (!d || it->second.uid != uid || it->second.settings != settings)) {
@@ -164,8 +164,8 @@ std::vector<std::string> ElasticServers::JobKeys() const {
 void ElasticServers::Watch(std::stop_token stop) {
   std::mutex sleep_mu;
   std::unique_lock<std::mutex> sleep(sleep_mu);
-  while (!watch_cv_.wait_for(sleep, stop, kWatchInterval,
-                             [&stop] { return stop.stop_requested(); })) {
+  while (
+      !watch_cv_.wait_for(sleep, stop, kWatchInterval, [&stop] { return stop.stop_requested(); })) {
     std::vector<std::string> moved;
     {
       std::lock_guard<std::mutex> lock(mu_);

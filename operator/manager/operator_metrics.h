@@ -17,8 +17,8 @@
 #include <memory>
 #include <string>
 
-#include "common/status.h"
 #include "common/http/metrics_registry.h"
+#include "common/status.h"
 
 namespace korovod::k8s_operator {
 

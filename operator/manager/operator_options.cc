@@ -109,8 +109,9 @@ Status ParseWorkerNetworkPolicy(const std::string& flag, const std::string& v,
                                 WorkerNetworkPolicySettings* out) {
   *out = WorkerNetworkPolicySettings{};
   if (v.empty()) return OkStatus();
-  const std::string expected = ": expected NAMESPACE:KEY=VALUE[,KEY=VALUE...] (the operator's "
-                               "namespace and its pods' labels)";
+  const std::string expected =
+      ": expected NAMESPACE:KEY=VALUE[,KEY=VALUE...] (the operator's "
+      "namespace and its pods' labels)";
   const size_t colon = v.find(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == v.size()) {
     return InvalidArgument(flag + "=" + v + expected);

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "operator/controller/operator_settings.h"
 #include "common/status.h"
+#include "operator/controller/operator_settings.h"
 
 namespace korovod::k8s_operator {
 

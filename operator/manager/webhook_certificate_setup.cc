@@ -188,12 +188,12 @@ StatusOr<std::string> SetUpWebhookCertificate(const kube::ApiClient& client,
     // Added to the CAs already there, not in their place: during a rotation the replicas that
     // still serve a certificate of the previous CA stay trusted until their keepers switch them
     // to the new one (CaBundleKeeper retires the old CA after that).
-    KV_RETURN_IF_ERROR(RetryUntil(
-        "caBundle of MutatingWebhookConfiguration " + options.webhook_configuration, deadline,
-        options, [&] {
-          return EnsureCaBundle(client, options.webhook_configuration, certs.ca_crt,
-                                /*retire_others=*/false);
-        }));
+    KV_RETURN_IF_ERROR(
+        RetryUntil("caBundle of MutatingWebhookConfiguration " + options.webhook_configuration,
+                   deadline, options, [&] {
+                     return EnsureCaBundle(client, options.webhook_configuration, certs.ca_crt,
+                                           /*retire_others=*/false);
+                   }));
     if (options.log) {
       options.log("webhook certificate: caBundle of MutatingWebhookConfiguration " +
                   options.webhook_configuration + " set");

@@ -42,8 +42,8 @@ std::string PeerAddress(int fd) {
 
 void OnTlsInfo(const SSL* ssl, int where, int /*ret*/) {
   if ((where & SSL_CB_HANDSHAKE_START) == 0) return;
-  auto* guard = static_cast<ConnectionGuard*>(
-      SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), GuardIndex()));
+  auto* guard =
+      static_cast<ConnectionGuard*>(SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), GuardIndex()));
   if (guard != nullptr) guard->OnHandshakeStart(SSL_get_fd(ssl));
 }
 

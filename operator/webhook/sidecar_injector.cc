@@ -291,8 +291,7 @@ AdmissionReply ReviewPodCreation(std::string_view request_body, const OperatorSe
     return reply;
   }
   json no_request;
-  json& request =
-      review.is_object() && review.contains("request") ? review["request"] : no_request;
+  json& request = review.is_object() && review.contains("request") ? review["request"] : no_request;
   const std::string uid = StringMember(request, "uid");
   if (review.is_discarded() || StringMember(review, "kind") != "AdmissionReview" || uid.empty()) {
     reply.http_status = 400;
@@ -310,8 +309,8 @@ AdmissionReply ReviewPodCreation(std::string_view request_body, const OperatorSe
     InjectionPlan plan;
     try {
       // The pod is moved out of the review (the review itself is not needed again).
-      json pod = request.is_object() && request.contains("object") ? std::move(request["object"])
-                                                                    : json();
+      json pod =
+          request.is_object() && request.contains("object") ? std::move(request["object"]) : json();
       plan = PlanInjection(std::move(pod), StringMember(request, "namespace"), settings);
     } catch (const nlohmann::json::exception& e) {
       // A field of an unexpected type deep in the pod (the API server validates pods after

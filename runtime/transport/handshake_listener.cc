@@ -32,8 +32,8 @@ std::pair<std::string, std::string> RemoteEnd(int fd) {
 
 std::string Claim(const Hello& h) {
   return std::string(h.stream == kProbeStream ? "a preflight probe that " : "") + "claimed rank " +
-         std::to_string(h.from) + " of a world of " + std::to_string(h.world) +
-         " (epoch " + std::to_string(h.epoch) + ")";
+         std::to_string(h.from) + " of a world of " + std::to_string(h.world) + " (epoch " +
+         std::to_string(h.epoch) + ")";
 }
 
 // The job a dialer names before its Hello (JobRouting::key_for_job).
@@ -95,10 +95,10 @@ void HandshakeListener::AcceptLoop() {
         if (!told_fd_limit) {
           rlimit limit{};
           ::getrlimit(RLIMIT_NOFILE, &limit);
-          const std::string text =
-              options_.owner + ": cannot accept a connection: out of file descriptors (this " +
-              "process's limit, RLIMIT_NOFILE, is " + std::to_string(limit.rlim_cur) +
-              "; raise it)";
+          const std::string text = options_.owner +
+                                   ": cannot accept a connection: out of file descriptors (this " +
+                                   "process's limit, RLIMIT_NOFILE, is " +
+                                   std::to_string(limit.rlim_cur) + "; raise it)";
           KV_LOG(kError, kTransport, "%s", text.c_str());
           std::lock_guard<std::mutex> lock(mu_);
           local_failure_ = Unavailable(text);

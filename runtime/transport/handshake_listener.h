@@ -38,7 +38,7 @@ namespace korovod {
 struct AuthenticatedConnection {
   Fd fd;
   Hello hello;
-  std::string source;  // "ip:port" of the dialer
+  std::string source;       // "ip:port" of the dialer
   ConnectionSecret secret;  // the handshake's per-connection secret (wire security)
   std::string job;          // the job the dialer named (JobRouting::key_for_job)
   std::string payload;      // what JobRouting::after_handshake read
@@ -145,8 +145,8 @@ class HandshakeListener {
   std::map<std::string, SourceRecord> sources_;  // refused, by ip (first few hundred)
   std::set<int> key_refused_;                    // claimed ranks whose key check failed
   Status local_failure_;
-  std::vector<Worker> workers_;                  // touched only by the accept thread and ~
-  std::thread accept_thread_;                    // last: starts once the members above exist
+  std::vector<Worker> workers_;  // touched only by the accept thread and ~
+  std::thread accept_thread_;    // last: starts once the members above exist
 };
 
 }  // namespace korovod

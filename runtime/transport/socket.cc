@@ -65,8 +65,8 @@ Status OutOfDescriptorsError(const std::string& what, int err) {
   rlimit nofile{};
   if (err == EMFILE && ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 &&
       nofile.rlim_cur != RLIM_INFINITY) {
-    m += " (this process's descriptor limit, RLIMIT_NOFILE, is " +
-         std::to_string(nofile.rlim_cur) + ")";
+    m += " (this process's descriptor limit, RLIMIT_NOFILE, is " + std::to_string(nofile.rlim_cur) +
+         ")";
   }
   return FailedPrecondition(m);
 }

@@ -134,9 +134,11 @@ StatusOr<RankEpochs::Membership> RankEpochs::QueryMembership(Deadline deadline) 
   }
   if (known) {
     // The watch has asked in vain for a while: the server is away. No commit waits for it.
-    unreachable = Unavailable("no answer for " + std::to_string(std::chrono::duration_cast<
-                                  std::chrono::seconds>(Clock::now() - known->at).count()) +
-                              " s");
+    unreachable = Unavailable(
+        "no answer for " +
+        std::to_string(
+            std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - known->at).count()) +
+        " s");
   } else {
     // The epoch's first question: ask now (the server formed the epoch a moment ago).
     MembershipQuery q;

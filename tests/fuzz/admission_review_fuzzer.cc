@@ -4,10 +4,9 @@
 // Every body gets an answer: 400 with an error, or 200 with an AdmissionReview response for the
 // request's uid; an allowed answer's patch is base64 of a JSON Patch that applies to the pod it
 // was planned for, and leaves the sidecar in it; a denial carries a message.
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "common/base64.h"
 #include "operator/api/types.h"

@@ -252,8 +252,8 @@ TEST(ElasticRendezvous, StalledClientsDoNotHoldTheServer) {
     if (i % 2 == 1) (void)WriteFull(fd->get(), "KVRD", 4, d, "server");
     stalled.push_back(std::move(fd).value());
   }
-  auto q = QueryMembership({"127.0.0.1", server->port()}, kKey, 0,
-                           Deadline::After(milliseconds(4000)));
+  auto q =
+      QueryMembership({"127.0.0.1", server->port()}, kKey, 0, Deadline::After(milliseconds(4000)));
   EXPECT_TRUE(q.ok()) << q.status().ToString();
   ElasticJoinOptions o = JoinOptions(*server, "a", 0, 30000);
   o.timeout = milliseconds(4000);
@@ -282,8 +282,8 @@ TEST(ElasticRendezvous, NoServerIsADeadlineNamingIt) {
 // error naming the name.
 TEST(ElasticRendezvous, ServerIsDialedByNameUntilTheDeadline) {
   auto server = Serve(1, milliseconds(20000));
-  auto v = QueryMembership({"localhost", server->port()}, kKey, 0,
-                           Deadline::After(milliseconds(5000)));
+  auto v =
+      QueryMembership({"localhost", server->port()}, kKey, 0, Deadline::After(milliseconds(5000)));
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   const uint16_t port = server->port();
   server.reset();  // nobody listens there now
@@ -341,17 +341,18 @@ TEST(ElasticRendezvous, ResumedServerContinuesTheEpochItWasGiven) {
   bad.resume_epoch = 0;
   auto refused = ElasticRendezvousServer::Start(bad);
   ASSERT_FALSE(refused.ok());
-  EXPECT_TRUE(Contains(refused.status().message(), "need the epoch")) << refused.status().ToString();
+  EXPECT_TRUE(Contains(refused.status().message(), "need the epoch"))
+      << refused.status().ToString();
 }
 
 TEST(ElasticFrames, ValuesPastTheirTypesAreRefusedNotWrapped) {
   const std::string table = "\nrank=0 host=h port=1 addr=a\n";
   // A size past an int would wrap to a negative world size; an epoch past 32 bits to another
   // epoch.
-  EXPECT_FALSE(ParseElasticAssignment("epoch=1 rank=0 size=4294967297 version=1" + table, "w",
-                                      "s").ok());
-  EXPECT_FALSE(ParseElasticAssignment("epoch=4294967296 rank=0 size=1 version=1" + table, "w",
-                                      "s").ok());
+  EXPECT_FALSE(
+      ParseElasticAssignment("epoch=1 rank=0 size=4294967297 version=1" + table, "w", "s").ok());
+  EXPECT_FALSE(
+      ParseElasticAssignment("epoch=4294967296 rank=0 size=1 version=1" + table, "w", "s").ok());
   auto ok = ParseElasticAssignment("epoch=3 rank=0 size=1 version=9" + table, "w", "s");
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->epoch, 3u);

@@ -140,9 +140,8 @@ void FakeCluster::Settle(int64_t now, int max_steps) {
 }
 
 void FakeCluster::FinishTerminations() {
-  for (std::vector<json>* list :
-       {&pods_, &services_, &config_maps_, &secrets_, &pod_groups_, &workloads_,
-        &network_policies_}) {
+  for (std::vector<json>* list : {&pods_, &services_, &config_maps_, &secrets_, &pod_groups_,
+                                  &workloads_, &network_policies_}) {
     std::erase_if(*list, [](const json& o) { return o["metadata"].contains("deletionTimestamp"); });
   }
 }

@@ -1297,7 +1297,8 @@ json ElasticJob(int replicas, int min, int backoff_limit = 6) {
 
 ReconcileResult Step(FakeCluster& c, int64_t now,
                      std::optional<ObservedState::ElasticServer> server,
-                     const std::set<std::string>& unready = {}, const std::string& host = "10.0.0.9") {
+                     const std::set<std::string>& unready = {},
+                     const std::string& host = "10.0.0.9") {
   ObservedState o = c.Observe(now);
   o.settings.elastic_rendezvous_host = host;
   o.elastic_server = std::move(server);
@@ -1407,8 +1408,8 @@ TEST(ReconcileElastic, AWorkerOnAnUnreadyNodeIsLostAndReplacedWithoutARestart) {
   FakeCluster c = Running();
   c.Pod("j-worker-1")->at("spec")["nodeName"] = "node-b";
   const std::string lost = Id(c, "j-worker-1");
-  ReconcileResult r = Step(c, kT0 + 10, Server(1, {Id(c, "j-worker-0"), lost, Id(c, "j-worker-2")}),
-                           {"node-b"});
+  ReconcileResult r =
+      Step(c, kT0 + 10, Server(1, {Id(c, "j-worker-0"), lost, Id(c, "j-worker-2")}), {"node-b"});
   EXPECT_EQ(Names(r, Action::Kind::kDelete, "Pod"), std::vector<std::string>{"j-worker-1"});
   // The replacement takes a fresh index: it never waits for the lost pod's name.
   EXPECT_EQ(Names(r, Action::Kind::kCreate, "Pod"), std::vector<std::string>{"j-worker-3"});
@@ -1490,9 +1491,9 @@ TEST(ReconcileElastic, AReplacementThatCannotStartIsNamed) {
   c.SetContainerWaiting("j-worker-3", "trainer", "ImagePullBackOff", "Back-off pulling image");
   Step(c, kT0 + 11, Server(1, {Id(c, "j-worker-0"), Id(c, "j-worker-1")}));
   EXPECT_EQ(Condition(c.status(), "WorkersNotStarting")["status"], "True");
-  EXPECT_NE(Condition(c.status(), "WorkersNotStarting")["message"].get<std::string>().find(
-                "j-worker-3"),
-            std::string::npos)
+  EXPECT_NE(
+      Condition(c.status(), "WorkersNotStarting")["message"].get<std::string>().find("j-worker-3"),
+      std::string::npos)
       << Condition(c.status(), "WorkersNotStarting").dump();
 }
 

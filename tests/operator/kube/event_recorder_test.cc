@@ -154,8 +154,8 @@ TEST(EventRecorderTest, ARepeatWithinTheWindowPatchesTheCountOfTheSameEvent) {
   }
   EXPECT_EQ(events.posts(), 1);
   ASSERT_EQ(events.patches().size(), 2u);
-  EXPECT_EQ(events.patches()[1], (nlohmann::json{{"count", 3},
-                                                 {"lastTimestamp", "2026-11-22T12:01:00Z"}}));
+  EXPECT_EQ(events.patches()[1],
+            (nlohmann::json{{"count", 3}, {"lastTimestamp", "2026-11-22T12:01:00Z"}}));
   ASSERT_EQ(events.stored().size(), 1u);
   const nlohmann::json one = events.stored()[0];
   EXPECT_EQ(one["count"], 3);
@@ -167,8 +167,8 @@ TEST(EventRecorderTest, ARepeatWithinTheWindowPatchesTheCountOfTheSameEvent) {
   ASSERT_TRUE(recorder.Record(kJob, EventType::kNormal, "WorkersNotStarting", "image pull").ok());
   nlohmann::json recreated = kJob;
   recreated["metadata"]["uid"] = "u-2";
-  ASSERT_TRUE(recorder.Record(recreated, EventType::kWarning, "WorkersNotStarting", "image pull")
-                  .ok());
+  ASSERT_TRUE(
+      recorder.Record(recreated, EventType::kWarning, "WorkersNotStarting", "image pull").ok());
   EXPECT_EQ(events.posts(), 4);
 
   // Past the window since the last one: a new Event.

@@ -51,9 +51,10 @@ TEST(StatusBytes, A4096RankStartPatchesLittle) {
   EXPECT_EQ(c.status()["rankSummary"], "Ready:0-4095");
   EXPECT_LT(patched, 1u << 20);
   EXPECT_LT(largest, 64u << 10);
-  std::printf("4096-rank start: %zu status writes, %zu bytes as merge patches (largest %zu), %zu "
-              "as whole statuses\n",
-              writes, patched, largest, whole);
+  std::printf(
+      "4096-rank start: %zu status writes, %zu bytes as merge patches (largest %zu), %zu "
+      "as whole statuses\n",
+      writes, patched, largest, whole);
 }
 
 }  // namespace

@@ -84,7 +84,6 @@ class SecretVolume {
   int generation_ = 0;
 };
 
-
 inline json StatefulSetPod() {
   return json::parse(R"({
     "metadata": {"name": "bert-1",
@@ -106,6 +105,5 @@ inline json Review(const json& pod) {
             {"namespace", "ml"},
             {"object", pod}}}};
 }
-
 
 }  // namespace korovod::k8s_operator::webhook_test
