@@ -213,6 +213,28 @@ def test_gang_job_gets_a_volcano_pod_group(operator, crd, ns):
         assert p["spec"]["schedulerName"] == "volcano"
 
 
+def test_gang_job_pod_group_follows_a_resize(operator, crd, ns):
+    # A PodGroup keeping the old world's minMember after a scale-down would never let the gang
+    # scheduler bind the smaller epoch's pods (the job would fail its start-up timeout).
+    crd.kubectl("apply", "-f", "-", input=json.dumps(VOLCANO_PODGROUP_CRD))
+    crd.wait_established("crd/podgroups.scheduling.volcano.sh")
+    path = "/apis/scheduling.volcano.sh/v1beta1/namespaces/%s/podgroups/resized" % ns
+    with FakeKubelet(crd, ns):
+        apply(crd, ns, job_doc("resized", replicas=3, schedulingPolicy={
+            "gang": {"enabled": True, "provider": "volcano"}}))
+        wait_phase(crd, ns, "resized", "Running")
+        assert crd.get(path)["spec"]["minMember"] == 3
+        crd.kubectl("-n", ns, "patch", "hvdjob", "resized", "--type=merge",
+                    "-p", '{"spec": {"replicas": 2}}')
+        crd.wait_for(lambda: (get_job(crd, ns, "resized")["status"].get("epoch") == 2 and
+                              get_job(crd, ns, "resized")["status"].get("phase") == "Running"),
+                     "epoch 2 of the resized job Running", 90)
+    pg = crd.get(path)
+    assert pg is not None and pg["spec"]["minMember"] == 2, pg
+    live = [p for p in pods(crd, ns, "resized") if not p["metadata"].get("deletionTimestamp")]
+    assert sorted(p["metadata"]["labels"]["korovod.dev/epoch"] for p in live) == ["2", "2"], live
+
+
 def test_gang_job_without_its_scheduler_is_named_in_the_log(operator, crd, ns):
     # scheduler-plugins' PodGroup CRD is not installed in the test cluster.
     with FakeKubelet(crd, ns):
