@@ -300,8 +300,12 @@ def test_apiserver_restart_mid_reconcile(chaos, ns, tmp_path):
             wait_phase(c, ns, "after", "Running", 60)
             check_one_world(c, ns, "mid", replicas)
             check_one_world(c, ns, "after", 2)
-            assert len(pod_creates(c, ns)) == replicas + 2, pod_creates(c, ns)
+            # Every pod object there ever was (uids, as the kubelet saw them): none created twice.
             assert len(kubelet.seen) == replicas + 2, "the kubelet saw %d pods" % len(kubelet.seen)
+            # The audit log agrees, but a create in flight when kube-apiserver was killed can be
+            # stored in etcd without its audit entry (written when the response completes).
+            creates = pod_creates(c, ns)
+            assert replicas + 1 <= len(creates) <= replicas + 2, creates
         assert op.proc.poll() is None, "the operator exited (%s) over the restart: %s" % (
             op.proc.returncode, op.log()[-3000:])
         assert op.http("/readyz")[0] == 200, op.http("/readyz")
