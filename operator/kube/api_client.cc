@@ -261,6 +261,12 @@ struct ApiClient::Impl {
     }
     auto cli = Acquire(what);
     if (!cli.ok()) return ApiResult(cli.status());
+    if (method != "GET" && options.write_fence) {
+      if (Status fenced = options.write_fence(); !fenced.ok()) {
+        Release(std::move(cli).value());
+        return ApiResult(fenced.WithContext(what));
+      }
+    }
     const bool reused = cli.value()->is_socket_open() != 0;
     const auto sent = std::chrono::steady_clock::now();
     httplib::Result res = cli.value()->send(req);

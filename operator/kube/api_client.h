@@ -33,6 +33,10 @@ struct ApiClientOptions {
   int max_idle_connections = 4;
   // Called after each rate-limited request's wait (0 when a token was free), on its thread.
   std::function<void(std::chrono::nanoseconds waited)> on_rate_limit_wait;
+  // Asked right before a request other than GET goes on the wire (after the rate limiter's wait
+  // and taking a connection): an error is the request's result and nothing is sent. A leader's
+  // fence: a replica paused or deposed while its writes waited for a token sends none of them.
+  std::function<Status()> write_fence;
 };
 
 struct ListOptions {

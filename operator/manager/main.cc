@@ -54,9 +54,17 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
       [wait = (*metrics)->rate_limit_wait](std::chrono::nanoseconds waited) {
         wait->Observe(std::chrono::duration<double>(waited).count());
       };
-  // The Lease has a client of its own, outside the rate limit: a renewal queued behind a
-  // 1000-pod start's creates (up to (1000 - burst) / qps seconds) would miss the renew deadline
-  // and depose a healthy leader. It sends one request per retry period.
+  // The job controller's writes are fenced at the wire: a leader paused (or deposed) after the
+  // executor's check, while its writes waited for a token or a connection, sends none of them.
+  std::unique_ptr<kube::LeaderElector> elector;  // set below with --leader-elect
+  client_options.write_fence = [&elector]() -> Status {
+    if (!elector || elector->HoldsLease()) return OkStatus();
+    return Unavailable("not sent: this replica no longer holds the leader lease");
+  };
+  // The Lease has a client of its own, outside the rate limit and the fence: a renewal queued
+  // behind a 1000-pod start's creates (up to (1000 - burst) / qps seconds) would miss the renew
+  // deadline and depose a healthy leader. It sends one request per retry period. The webhook's
+  // certificate setup and caBundle keeper use it too: every replica writes those, leader or not.
   auto lease_client = kube::ApiClient::FromConfig(*config);
   if (!lease_client.ok()) return Fail(lease_client.status());
   auto client = kube::ApiClient::FromConfig(std::move(*config), std::move(client_options));
@@ -69,7 +77,6 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
   controller_options.watch_timeout_seconds = options.watch_timeout_seconds;
   controller_options.settings = options.settings;
   controller_options.elastic_port = options.elastic_rendezvous_port;
-  std::unique_ptr<kube::LeaderElector> elector;  // set below with --leader-elect
   controller_options.may_write = [&elector] { return !elector || elector->HoldsLease(); };
   JobController controller(**client, recorder, **metrics, controller_options);
 
@@ -114,11 +121,12 @@ int Run(const OperatorOptions& options, const sigset_t& signals) {
       setup.log = [](const std::string& line) {
         logging::Log(logging::Level::kInfo, logging::Subsystem::kWebhook, line);
       };
-      StatusOr<std::string> ca = SetUpWebhookCertificate(**client, setup);
+      StatusOr<std::string> ca = SetUpWebhookCertificate(**lease_client, setup);
       if (!ca.ok()) return Fail(ca.status().WithContext("--webhook-cert-secret"));
       if (!options.webhook_configuration.empty()) {
         CaBundleKeeperOptions keep{setup, std::move(*ca), options.webhook_ca_bundle_check_period};
-        ca_bundle_keeper = std::make_unique<CaBundleKeeper>(**client, std::move(keep), setup.log);
+        ca_bundle_keeper =
+            std::make_unique<CaBundleKeeper>(**lease_client, std::move(keep), setup.log);
       }
     }
     WebhookServerOptions w;

@@ -200,7 +200,7 @@ def start_wide_job(c, ns, ops, name, replicas, cap):
 def test_leader_sigstopped_past_its_lease_writes_nothing_after_the_takeover(chaos, ns, tmp_path):
     c = chaos
     replicas, cap = 64, 40
-    # One worker: one request at most can be in flight when the leader is frozen (below).
+    # One worker: one reconcile in flight when the leader is frozen (below).
     ops = {k: replica(c, ns, tmp_path, k, ["--workers", "1"]) for k in USERS}
     try:
         with FakeKubelet(c, ns) as kubelet:
@@ -228,14 +228,18 @@ def test_leader_sigstopped_past_its_lease_writes_nothing_after_the_takeover(chao
             assert code == 1, "old leader %s: exit %s, want 1; log: %s" % (
                 old, code, ops[old].log()[-3000:])
             assert "lost the lease" in ops[old].log(), ops[old].log()[-3000:]
-            # The request the frozen worker had already begun (its TLS handshake under way, say)
-            # reaches the API server once it resumes: nothing on the client can recall it, and
-            # Kubernetes has no fencing token for pod writes. Every later one must be refused.
+            # Requests the frozen worker had already begun (past the fence, their TLS handshake
+            # under way) reach the API server once it resumes: nothing on the client can recall
+            # them, and Kubernetes has no fencing token for pod writes. Pod creates go out in
+            # slow-start batches (at most 16 at once), so that is one batch of pod creates and at
+            # most one other request; every later one is refused at the client.
             late = late_writes(c, old, acquired)
-            assert len(late) <= 1, (
+            pod_path = "/api/v1/namespaces/%s/pods" % ns
+            creates = [w for w in late if w[1] == "create" and w[2].split("?")[0] == pod_path]
+            assert len(creates) <= 16 and len(late) - len(creates) <= 1, (
                 "the deposed leader %s sent %d writes after %s took the lease at %s (at most the "
-                "one in flight when it was frozen may arrive): %s"
-                % (USERS[old], len(late), USERS[new], acquired, late[:20]))
+                "ones in flight when it was frozen may arrive: a batch of pod creates and one "
+                "other): %s" % (USERS[old], len(late), USERS[new], acquired, late[:20]))
             # The new leader goes on alone: one world, nothing created twice.
             check_one_world(c, ns, "wide", replicas)
             creates = pod_creates(c, ns)
@@ -271,10 +275,14 @@ def test_leader_killed_mid_epoch_creation_standby_finishes_it(chaos, ns, tmp_pat
             new = wait_leader(c, ns, not_of=old)
             wait_phase(c, ns, "wide", "Running", 90)
             check_one_world(c, ns, "wide", replicas)
-            creates = pod_creates(c, ns)
-            assert len(creates) == replicas, "%d pods created (want %d; %d at the kill): %s" % (
-                len(creates), replicas, at_kill, creates)
+            # Every pod object there ever was (uids, as the kubelet saw them): none twice.
             assert len(kubelet.seen) == replicas, "the kubelet saw %d pods" % len(kubelet.seen)
+            # The audit log agrees, except that a create in flight when its client was killed
+            # (pods go out in batches of up to 16) can be stored without a 201 in the log (seen:
+            # 62 of 64).
+            creates = pod_creates(c, ns)
+            assert len(creates) <= replicas, "%d pods created (want %d; %d at the kill): %s" % (
+                len(creates), replicas, at_kill, creates)
             assert ops[new].proc.poll() is None, ops[new].log()[-3000:]
             print("killed the leader with %d of %d pods created" % (at_kill, replicas))
     finally:
@@ -302,10 +310,11 @@ def test_apiserver_restart_mid_reconcile(chaos, ns, tmp_path):
             check_one_world(c, ns, "after", 2)
             # Every pod object there ever was (uids, as the kubelet saw them): none created twice.
             assert len(kubelet.seen) == replicas + 2, "the kubelet saw %d pods" % len(kubelet.seen)
-            # The audit log agrees, but a create in flight when kube-apiserver was killed can be
-            # stored in etcd without its audit entry (written when the response completes).
+            # The audit log agrees, but creates in flight when kube-apiserver was killed (a
+            # slow-start batch, up to 16) can be stored in etcd without their audit entries
+            # (written when the response completes): seen 33 and fewer of 34.
             creates = pod_creates(c, ns)
-            assert replicas + 1 <= len(creates) <= replicas + 2, creates
+            assert len(creates) <= replicas + 2, creates
         assert op.proc.poll() is None, "the operator exited (%s) over the restart: %s" % (
             op.proc.returncode, op.log()[-3000:])
         assert op.http("/readyz")[0] == 200, op.http("/readyz")

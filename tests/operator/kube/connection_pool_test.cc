@@ -193,5 +193,34 @@ TEST(ConnectionPoolTest, CreateOnADroppedConnectionIsNotSentAgain) {
   EXPECT_EQ(server.accepted(), 2);
 }
 
+TEST(ConnectionPoolTest, AClosedWriteFenceSendsNoWriteEvenOneThatWaitedForItsToken) {
+  RawHttpServer server(1000);
+  std::atomic<bool> leading{true};
+  std::atomic<int> waits{0};
+  ApiClientOptions options;
+  options.qps = 1000;
+  options.burst = 1;
+  // Stands for a leader paused while its writes waited for a token: the lease is lost by the
+  // time the wait ends (the callback runs after it, before the fence is asked).
+  options.on_rate_limit_wait = [&](std::chrono::nanoseconds) {
+    if (++waits == 3) leading = false;
+  };
+  options.write_fence = [&]() -> Status {
+    return leading ? OkStatus() : Unavailable("no longer holds the leader lease");
+  };
+  auto client = ClientOf(server, options);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Create(kPods.Path("ns"), nlohmann::json{{"kind", "Pod"}}).ok());
+  ASSERT_TRUE(client->Get(kPods.Path("ns", "a")).ok());
+  ApiResult late = client->Create(kPods.Path("ns"), nlohmann::json{{"kind", "Pod"}});
+  ASSERT_FALSE(late.ok());
+  EXPECT_NE(late.status().message().find("leader lease"), std::string::npos)
+      << late.status().message();
+  EXPECT_FALSE(client->Delete(kPods.Path("ns", "a")).ok());
+  EXPECT_FALSE(client->Patch(kPods.Path("ns", "a"), nlohmann::json::object()).ok());
+  EXPECT_TRUE(client->Get(kPods.Path("ns", "a")).ok()) << "reads are not fenced";
+  EXPECT_EQ(server.methods(), (std::vector<std::string>{"POST", "GET", "GET"}));
+}
+
 }  // namespace
 }  // namespace korovod::kube
