@@ -130,7 +130,10 @@ def test_client_certificate_and_least_privilege_rbac(crd, ns, tmp_path):
               if g[2] not in ("podgroups", "nodes")
               and g[1] not in ("kueue.x-k8s.io", "scheduling.k8s.io")
               and g != ("update", "korovod.dev", "horovodjobs/finalizers")
-              and g != ("patch", "", "events")}  # a repeated event only (test_operator.py)
+              and g != ("patch", "", "events")  # a repeated event only (test_operator.py)
+              # A job is read by name only to recompute its status after a 409 (reconciles read
+              # the watch cache): test_operator.py's conflicting writers.
+              and g != ("get", "korovod.dev", "horovodjobs")}
     assert not unused, "grants of the chart the operator never used: %s" % sorted(unused)
     denied = [(e["verb"], e["requestURI"]) for e in events[ready_at:]
               if e.get("responseStatus", {}).get("code") == 403]
