@@ -284,9 +284,11 @@ def test_workers_that_never_start_fail_the_job_naming_them(operator, crd, ns):
     assert "1 of 2 workers of epoch 1 did not start within" in failed["message"], failed
     assert "rank 1 (stuck-worker-1: Pending" in failed["message"], failed
     assert "rank 0" not in failed["message"], failed
-    side = pods(crd, ns, "stuck") or []
-    for p in side:  # cleanPodPolicy Running removes them; any left over are terminating
-        assert p["metadata"].get("deletionTimestamp"), p["metadata"]["name"]
+    # cleanPodPolicy Running removes them (in the reconcile that fails the job, or the next one
+    # once the pod cache has caught up); any left over are terminating.
+    crd.wait_for(lambda: all(p["metadata"].get("deletionTimestamp")
+                             for p in pods(crd, ns, "stuck") or []),
+                 "the failed job's running workers deleted", 30)
 
 
 RESTRICTED_TRAINER = {"name": "trainer", "image": "korovod/trainer:test",
