@@ -229,4 +229,11 @@ void FakeCluster::RemovePod(const std::string& name) {
   std::erase_if(pods_, [&](const json& p) { return p["metadata"]["name"] == name; });
 }
 
+const Action* FindEvent(const ReconcileResult& r, const std::string& reason) {
+  for (const Action& a : r.actions) {
+    if (a.kind == Action::Kind::kEvent && a.reason == reason) return &a;
+  }
+  return nullptr;
+}
+
 }  // namespace korovod::k8s_operator::testing

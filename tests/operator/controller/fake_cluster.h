@@ -20,6 +20,9 @@ inline constexpr const char* kTestKeyHex =
 // A valid job "j" in namespace "ns" with `replicas` workers and a trainer container.
 nlohmann::json MinimalJob(int replicas = 2);
 
+// The first event action with `reason` in `r`, or nullptr.
+const Action* FindEvent(const ReconcileResult& r, const std::string& reason);
+
 class FakeCluster {
  public:
   explicit FakeCluster(nlohmann::json job) : job_(std::move(job)) {}

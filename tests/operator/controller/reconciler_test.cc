@@ -49,12 +49,7 @@ std::vector<std::string> Names(const ReconcileResult& r, Action::Kind kind,
   return names;
 }
 
-const Action* FindEvent(const ReconcileResult& r, const std::string& reason) {
-  for (const Action& a : r.actions) {
-    if (a.kind == Action::Kind::kEvent && a.reason == reason) return &a;
-  }
-  return nullptr;
-}
+using testing::FindEvent;
 
 json Condition(const json& status, const std::string& type) {
   if (!status.contains("conditions")) return json();

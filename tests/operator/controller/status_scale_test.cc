@@ -18,6 +18,7 @@ namespace {
 
 using nlohmann::json;
 using testing::FakeCluster;
+using testing::FindEvent;
 using testing::MinimalJob;
 
 constexpr int64_t kT0 = 1'800'000'000;
@@ -157,12 +158,7 @@ TEST(StatusScale, A4096RankElasticJobStaysUnder256KiBAndANewLeaderResumesIt) {
   EXPECT_EQ(c.status()["worldSize"], kRanks);
   EXPECT_EQ(c.status()["elastic"]["memberUids"].get<std::string>().size(), 8u * kRanks);
   EXPECT_FALSE(c.status().contains("workers"));
-  const auto* formed = [&]() -> const Action* {
-    for (const Action& a : r.actions) {
-      if (a.reason == "MembershipChanged") return &a;
-    }
-    return nullptr;
-  }();
+  const Action* formed = FindEvent(r, "MembershipChanged");
   ASSERT_NE(formed, nullptr);
   EXPECT_LT(formed->message.size(), 1024u) << "the event names the first ranks only";
 
@@ -180,10 +176,7 @@ TEST(StatusScale, A4096RankElasticJobStaysUnder256KiBAndANewLeaderResumesIt) {
   server.members.assign(ids.begin(), ids.begin() + kRanks / 2);
   server.formed_version = 4097;
   r = ElasticStep(c, kT0 + 4, server);
-  const Action* shrunk = nullptr;
-  for (const Action& a : r.actions) {
-    if (a.reason == "MembershipChanged") shrunk = &a;
-  }
+  const Action* shrunk = FindEvent(r, "MembershipChanged");
   ASSERT_NE(shrunk, nullptr);
   EXPECT_LT(shrunk->message.size(), 2048u) << shrunk->message.substr(0, 4096);
   EXPECT_NE(shrunk->message.find("and " + std::to_string(kRanks / 2 - 16) + " more"),
