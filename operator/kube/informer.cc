@@ -20,9 +20,12 @@ std::string ResourceVersionOf(const nlohmann::json& object) {
 }
 
 // Returns to the system the heap a list's whole objects used: glibc keeps freed memory in its
-// arenas, so without this a 30 MB node list would stay in the RSS after it is trimmed.
+// arenas, so without this a 30 MB node list would stay in the RSS after it is trimmed. Not
+// under AddressSanitizer: its allocator owns the heap, and glibc's malloc, never used, would be
+// initialised by the first malloc_trim, which races when two informers trim at once (each thread
+// then detaches from the main arena on exit and glibc aborts).
 void ReleaseFreedHeap() {
-#if defined(__GLIBC__)
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__)
   malloc_trim(0);
 #endif
 }
