@@ -1,0 +1,110 @@
+"""The `korovod` torch.distributed backend end to end (torch_distributed_worker.py under
+korovodrun, whose torchrun variables give init_process_group its world): every collective
+against exact values and against gloo's results, DDP against gloo, the errors, and the
+`torch.backends` entry point. Runs under whichever torch PYTHON has (1.13 and the newest).
+
+Environment: as test_korovod_torch.py (KOROVOD_BUILD_DIR, PYTHON).
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+BUILD = os.environ.get("KOROVOD_BUILD_DIR", os.path.join(REPO, "build"))
+KOROVODRUN = os.path.join(BUILD, "bin", "korovodrun")
+PYTHON = os.environ.get("PYTHON", sys.executable)
+WORKER = os.path.join(HERE, "torch_distributed_worker.py")
+
+
+def _env(extra=None):
+    env = dict(os.environ)
+    paths = [os.path.join(REPO, "python"), os.path.join(BUILD, "python")]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.update(extra or {})
+    return env
+
+
+def run(np_, *args, ok=True, flags=(), env=None, timeout=300):
+    cmd = [KOROVODRUN] + list(flags) + ["-np", str(np_), PYTHON, WORKER] + [str(a) for a in args]
+    p = subprocess.run(cmd, env=_env(env), capture_output=True, text=True, timeout=timeout)
+    if ok:
+        assert p.returncode == 0, "exit %d\nstdout:\n%s\nstderr:\n%s" % (
+            p.returncode, p.stdout[-4000:], p.stderr[-4000:])
+    return p
+
+
+def torch_major():
+    out = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out.split(".")[0])
+
+
+def load(path):
+    import torch
+    return torch.load(path)
+
+
+def assert_same(korovod, gloo, what, exact=True):
+    """Every result gloo has, korovod has: bit for bit, or (exact=False: float sums of more than
+    two ranks, which korovod and gloo add in different orders) to float32's rounding."""
+    import torch
+    assert gloo, what
+    for key, value in gloo.items():
+        assert key in korovod, "%s: korovod did not record %s" % (what, key)
+        same = torch.equal(korovod[key], value) if exact else torch.allclose(
+            korovod[key], value, rtol=1e-5, atol=1e-6)
+        assert same, "%s %s: korovod %s, gloo %s" % (what, key, korovod[key], value)
+
+
+@pytest.mark.parametrize("np_", [2, 4])
+def test_collectives_equal_gloo(np_, tmp_path):
+    """Every collective, several dtypes, in the world and in a group of the odd (even) ranks,
+    checked against exact values in the worker; then what korovod got equals gloo's."""
+    for backend in ("korovod", "gloo"):
+        out = run(np_, "collectives", backend, tmp_path / backend).stdout
+        for r in range(np_):
+            assert "[%d] rank %d collectives OK on %s" % (r, r, backend) in out, out
+    for r in range(np_):
+        assert_same(load(tmp_path / ("korovod.%d" % r)), load(tmp_path / ("gloo.%d" % r)),
+                    "rank %d" % r)
+
+
+@pytest.mark.parametrize("np_,hook", [(2, "none"), (4, "none"), (2, "allreduce"), (2, "fp16")])
+def test_ddp_equals_gloo(np_, hook, tmp_path):
+    """DDP (several buckets, momentum SGD, 4 steps, each rank its own data): the parameters on
+    korovod equal gloo's, without a comm hook and with torch's allreduce and fp16 hooks
+    (futures); bit for bit at 2 ranks, to rounding at 4 (the sums' order differs)."""
+    for backend in ("korovod", "gloo"):
+        out = run(np_, "ddp", backend, tmp_path / backend, hook).stdout
+        assert "[0] rank 0 ddp OK on %s" % backend in out, out
+    for r in range(np_):
+        assert_same(load(tmp_path / ("korovod.%d" % r)), load(tmp_path / ("gloo.%d" % r)),
+                    "rank %d" % r, exact=np_ == 2)
+
+
+def test_refusals_name_the_op_and_rank():
+    """send/recv (the engine has no point-to-point), BAND, FP8 reductions: torch's backend error
+    naming rank, op and why; the group works on after them."""
+    out = run(2, "errors", "korovod").stdout
+    assert "[0] rank 0 errors OK" in out and "[1] rank 1 errors OK" in out, out
+
+
+def test_a_wait_past_the_group_timeout_raises_dist_error():
+    out = run(2, "timeout", "korovod").stdout
+    assert "[0] rank 0 timed out: korovod: rank 0: allreduce of 'ptd.0.2' (float32[3])" in out, out
+
+
+def test_a_dead_peer_reaches_wait_as_a_backend_error_naming_it():
+    """Rank 1's sidecar is SIGKILLed: rank 0's pending allreduce fails with the engine's text
+    naming rank 1, as torch's DistBackendError (RuntimeError on 1.13), within the op timeout."""
+    p = run(2, "peer_dies", "korovod", ok=False, flags=["--grace-period", "120"],
+            env={"KOROVOD_OP_TIMEOUT_SECONDS": "20"}, timeout=200)
+    assert "[0] rank 0 saw the peer die: korovod: rank 0: allreduce of 'ptd.0.2'" in p.stdout, \
+        p.stdout + p.stderr
+    assert "rank 1 (127.0.0.1:" in p.stdout and "died" in p.stdout, p.stdout
