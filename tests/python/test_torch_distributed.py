@@ -108,3 +108,91 @@ def test_a_dead_peer_reaches_wait_as_a_backend_error_naming_it():
     assert "[0] rank 0 saw the peer die: korovod: rank 0: allreduce of 'ptd.0.2'" in p.stdout, \
         p.stdout + p.stderr
     assert "rank 1 (127.0.0.1:" in p.stdout and "died" in p.stdout, p.stdout
+
+
+def _entry_point_dir(tmp_path):
+    """korovod's `torch.backends` entry point as an installed distribution declares it (the
+    pyproject.toml line), without installing anything: a dist-info on PYTHONPATH."""
+    info = tmp_path / "ep" / "korovod_entry-0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: korovod-entry\nVersion: 0\n")
+    (info / "entry_points.txt").write_text(
+        "[torch.backends]\nkorovod = korovod._ptd_entry:autoload\n")
+    return str(tmp_path / "ep")
+
+
+def test_entry_point_registers_the_name_on_import_torch(tmp_path):
+    """torch >= 2.5 autoloads it: `import torch` alone knows "korovod", without importing the
+    client or connecting anywhere (no sidecar here)."""
+    if torch_major() < 2:
+        pytest.skip("torch 1.13 has no backend autoload (torch.backends entry points: >= 2.5)")
+    env = _env({"PYTHONPATH": _entry_point_dir(tmp_path) + os.pathsep + _env()["PYTHONPATH"]})
+    env.pop("KOROVOD_SOCKET", None)
+    p = subprocess.run([PYTHON, "-c", "import sys, torch.distributed as d; print("
+                        "'korovod' in d.Backend.backend_list, 'korovod._client' in sys.modules)"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.split() == ["True", "False"], p.stdout + p.stderr
+
+
+def test_unmodified_ddp_script_under_korovodrun(tmp_path):
+    """A DDP script that only says init_process_group("korovod") (no korovod import: the entry
+    point) trains under korovodrun to gloo's parameters."""
+    if torch_major() < 2:
+        pytest.skip("torch 1.13 has no backend autoload: its scripts import "
+                    "korovod.torch.distributed (test_ddp_equals_gloo)")
+    ep = _entry_point_dir(tmp_path)
+    out = run(2, "ddp_unmodified", "korovod", tmp_path / "korovod", "none",
+              env={"PYTHONPATH": ep + os.pathsep + _env()["PYTHONPATH"]}).stdout
+    assert "[0] rank 0 ddp OK on korovod" in out, out
+    run(2, "ddp", "gloo", tmp_path / "gloo", "none")
+    for r in range(2):
+        assert_same(load(tmp_path / ("korovod.%d" % r)), load(tmp_path / ("gloo.%d" % r)),
+                    "rank %d" % r)
+
+
+def _torchrun(np_, args, env):
+    """torchrun (torch.distributed.run) where it works; Debian's torch 1.13 torchrun fails on
+    Python 3.11 before starting anything (elastic's Std.from_str), so there the ranks are
+    started with the variables torchrun would give them."""
+    if torch_major() >= 2:
+        return [subprocess.Popen([PYTHON, "-m", "torch.distributed.run", "--nproc-per-node",
+                                  str(np_), WORKER] + args, env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True)]
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for r in range(np_):
+        e = dict(env, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(np_),
+                 LOCAL_WORLD_SIZE=str(np_), GROUP_RANK="0", MASTER_ADDR="127.0.0.1",
+                 MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([PYTHON, WORKER] + args, env=e, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    return procs
+
+
+def test_torchrun_starts_a_sidecar_per_rank(tmp_path):
+    """Under torchrun (no korovodrun, no KOROVOD_SOCKET) each rank starts its korovod-sidecar,
+    the ranks meet through torch's store, and DDP trains to gloo's parameters."""
+    env = _env()
+    for name in [k for k in env if k.startswith(("KOROVOD_", "HOROVOD_"))]:
+        del env[name]
+    procs = _torchrun(2, ["ddp", "korovod", str(tmp_path / "korovod"), "none"], env)
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(outs)
+    assert "rank 0 ddp OK on korovod" in "".join(outs), outs
+    run(2, "ddp", "gloo", tmp_path / "gloo", "none")
+    for r in range(2):
+        assert_same(load(tmp_path / ("korovod.%d" % r)), load(tmp_path / ("gloo.%d" % r)),
+                    "rank %d" % r)
+
+
+def test_torchrun_without_a_sidecar_binary_says_where():
+    env = _env({"KOROVOD_SIDECAR": "/nonexistent/korovod-sidecar"})
+    for name in [k for k in env if k.startswith(("KOROVOD_SOCKET", "KOROVOD_RANK"))]:
+        del env[name]
+    procs = _torchrun(1, ["ddp", "korovod", "/nonexistent/out", "none"], env)
+    out = procs[0].communicate(timeout=120)[0]
+    assert procs[0].returncode != 0
+    assert "KOROVOD_SIDECAR=/nonexistent/korovod-sidecar is not an executable file" in out, out

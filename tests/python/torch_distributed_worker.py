@@ -315,7 +315,7 @@ def run_timeout():
     os._exit(0)  # the op stays in flight: no orderly shutdown
 
 
-if mode == "ddp":
+if mode in ("ddp", "ddp_unmodified"):
     run_ddp(sys.argv[4] if len(sys.argv) > 4 else "none")
     torch.save(results, "%s.%d" % (out_file, rank))
     print("rank %d ddp OK on %s" % (rank, backend))

@@ -41,6 +41,12 @@ class KorovodBackend(_Base):
     def getBackendName(self):
         return "korovod"
 
+    def shutdown(self):
+        """torch >= 2 calls it when the group is destroyed; the world's ends what it opened."""
+        if self._ops.world:
+            from korovod.torch.distributed import creator
+            creator.world_destroyed()
+
     def __repr__(self):
         return "KorovodBackend(group %s, rank %d of %d, process set %d)" % (
             self._ops.group, self._ops.rank, self._ops.size, self._ops.psid)
