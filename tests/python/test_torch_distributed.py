@@ -196,3 +196,33 @@ def test_torchrun_without_a_sidecar_binary_says_where():
     out = procs[0].communicate(timeout=120)[0]
     assert procs[0].returncode != 0
     assert "KOROVOD_SIDECAR=/nonexistent/korovod-sidecar is not an executable file" in out, out
+
+
+def test_fsdp2_loss_curve_equals_one_process_and_stages_nothing():
+    """fully_shard (FSDP2) at 2 ranks over each layer and the model: the loss of each step's
+    global batch equals one process's training on it (to float32 rounding); its all-gather and
+    reduce-scatter buffers come from allocate_tensor (arena blocks), so the client staged only
+    the test's own 5 loss averages (4 bytes each)."""
+    if torch_major() < 2:
+        pytest.skip("FSDP2 (torch.distributed.fsdp.fully_shard) needs torch >= 2.6")
+    out = run(2, "fsdp2", "korovod").stdout
+    import re
+    ref = [float(v) for v in re.search(r"reference losses \[([^\]]*)\]", out).group(1).split(",")]
+    for r in range(2):
+        m = re.search(r"\[%d\] rank %d fsdp2 losses \[([^\]]*)\] staged_in (\d+) arena_tensors "
+                      r"(\d+)" % (r, r), out)
+        assert m, out
+        losses = [float(v) for v in m.group(1).split(",")]
+        assert len(losses) == len(ref) == 5
+        assert all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for a, b in zip(losses, ref)), (losses,
+                                                                                          ref)
+        assert int(m.group(2)) == 20, m.group(0)
+        assert int(m.group(3)) > 0, m.group(0)
+
+
+def test_compiled_function_calls_all_reduce():
+    """dist.all_reduce inside a torch.compile'd function gives the sum on every rank."""
+    if torch_major() < 2:
+        pytest.skip("torch 1.13 has no torch.compile")
+    out = run(2, "compile", "korovod").stdout
+    assert "[0] rank 0 compiled OK" in out and "[1] rank 1 compiled OK" in out, out

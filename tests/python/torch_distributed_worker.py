@@ -315,7 +315,85 @@ def run_timeout():
     os._exit(0)  # the op stays in flight: no orderly shutdown
 
 
-if mode in ("ddp", "ddp_unmodified"):
+def fsdp2_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
+                               torch.nn.ReLU(), torch.nn.Linear(64, 1))
+
+
+def fsdp2_batches(steps=5, per_rank=8):
+    g = torch.Generator().manual_seed(7)
+    return [(torch.randn(per_rank * size, 16, generator=g),
+             torch.randn(per_rank * size, 1, generator=g)) for _ in range(steps)]
+
+
+def run_fsdp2():
+    """fully_shard over every layer and the model, its buffers from allocate_tensor (arena
+    blocks): the loss curve of the global batch, and what the client staged meanwhile."""
+    from torch.distributed.fsdp import fully_shard
+    import korovod.torch as hvd
+    model = fsdp2_model()
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+    for m in model.modules():  # each fully_shard'ed module has its own buffers
+        if hasattr(m, "set_allocate_memory_from_process_group_for_comm"):
+            m.set_allocate_memory_from_process_group_for_comm(True)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses = []
+    before = hvd._staged_bytes()
+    for x, y in fsdp2_batches():
+        xs, ys = x.chunk(size)[rank], y.chunk(size)[rank]
+        loss = torch.nn.functional.mse_loss(model(xs), ys)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        full = loss.detach().clone()
+        dist.all_reduce(full, op=R.AVG)
+        losses.append(float(full))
+    after = hvd._staged_bytes()
+    staged = after["staged_in_bytes"] - before["staged_in_bytes"]
+    print("rank %d fsdp2 losses %s staged_in %d arena_tensors %d" % (
+        rank, losses, staged, after["arena_tensors"] - before["arena_tensors"]))
+
+
+def run_reference():
+    """The same model, data and optimizer in one process."""
+    model = fsdp2_model()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses = []
+    for x, y in fsdp2_batches():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    print("reference losses %s" % losses)
+
+
+def run_compiled():
+    """dist.all_reduce inside a torch.compile'd function: the result is the sum, on every rank
+    (traced as a functional collective where dynamo does, else a graph break)."""
+    @torch.compile(backend="eager")
+    def step(x):
+        y = x * 2
+        dist.all_reduce(y)
+        return y + 1
+
+    got = step(torch.ones(4) * (rank + 1))
+    want = torch.ones(4) * 2 * sum(range(1, size + 1)) + 1
+    assert torch.equal(got, want), (got, want)
+    print("rank %d compiled OK" % rank)
+
+
+if mode == "fsdp2":
+    run_fsdp2()
+    if rank == 0:
+        run_reference()
+elif mode == "compile":
+    run_compiled()
+elif mode in ("ddp", "ddp_unmodified"):
     run_ddp(sys.argv[4] if len(sys.argv) > 4 else "none")
     torch.save(results, "%s.%d" % (out_file, rank))
     print("rank %d ddp OK on %s" % (rank, backend))
