@@ -11,6 +11,7 @@
 #include "runtime/core/negotiation_messages.h"
 #include "runtime/transport/handshake.h"
 #include "sidecar/arena/arena_layout.h"
+#include "sidecar/arena/memory_fd_message.h"
 
 using namespace korovod;
 using namespace korovod::sidecar;
@@ -204,6 +205,18 @@ void Timeline() {
 
 }  // namespace
 
+// Memory channel messages: the first byte is the number of descriptors attached.
+void MemoryFdMessages() {
+  MemoryFdMessage m;
+  m.exports.push_back(MemoryExport{1, {2 << 20}});
+  m.exports.push_back(MemoryExport{2, {20 << 20, 20 << 20, 20 << 20}});
+  auto bytes = EncodeMemoryFdMessage(m);
+  Put("memory_fd_message", "two_exports",
+      std::string(1, '\4') + std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
+  const MemoryFdReply reply = EncodeMemoryFdReply(InvalidArgument("bad magic"));
+  Put("memory_fd_message", "reply", std::string(1, '\0') + Bytes(reply));
+}
+
 int main(int argc, char** argv) {
   g_root = argc > 1 ? argv[1] : "tests/fuzz/corpus";
   ::mkdir(g_root.c_str(), 0755);
@@ -217,5 +230,6 @@ int main(int argc, char** argv) {
   PeerMeshControl();
   GrpcControl();
   Timeline();
+  MemoryFdMessages();
   return 0;
 }
