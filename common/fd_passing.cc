@@ -52,8 +52,8 @@ Status SendWithFds(int socket, std::span<const std::byte> data, std::span<const 
   }
 }
 
-StatusOr<ReceivedDatagram> ReceiveWithFds(int socket, std::span<std::byte> buffer,
-                                          size_t max_fds, Deadline deadline) {
+StatusOr<ReceivedDatagram> ReceiveWithFds(int socket, std::span<std::byte> buffer, size_t max_fds,
+                                          Deadline deadline) {
   std::vector<char> control(CMSG_SPACE((max_fds == 0 ? 1 : max_fds) * sizeof(int)));
   for (;;) {
     KV_RETURN_IF_ERROR(WaitFor(socket, POLLIN, deadline, "receiving file descriptors"));
@@ -92,7 +92,8 @@ StatusOr<Fd> ConnectSeqPacket(const std::string& path) {
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.data(), path.size());
   Fd s(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-  if (!s.valid()) return ErrnoStatus(StatusCode::kInternal, "socket(AF_UNIX, SOCK_SEQPACKET)", errno);
+  if (!s.valid())
+    return ErrnoStatus(StatusCode::kInternal, "socket(AF_UNIX, SOCK_SEQPACKET)", errno);
   if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     return ErrnoStatus(StatusCode::kUnavailable, "connecting to " + path, errno);
   }

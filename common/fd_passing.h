@@ -18,13 +18,13 @@ Status SendWithFds(int socket, std::span<const std::byte> data, std::span<const 
                    Deadline deadline);
 
 struct ReceivedDatagram {
-  size_t bytes = 0;       // 0: the peer closed the connection
-  std::vector<Fd> fds;    // every descriptor that arrived
+  size_t bytes = 0;        // 0: the peer closed the connection
+  std::vector<Fd> fds;     // every descriptor that arrived
   bool truncated = false;  // the datagram or its descriptors did not fit (the excess is gone)
 };
 // Receives one datagram into `buffer`, accepting up to `max_fds` descriptors.
-StatusOr<ReceivedDatagram> ReceiveWithFds(int socket, std::span<std::byte> buffer,
-                                          size_t max_fds, Deadline deadline);
+StatusOr<ReceivedDatagram> ReceiveWithFds(int socket, std::span<std::byte> buffer, size_t max_fds,
+                                          Deadline deadline);
 
 // Connects a SOCK_SEQPACKET socket to the unix socket at `path`.
 StatusOr<Fd> ConnectSeqPacket(const std::string& path);

@@ -36,8 +36,8 @@ Status Load(const char* symbol, unsigned version, F* fn) {
   void* p = nullptr;
   cudaDriverEntryPointQueryResult found{};
 #if CUDART_VERSION >= 12050
-  const cudaError_t e = cudaGetDriverEntryPointByVersion(symbol, &p, version, cudaEnableDefault,
-                                                         &found);
+  const cudaError_t e =
+      cudaGetDriverEntryPointByVersion(symbol, &p, version, cudaEnableDefault, &found);
 #else
   (void)version;
   const cudaError_t e = cudaGetDriverEntryPoint(symbol, &p, cudaEnableDefault, &found);
@@ -153,8 +153,9 @@ StatusOr<void*> CudaDeviceApi::ImportShareable(int device, std::span<const Share
     r = d->Map(base + mapped, chunks[i].bytes, 0, h, 0);
     (void)d->Release(h);  // the mapping holds the memory from here on
     if (r != CUDA_SUCCESS) {
-      s = DriverError(*d, r, "cuMemMap of piece " + std::to_string(i) + " (" +
-                                 std::to_string(chunks[i].bytes) + " bytes)");
+      s = DriverError(*d, r,
+                      "cuMemMap of piece " + std::to_string(i) + " (" +
+                          std::to_string(chunks[i].bytes) + " bytes)");
       break;
     }
     mapped += chunks[i].bytes;

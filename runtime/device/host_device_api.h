@@ -112,8 +112,8 @@ class HostDeviceApi final : public DeviceApi {
   const std::string prefix_;
   mutable std::mutex mu_;
   uint64_t next_id_ = 0;
-  std::map<const std::byte*, Allocation> allocations_;  // by base
-  std::map<const std::byte*, Import> imports_;          // by base in this process
+  std::map<const std::byte*, Allocation> allocations_;         // by base
+  std::map<const std::byte*, Import> imports_;                 // by base in this process
   std::map<const std::byte*, ShareableAllocation> shareable_;  // by base
   std::map<const std::byte*, Mapped> shareable_imports_;       // by base in this process
   std::map<Event*, std::unique_ptr<Event>> events_;

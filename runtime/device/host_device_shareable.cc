@@ -1,13 +1,13 @@
 // HostDeviceApi's allocations that cross as file descriptors: a memfd per allocation, exported by
 // dup, imported by mapping the pieces back to back in one reserved range (as cuMemAddressReserve
 // and cuMemMap do). The importer trusts nothing of the descriptor but what fstat shows.
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <fcntl.h>
 #include <utility>
 
 #include "runtime/device/host_device_api.h"
@@ -70,8 +70,7 @@ StatusOr<void*> HostDeviceApi::ImportShareable(int device, std::span<const Share
   uint64_t total = 0;
   for (size_t i = 0; i < chunks.size(); ++i) {
     const ShareableChunk& c = chunks[i];
-    const std::string piece = "piece " + std::to_string(i) + " of " +
-                              std::to_string(chunks.size());
+    const std::string piece = "piece " + std::to_string(i) + " of " + std::to_string(chunks.size());
     struct stat st {};
     if (::fstat(c.fd, &st) != 0) return Errno(piece + ": fstat of its descriptor");
     // A memfd is a regular file; a socket, pipe or device node is not memory we map.
@@ -96,8 +95,8 @@ StatusOr<void*> HostDeviceApi::ImportShareable(int device, std::span<const Share
   Mapped range(static_cast<std::byte*>(r), total);
   uint64_t at = 0;
   for (const ShareableChunk& c : chunks) {
-    void* p = ::mmap(range.base() + at, c.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
-                     c.fd, 0);
+    void* p =
+        ::mmap(range.base() + at, c.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, c.fd, 0);
     if (p == MAP_FAILED) return Errno("mapping a piece of " + std::to_string(c.bytes) + " bytes");
     at += c.bytes;
   }

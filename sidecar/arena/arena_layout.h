@@ -22,7 +22,7 @@
 namespace korovod::sidecar {
 
 inline constexpr uint64_t kArenaMagic = 0x314e524156524b4bull;  // "KKRVARN1" little-endian
-inline constexpr uint32_t kProtocolVersion = 2;  // 2: sidecar_heartbeat
+inline constexpr uint32_t kProtocolVersion = 2;                 // 2: sidecar_heartbeat
 inline constexpr size_t kArenaPageBytes = 4096;  // header page; regions start on page boundaries
 inline constexpr size_t kCacheLineBytes = 64;
 

@@ -48,8 +48,8 @@ inline constexpr size_t kMaxMemoryFdMessageBytes =
     sizeof(MemoryFdHeader) + kMaxMemoryFdsPerMessage * sizeof(MemoryFdPiece);
 
 struct MemoryFdReply {
-  uint32_t magic;  // kMemoryFdReplyMagic
-  uint32_t code;   // StatusCode; 0: every export is held for the session
+  uint32_t magic;     // kMemoryFdReplyMagic
+  uint32_t code;      // StatusCode; 0: every export is held for the session
   char message[248];  // NUL-terminated
 };
 static_assert(sizeof(MemoryFdReply) == 256);

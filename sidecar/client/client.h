@@ -247,7 +247,8 @@ class Client {
   // Collective like AddProcessSet; false when no set has that id (or it is 0, the world).
   StatusOr<bool> RemoveProcessSet(int id);
   // This process's rank in process set `id` and the set's size, for sets this client added (and
-  // the world, 0); InvalidArgument otherwise. Device ops size their outputs with it (reducescatter).
+  // the world, 0); InvalidArgument otherwise. Device ops size their outputs with it
+  // (reducescatter).
   struct SetPosition {
     int rank = 0;
     int size = 0;

@@ -14,8 +14,8 @@ MemoryChannelClient::MemoryChannelClient(std::string path, const std::string& to
   }
 }
 
-Status MemoryChannelClient::Send(const std::vector<MemoryExport>& exports,
-                                 std::span<const int> fds, Deadline deadline) {
+Status MemoryChannelClient::Send(const std::vector<MemoryExport>& exports, std::span<const int> fds,
+                                 Deadline deadline) {
   if (path_.empty() || !token_ok_) {
     return FailedPrecondition(
         "the sidecar has no memory channel (no device backend, or a sidecar older than this "

@@ -64,8 +64,7 @@ StatusOr<std::byte*> DeviceHandleCache::Resolve(int device, const DeviceBufferRe
                                        std::to_string(buffer.allocation_bytes) +
                                        " bytes on device " + std::to_string(device) + ")");
     }
-    it = entries_
-             .emplace(key, Entry{buffer.handle_kind, handle, buffer.allocation_bytes, *base})
+    it = entries_.emplace(key, Entry{buffer.handle_kind, handle, buffer.allocation_bytes, *base})
              .first;
     ++opened_;
   }

@@ -95,8 +95,8 @@ bool MemoryChannel::Serve(int connection) {
                         std::to_string(kMaxMemoryFdMessageBytes) + " bytes or " +
                         std::to_string(kMaxMemoryFdsPerMessage) + " descriptors)");
   } else {
-    auto m = DecodeMemoryFdMessage(std::span<const std::byte>(buf.data(), got->bytes),
-                                   got->fds.size());
+    auto m =
+        DecodeMemoryFdMessage(std::span<const std::byte>(buf.data(), got->bytes), got->fds.size());
     s = m.ok() ? inbox_.Put(*m, std::move(got->fds)) : m.status();
   }
   if (s.ok()) {

@@ -3,6 +3,7 @@
 #include <sys/random.h>
 
 #include <cerrno>
+#include <random>
 
 namespace korovod::sidecar {
 
@@ -10,9 +11,14 @@ MemoryToken MemoryInbox::StartSession() {
   MemoryToken t{};
   size_t got = 0;
   while (got < t.size()) {
+    // Blocks only before the kernel's pool is seeded; EINTR is retried.
     const ssize_t n = ::getrandom(t.data() + got, t.size() - got, 0);
-    if (n > 0) got += static_cast<size_t>(n);
-    // getrandom blocks only before the kernel's pool is seeded; EINTR is retried.
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+    } else if (n < 0 && errno != EINTR) {
+      std::random_device rd;  // no getrandom (an old kernel or a seccomp filter)
+      for (; got < t.size(); ++got) t[got] = static_cast<std::byte>(rd());
+    }
   }
   std::map<uint64_t, Export> old;
   {
@@ -62,10 +68,10 @@ StatusOr<MemoryInbox::Export> MemoryInbox::Take(uint64_t export_id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = exports_.find(export_id);
   if (it == exports_.end()) {
-    return FailedPrecondition("no file descriptors were received for export id " +
-                    std::to_string(export_id) +
-                    " in this session (the trainer must send them on the memory channel before "
-                    "the op)");
+    return FailedPrecondition(
+        "no file descriptors were received for export id " + std::to_string(export_id) +
+        " in this session (the trainer must send them on the memory channel before "
+        "the op)");
   }
   Export e = std::move(it->second);
   exports_.erase(it);

@@ -32,7 +32,8 @@ class MemoryInbox {
     std::vector<Fd> fds;
     std::vector<uint64_t> piece_bytes;
   };
-  // The export's descriptors, given up by the inbox; FailedPrecondition naming the id if none is held.
+  // The export's descriptors, given up by the inbox; FailedPrecondition naming the id if none is
+  // held.
   StatusOr<Export> Take(uint64_t export_id);
   size_t held() const;  // descriptors
 

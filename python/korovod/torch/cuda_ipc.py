@@ -9,7 +9,7 @@ never loads one.
 
 Memory without a legacy IPC handle (cuMemCreate: PyTorch's expandable segments) is exported
 instead: each physical piece the tensor spans as a POSIX file descriptor, sent once to the sidecar
-on its memory channel under an export id that the op then names (docs/adr/0045). The pieces stay
+on its memory channel under an export id that the op then names (docs/adr/0013). The pieces stay
 retained here while they are cached, so a handle value cannot be reused by another allocation
 while an export id still names it.
 """

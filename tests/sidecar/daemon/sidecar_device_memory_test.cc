@@ -128,8 +128,8 @@ Status Raw(const std::string& path, const std::vector<std::byte>& bytes,
   KV_RETURN_IF_ERROR(SendWithFds(s->get(), bytes, fds, Deadline::After(10s)));
   MemoryFdReply reply{};
   auto* p = reinterpret_cast<std::byte*>(&reply);
-  auto got = ReceiveWithFds(s->get(), std::span<std::byte>(p, sizeof reply), 0,
-                            Deadline::After(10s));
+  auto got =
+      ReceiveWithFds(s->get(), std::span<std::byte>(p, sizeof reply), 0, Deadline::After(10s));
   if (!got.ok()) return got.status();
   return DecodeMemoryFdReply(std::span<const std::byte>(p, got->bytes));
 }
