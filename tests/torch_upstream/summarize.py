@@ -71,13 +71,28 @@ def differences(runs):
     return "\n".join(out)
 
 
+def skip_reasons(runs):
+    """Each run's skips, counted by reason (the suite's own words)."""
+    out = []
+    for run in runs:
+        if run["backend"] == "gloo":
+            continue
+        reasons = collections.Counter(first_line(t["reason"]) for t in run["tests"]
+                                      if t["outcome"] == "skip")
+        out.append("### %s: skips by reason\n" % label(run))
+        out.append("| skips | reason |\n|---:|---|")
+        out.extend("| %d | %s |" % (n, why.replace("|", "/")) for why, n in reasons.most_common())
+        out.append("")
+    return "\n".join(out)
+
+
 def main(paths):
     runs = []
     for p in paths:
         with open(p) as f:
             runs.append(json.load(f))
     runs.sort(key=lambda r: (r["torch"], r["backend"] != "gloo", r["backend"], r["declare"]))
-    sys.stdout.write(counts_table(runs) + "\n" + differences(runs))
+    sys.stdout.write(counts_table(runs) + "\n" + differences(runs) + "\n" + skip_reasons(runs))
     return 0
 
 
