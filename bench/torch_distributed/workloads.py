@@ -44,6 +44,7 @@ def parse_args():
     p.add_argument("--sizes", default="4M,64M", help="ops: full tensor sizes")
     p.add_argument("--ops", default="all_gather_into_tensor,reduce_scatter_tensor")
     p.add_argument("--target-time", type=float, default=0.7, help="ops: seconds per size")
+    p.add_argument("--profile", default="", help="step benches: rank 0's cProfile stats here")
     return p.parse_args()
 
 
@@ -112,17 +113,28 @@ def checksum(params):
     return torch.stack([flat.sum(), (flat * flat).sum()])
 
 
-def timed_steps(comm, step, warmup, steps):
-    """Per-step seconds, each the slowest rank's, after `warmup` untimed steps."""
+def timed_steps(comm, step, warmup, steps, profile=""):
+    """Per-step seconds, each the slowest rank's, after `warmup` untimed steps; and this trainer's
+    CPU seconds per step (process time: the rest of a step's wall time it waited, for a peer or
+    for a core). `profile`: rank 0's cProfile of the timed steps goes there."""
     for _ in range(warmup):
         step()
     comm.barrier()
-    times = []
+    prof = None
+    if profile and comm.rank == 0:
+        import cProfile
+        prof = cProfile.Profile()
+        prof.enable()
+    times, cpu = [], []
     for _ in range(steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         step()
         times.append(time.perf_counter() - t0)
-    return comm.max(times)
+        cpu.append(time.process_time() - c0)
+    if prof:
+        prof.disable()
+        prof.dump_stats(profile)
+    return comm.max(times), stats(cpu)["median"]
 
 
 def ranks_agree(comm, model):
@@ -131,7 +143,8 @@ def ranks_agree(comm, model):
     return all(torch.equal(c, every[0]) for c in every)
 
 
-def step_row(comm, bench, model, times, failure, extra):
+def step_row(comm, bench, model, timing, failure, extra):
+    times, cpu = timing
     grads = [p for p in model.parameters() if p.requires_grad]
     nbytes = sum(p.numel() * p.element_size() for p in grads)
     row = dict(bench=bench, ranks=comm.size, bytes=nbytes,
@@ -143,7 +156,7 @@ def step_row(comm, bench, model, times, failure, extra):
     st = stats(times)
     row.update(time_us=round(st["median"] * 1e6, 1), time_us_min=round(st["min"] * 1e6, 1),
                time_us_mean=round(st["mean"] * 1e6, 1), time_us_p90=round(st["p90"] * 1e6, 1),
-               verified=True)
+               cpu_us_rank0=round(cpu * 1e6, 1), verified=True)
     return row
 
 
@@ -167,7 +180,8 @@ def bench_ddp(a):
     torch.manual_seed(0)
     model = DDP(ResNet18())
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    times = timed_steps(comm, resnet_step(model, opt, comm.rank, a), a.warmup, a.steps)
+    times = timed_steps(comm, resnet_step(model, opt, comm.rank, a), a.warmup, a.steps,
+                        a.profile)
     failure = "" if ranks_agree(comm, model) else "ranks' parameters differ after the steps"
     row = step_row(comm, "ddp_step", model, times, failure,
                    dict(peer=peer(a.backend), transport=transport(a.backend), model="resnet18",
@@ -185,7 +199,8 @@ def bench_hvd(a):
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    times = timed_steps(comm, resnet_step(model, opt, comm.rank, a), a.warmup, a.steps)
+    times = timed_steps(comm, resnet_step(model, opt, comm.rank, a), a.warmup, a.steps,
+                        a.profile)
     failure = "" if ranks_agree(comm, model) else "ranks' parameters differ after the steps"
     row = step_row(comm, "ddp_step", model, times, failure,
                    dict(peer="korovod-hvd", transport="shm", model="resnet18", batch=a.batch,
@@ -213,7 +228,7 @@ def bench_fsdp(a):
         opt.zero_grad()
         model(tokens).sum().backward()
         opt.step()
-    times = timed_steps(comm, step, a.warmup, a.steps)
+    times = timed_steps(comm, step, a.warmup, a.steps, a.profile)
     # Sharded parameters agree by construction; what can go wrong is a wrong gather or reduction
     # turning them into garbage: every gathered parameter must be finite.
     finite = all(bool(torch.isfinite(p.full_tensor()).all()) for p in model.parameters())

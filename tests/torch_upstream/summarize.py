@@ -6,6 +6,7 @@ reason. Stdlib only.
     summarize.py RESULT.json...            # markdown on stdout
 """
 import collections
+import re
 import json
 import sys
 
@@ -36,7 +37,7 @@ def first_line(reason):
     """The line that says why: a skip's text, or a failure's last exception line."""
     lines = [ln.strip() for ln in reason.splitlines() if ln.strip()]
     for ln in reversed(lines):
-        if "Error" in ln or "Exception" in ln or "assert" in ln.lower():
+        if re.match(r"[\w.]*(Error|Exception)\b", ln) or ln.startswith("AssertionError"):
             return ln[:240]
     return (lines[-1] if lines else "")[:240]
 

@@ -163,10 +163,12 @@ class _Recorder(unittest.TextTestResult):
         self._record(test, "fail", "unexpected success")
 
 
-def _tail(text, lines=12):
-    """The failure's last lines: where a rank's exception names what went wrong."""
+def _tail(text, lines=10):
+    """The exception lines a rank printed (its C++ frames are cut) and the failure's last lines."""
     kept = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return "\n".join(kept[-lines:])
+    causes = [ln.strip() for ln in kept if re.match(r"\s*[\w.]*(Error|Exception)\b", ln)]
+    frames = [ln for ln in kept[-lines:] if not ln.startswith("frame #")]
+    return "\n".join(causes[-3:] + frames)
 
 
 def selected_names(args):
