@@ -84,11 +84,15 @@ def assert_ddp_run(out, np_, steps=20):
         assert "rank %d: ranks agree True" % r in out, out[-3000:]
 
 
-def assert_same_params(got_file, want_file):
+def assert_same_params(got_file, want_file, exact=True):
+    """Bitwise equal; or (exact=False: more than 2 ranks, where the sum of the ranks' gradients
+    depends on the order the algorithm adds them in) within float32 rounding of that order."""
     got, want = torch.load(got_file), torch.load(want_file)
     assert sorted(got) == sorted(want)
     for name in want:
-        assert torch.equal(got[name], want[name]), "%s: %s differs from %s: max |diff| %g" % (
+        same = torch.equal(got[name], want[name]) if exact else torch.allclose(
+            got[name], want[name], rtol=1e-6, atol=1e-8)
+        assert same, "%s: %s differs from %s: max |diff| %g" % (
             name, got_file, want_file, float((got[name] - want[name]).abs().max()))
 
 
@@ -115,7 +119,10 @@ def test_ddp_tutorial_under_korovodrun(np_, tmp_path, gloo_params):
     path = str(tmp_path / "korovod.pt")
     out = korovodrun(np_, DDP, "--save-params", path, cwd=str(tmp_path))
     assert_ddp_run(out, np_)
-    assert_same_params(path, gloo_params(np_))
+    # Two ranks' sum is one addition, the same in any algorithm. At 4 torch 2.15's gloo adds in
+    # korovod's order (bitwise equal here); torch 1.13's gloo does not (1 ulp, 1.9e-9).
+    exact = np_ == 2 or not torch.__version__.startswith("1.")
+    assert_same_params(path, gloo_params(np_), exact=exact)
 
 
 def test_ddp_tutorial_under_torchrun(tmp_path, gloo_params):
