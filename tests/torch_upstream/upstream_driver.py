@@ -43,7 +43,8 @@ def _early_args(argv):
                    default=os.environ.get("KOROVOD_UPSTREAM_DECLARE") == "1")
     p.add_argument("-k", dest="patterns", action="append", default=[],
                    help="run tests whose name contains this (repeatable)")
-    p.add_argument("--tests", default="", help="file with one test name per line")
+    p.add_argument("--tests", action="append", default=[],
+                   help="file with one test name per line (repeatable)")
     p.add_argument("--out", default="")
     p.add_argument("--expect-pass", action="store_true",
                    help="exit 1 unless every selected test passes (the ctest's guard)")
@@ -174,8 +175,10 @@ def _tail(text, lines=10):
 def selected_names(args):
     names = unittest.TestLoader().getTestCaseNames(TestDistBackendWithSpawn)
     if args.tests:
-        with open(args.tests) as f:
-            wanted = [ln.split("#")[0].strip() for ln in f]
+        wanted = []
+        for path in args.tests:
+            with open(path) as f:
+                wanted += [ln.split("#")[0].strip() for ln in f]
         wanted = [w for w in wanted if w]
         unknown = sorted(set(wanted) - set(names))
         if unknown:
