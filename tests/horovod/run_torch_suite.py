@@ -12,6 +12,9 @@ test of a batch that did not pass (or skip) on every rank, and every test of a b
 then run alone in its own job, and that run is its result: a test that breaks the ones after it
 still gets its own verdict, and so do they.
 
+Where the suite itself cannot run on the interpreter's torch (the newest's torch.optim.Muon), an
+adapted copy runs instead, each change listed in its header (suite_adaptations.py).
+
 A few of Horovod's tests assert wall-clock times between ranks (WALL_CLOCK_TESTS, each with the
 reason). Under CI's load they can fail without any fault in the engine; one of them that fails is
 run again up to RERUNS more times, and its result line and the summary say that it passed only on
@@ -43,6 +46,9 @@ WALL_CLOCK_TESTS = {
         "millisecond on 2 busy cores), rank 1 measures just under 5 s",
 }
 RERUNS = 2
+
+sys.path.insert(0, HERE)
+import suite_adaptations  # noqa: E402
 
 
 def parse_args():
@@ -186,6 +192,15 @@ def main():
               "NOT RUN" % parallel_dir, flush=True)
         return SKIP_CODE
     env = suite_env(args)
+    adaptations, version = suite_adaptations.applicable(args.python, env, args.file)
+    if adaptations:
+        # A copy where the suite itself cannot run on this torch (suite_adaptations.py).
+        parallel_dir = suite_adaptations.write_adapted(
+            parallel_dir, args.file, os.path.join(args.build, "horovod-suite", "torch-" + version,
+                                                  "parallel"), version, adaptations)
+        print("Horovod's %s adapted for torch %s (%s): %s" % (
+            args.file, version, ", ".join(a["name"] for a in adaptations),
+            os.path.join(parallel_dir, args.file)), flush=True)
     ids = collect(args, env, parallel_dir)
     if args.only:
         ids = [i for i in ids if args.only in i]
@@ -214,6 +229,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"np": args.np, "seconds": round(elapsed, 1), "counts": counts,
+                       "torch": version, "adaptations": [a["name"] for a in adaptations],
                        "tests": results}, f, indent=1)
     skipped = [r["id"] for r in results if r["result"] == "skipped"]
     if skipped:
@@ -222,6 +238,9 @@ def main():
               if r["attempts"] > 1 and r["result"] == "passed"]
     if reruns:
         print("passed only on a rerun (wall-clock tests): " + ", ".join(reruns))
+    if adaptations:
+        print("run adapted for torch %s: %s (tests/horovod/suite_adaptations.py)" % (
+            version, ", ".join(a["name"] for a in adaptations)))
     print("Horovod %s at %d ranks: %.0f s" % (args.file, args.np, elapsed))
     print("%d passed, %d failed, %d skipped" % (
         counts["passed"], counts["failed"] + counts["hung"], counts["skipped"]), flush=True)

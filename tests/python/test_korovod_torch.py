@@ -95,6 +95,10 @@ def test_distributed_optimizer_keeps_replicas_identical(passes, compression):
     out = run(2, os.path.join(HERE, "optimizer_worker.py"), passes, compression)
     sums = re.findall(r"params identical sum=(\S+)", out)
     assert len(sums) == 2 and sums[0] == sums[1], out
+    # torch >= 2.1: register_post_accumulate_grad_hook; 1.13: hooks on the grad accumulators.
+    major, minor = map(int, re.search(r"\[0\] rank 0 torch (\d+)\.(\d+)", out).groups())
+    kind = "post_accumulate_grad_hook" if (major, minor) >= (2, 1) else "grad_accumulator"
+    assert re.search(r"\[0\] rank 0 torch \S+ gradient hooks: %s$" % kind, out, re.M), out
 
 
 @pytest.mark.parametrize("np_", [2, 3])
@@ -107,6 +111,14 @@ def test_autograd_through_collectives(np_):
 def test_horovod_api_and_errors(np_):
     out = run(np_, os.path.join(HERE, "api_worker.py"))
     assert_each_rank(out, np_, "api OK")
+    # FP8 through allgather/broadcast/alltoall where this torch has it (>= 2.1), none on 1.13.
+    m = re.search(r"^\[0\] rank 0 torch (\d+)\.(\d+)\S* moved FP8 as bytes: (.*)$", out, re.M)
+    assert m, out
+    fp8 = set(m.group(3).split(", ")) - {""}
+    if (int(m.group(1)), int(m.group(2))) >= (2, 1):
+        assert {"float8_e4m3fn", "float8_e5m2"} <= fp8, m.group(0)
+    else:
+        assert not fp8, m.group(0)
 
 
 def _gpus():
