@@ -16,7 +16,7 @@
 #                                      isolated from Debian's site packages: the project's torch
 #                                      tests and Horovod's suite run on it too (ctest's
 #                                      *_torch_newest entries; ~5.4 GB with torch's CUDA wheels,
-#                                      about 1.5 min, once)
+#                                      1.5 to 12 min by the network, once)
 #   scripts/install-deps.sh --k8s      also etcd and libfaketime, for the operator's API-server
 #                                      tests (the API server and kubectl come from
 #                                      scripts/build-testinfra.sh),

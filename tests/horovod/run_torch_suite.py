@@ -85,7 +85,8 @@ def suite_env(args):
 
 def collect(args, env, parallel_dir):
     p = subprocess.run([args.python, "-m", "pytest", "--collect-only", "-q", "-p",
-                        "no:cacheprovider", args.file], cwd=parallel_dir, env=env,
+                        "no:cacheprovider", "--rootdir", parallel_dir, args.file],
+                       cwd=parallel_dir, env=env,
                        capture_output=True, text=True, timeout=300)
     ids = [line.strip() for line in p.stdout.splitlines() if "::" in line]
     if not ids:
@@ -164,7 +165,10 @@ def run_attempt(args, env, parallel_dir, test_ids, timeout=None):
     timeout = timeout or args.timeout
     ids = [test_ids] if isinstance(test_ids, str) else list(test_ids)
     cmd = [os.path.join(args.build, "bin", "korovodrun"), "-np", str(args.np), args.python, "-m",
-           "pytest", "-v" if len(ids) > 1 else "-q", "-p", "no:cacheprovider", "-rs"] + ids
+           "pytest", "-v" if len(ids) > 1 else "-q", "-p", "no:cacheprovider", "-rs",
+           # Test ids relative to the suite's folder, also for the adapted copy in the build
+           # tree (whose ancestors hold the project's pyproject.toml).
+           "--rootdir", parallel_dir] + ids
     start = time.monotonic()
     # Its own session, so a hung job is ended whole: korovodrun, its sidecars and trainers.
     p = subprocess.Popen(cmd, cwd=parallel_dir, env=env, stdout=subprocess.PIPE,

@@ -21,7 +21,7 @@ ADAPTATIONS = [
                "builds every optimizer of its enumeration of torch.optim.Optimizer's subclasses "
                "on models with 1-D biases, so Muon's constructor raises ValueError before any "
                "Horovod call (test_broadcast_state, test_broadcast_state_options, "
-               "test_dynamic_requires_grad). Muon is left out of the three enumerations, as the "
+               "test_force_allreduce). Muon is left out of the three enumerations, as the "
                "suite leaves out LBFGS and SparseAdam.",
         "when": "hasattr(torch.optim, 'Muon')",
         "old": "               subclass != torch.optim.SparseAdam\n",
