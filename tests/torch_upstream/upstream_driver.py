@@ -18,7 +18,8 @@ The backend module is imported before the suite, in this process and (spawn star
 every rank's process, since a rank imports this file as its main module: `korovod` comes from
 `import korovod.torch.distributed`. One JSON object per test goes to --out: name, group, outcome
 (pass, skip, fail, error), reason (skip reason or the last lines of the failure) and seconds.
-Exit status: 0 when it ran (whatever the outcomes), 2 on bad arguments.
+Exit status: 0 when it ran (whatever the outcomes; with --expect-pass: when every selected test
+passed, else 1, naming those that did not), 2 on bad arguments.
 """
 import argparse
 import json
@@ -44,6 +45,8 @@ def _early_args(argv):
                    help="run tests whose name contains this (repeatable)")
     p.add_argument("--tests", default="", help="file with one test name per line")
     p.add_argument("--out", default="")
+    p.add_argument("--expect-pass", action="store_true",
+                   help="exit 1 unless every selected test passes (the ctest's guard)")
     p.add_argument("--timeout", type=int, default=120,
                    help="seconds per test before the suite kills its ranks")
     p.add_argument("--start", choices=("fork", "spawn"),
@@ -174,7 +177,9 @@ def selected_names(args):
         wanted = [w for w in wanted if w]
         unknown = sorted(set(wanted) - set(names))
         if unknown:
-            sys.exit("upstream_driver: not in this torch's suite: %s" % ", ".join(unknown))
+            print("upstream_driver: not in this torch's suite: %s" % ", ".join(unknown),
+                  file=sys.stderr)
+            sys.exit(2)
         names = wanted
     if args.patterns:
         names = [n for n in names if any(p in n for p in args.patterns)]
@@ -202,6 +207,16 @@ def main(args):
     print("upstream_driver: torch %s backend %s world %d declare %s: %s" % (
         torch.__version__, args.backend, args.world_size, args.declare,
         " ".join("%s %d" % kv for kv in sorted(counts.items()))))
+    if args.expect_pass:
+        missed = [r for r in result.records if r["outcome"] != "pass"]
+        for r in missed:
+            print("upstream_driver: %s %s (torch %s, backend %s):\n  %s" % (
+                r["name"], r["outcome"], torch.__version__, args.backend,
+                r["reason"].replace("\n", "\n  ")), file=sys.stderr)
+        if missed or len(result.records) != len(names):
+            print("upstream_driver: %d of %d selected tests did not pass" % (
+                len(names) - counts.get("pass", 0), len(names)), file=sys.stderr)
+            return 1
     return 0
 
 

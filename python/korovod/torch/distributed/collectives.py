@@ -377,14 +377,15 @@ class Collectives:
         out, root = outputs[0], int(opts.rootRank)
         name, desc = self._begin("scatter", out)
         [out] = self._check(desc, [out])
-        n = wire.movable(_flat(out))[0].numel()
+        w = wire.movable(_flat(out))[0]
         if self.rank == root:
             parts = [wire.movable(_flat(t))[0].reshape(-1) for t in input_lists[0]]
             src = torch.cat(parts).contiguous()
             splits = [p.numel() for p in parts]
-        else:
-            src = torch.empty(0, dtype=torch.uint8, device=out.device)
+        else:  # sends nothing, in the dtype the root sends
+            src = torch.empty(0, dtype=w.dtype, device=out.device)
             splits = [0] * self.size
+        n = w.numel()
         submit, read, keep = self._alltoall(desc, name, src, splits, n)
         handles = self._submit_all(desc, [submit], keep)
 
