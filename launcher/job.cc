@@ -13,9 +13,11 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
+#include <utility>
 
 #include "common/deadline.h"
 #include "common/env_names.h"
@@ -102,6 +104,7 @@ struct Rank {
   bool live = true;       // elastic: a member the membership server waits for
   bool finished = false;  // elastic: its trainer exited 0 (it stays listed: no one resets for it)
   std::string socket_path;
+  int node = 0;  // the index of its (virtual) host in order of first appearance: GROUP_RANK
   std::optional<ChildProcess> sidecar;
   std::optional<ChildProcess> trainer;
   std::vector<OutputPump::StreamId> sidecar_streams;
@@ -169,7 +172,8 @@ class JobRun {
   Fd dev_null_;
   std::vector<Listener> listeners_;
   std::string peers_;
-  std::string hosts_;  // each rank's (virtual) host, in rank order: KOROVOD_HOSTS
+  std::string hosts_;         // each rank's (virtual) host, in rank order: KOROVOD_HOSTS
+  uint16_t master_port_ = 0;  // MASTER_PORT: where rank 0's trainer may run torch's TCPStore
   OutputPump pump_;
   std::deque<Rank> ranks_;  // a deque: elastic jobs add workers while references are held
 
@@ -230,10 +234,17 @@ Status JobRun::Setup() {
     peers_ += "127.0.0.1:" + std::to_string(listeners_[static_cast<size_t>(i)].port);
     hosts_ += (i > 0 ? "," : "") + config_.layout[static_cast<size_t>(i)].host;
   }
+  // torch's rendezvous store (init_process_group's env://) on rank 0's trainer: a free port now.
+  // Closed before torch binds it, as torchrun's own choice is: another process could take it
+  // meanwhile, and then init_process_group says so.
+  KV_ASSIGN_OR_RETURN(Listener master, BindListener("127.0.0.1"));
+  master_port_ = master.port;
   ranks_.resize(static_cast<size_t>(n));
+  std::map<std::string, int> nodes;
   for (int i = 0; i < n; ++i) {
     Rank& r = ranks_[static_cast<size_t>(i)];
     r.place = config_.layout[static_cast<size_t>(i)];
+    r.node = nodes.emplace(r.place.host, static_cast<int>(nodes.size())).first->second;
     r.socket_path = run_dir_->path() + "/rank" + std::to_string(i) + ".sock";
     r.who = "rank " + std::to_string(i);
     r.prefix = "[" + std::to_string(i) + "] ";
@@ -424,6 +435,22 @@ void SetRankVars(Environment& env, const std::string& prefix, const RankPlacemen
   env.Set(prefix + "CROSS_SIZE", std::to_string(p.cross_size));
 }
 
+// torchrun's variables, so that init_process_group(backend) with env:// finds the job's world; a
+// variable the user set is left as it is.
+void SetTorchrunVars(Environment& env, const RankPlacement& p, int node, uint16_t master_port) {
+  const std::pair<const char*, std::string> vars[] = {
+      {"RANK", std::to_string(p.rank)},
+      {"WORLD_SIZE", std::to_string(p.size)},
+      {"LOCAL_RANK", std::to_string(p.local_rank)},
+      {"LOCAL_WORLD_SIZE", std::to_string(p.local_size)},
+      {"GROUP_RANK", std::to_string(node)},
+      {"MASTER_ADDR", "127.0.0.1"},
+      {"MASTER_PORT", std::to_string(master_port)}};
+  for (const auto& [name, value] : vars) {
+    if (env.Find(name) == nullptr) env.Set(name, value);
+  }
+}
+
 Status JobRun::StartChild(Rank& r, Role role, ChildSpec spec) {
   KV_ASSIGN_OR_RETURN(Pipe out, MakePipe());
   KV_ASSIGN_OR_RETURN(Pipe err, MakePipe());
@@ -525,6 +552,7 @@ Status JobRun::StartTrainer(Rank& r) {
   } else {
     SetRankVars(env, "KOROVOD_", p);
     SetRankVars(env, "HOROVOD_", p);
+    SetTorchrunVars(env, p, r.node, master_port_);
   }
   env.Set(env::kSocket, r.socket_path);
   env.Set(env::kShmPrefix, shm_->prefix());

@@ -109,6 +109,15 @@ StatusOr<void*> CudaDeviceApi::Malloc(int device, size_t bytes) {
 }
 
 void CudaDeviceApi::Free(int device, void* ptr) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = owned_.find(reinterpret_cast<uint64_t>(ptr));
+    if (it != owned_.end()) {
+      (void)UnmapRange(it->first, it->second, "Free");
+      owned_.erase(it);
+      return;
+    }
+  }
   if (Bind(device, "cudaFree").ok()) (void)cudaFree(ptr);
 }
 

@@ -14,10 +14,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
 #include "common/deadline.h"
+#include "common/fd.h"
 #include "common/status.h"
 
 namespace korovod {
@@ -31,6 +33,20 @@ using IpcEventHandle = std::array<std::byte, kIpcHandleBytes>;
 // CUDA_VISIBLE_DEVICES, the UUID does not.
 using DeviceUuid = std::array<uint8_t, 16>;
 std::string UuidString(const DeviceUuid& uuid);  // "GPU-xxxxxxxx-xxxx-...", as nvidia-smi -L
+
+// One physical piece of an allocation exported as a file descriptor (cuMemExportToShareableHandle
+// with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR; a memfd on the host implementation): memory that
+// has no legacy IPC handle, as PyTorch's expandable segments (cuMemCreate) make it.
+struct ShareableChunk {
+  int fd = -1;         // borrowed: the caller keeps owning it
+  uint64_t bytes = 0;  // the piece's size (a multiple of the device's mapping granularity)
+};
+// The owner's side of one piece: a new descriptor of it, and where it lies in the owner's process.
+struct ShareableExport {
+  Fd fd;
+  uint64_t base = 0;
+  uint64_t bytes = 0;
+};
 
 // Opaque handles of the implementation (cudaStream_t, cudaEvent_t, or host objects).
 using DeviceStream = void*;
@@ -52,6 +68,13 @@ class DeviceApi {
   // this process. Each successful open needs one CloseMemHandle.
   virtual StatusOr<void*> OpenMemHandle(int device, const IpcMemHandle& handle) = 0;
   virtual Status CloseMemHandle(int device, void* base) = 0;
+  // Maps `chunks` back to back in one new range of this process's address space, readable and
+  // writable on `device` (an allocation may be several physical pieces: PyTorch's expandable
+  // segments map one per granule). The base in this process; the descriptors may be closed after.
+  // The memory stays alive while it is mapped, whatever its owner does. Each successful import
+  // needs one CloseShareable.
+  virtual StatusOr<void*> ImportShareable(int device, std::span<const ShareableChunk> chunks) = 0;
+  virtual Status CloseShareable(int device, void* base) = 0;
   // An event recorded by another process; destroyed with DestroyEvent.
   virtual StatusOr<DeviceEvent> OpenEventHandle(int device, const IpcEventHandle& handle) = 0;
   // OK once the work before the event's last record has completed; Unavailable("not ready")
@@ -71,6 +94,12 @@ class DeviceApi {
 
   // --- exporting (the owner's side: trainers, tests) ---
   virtual StatusOr<IpcMemHandle> ExportMemHandle(void* base) = 0;
+  // An allocation that has no legacy IPC handle and is exported as file descriptors (cuMemCreate
+  // with the POSIX file descriptor handle type; a memfd on the host); freed with Free. Its size is
+  // rounded up to the mapping granularity.
+  virtual StatusOr<void*> MallocShareable(int device, size_t bytes) = 0;
+  // The physical piece that `ptr` lies in, as a new descriptor, its base and size.
+  virtual StatusOr<ShareableExport> ExportShareable(void* ptr) = 0;
   // A new interprocess event, recorded on `stream` now; `*event` is this process's handle of it.
   virtual StatusOr<IpcEventHandle> RecordIpcEvent(int device, DeviceStream stream,
                                                   DeviceEvent* event) = 0;

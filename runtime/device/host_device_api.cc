@@ -163,6 +163,8 @@ StatusOr<void*> HostDeviceApi::Malloc(int device, size_t bytes) {
 void HostDeviceApi::Free(int, void* ptr) {
   std::lock_guard<std::mutex> lock(mu_);
   allocations_.erase(static_cast<std::byte*>(ptr));  // unmaps and unlinks: no new opens
+  // Unmaps and closes the memfd; an importer's mapping keeps the memory, as with cuMemRelease.
+  shareable_.erase(static_cast<std::byte*>(ptr));
 }
 
 StatusOr<IpcMemHandle> HostDeviceApi::ExportMemHandle(void* ptr) {
@@ -174,6 +176,13 @@ StatusOr<IpcMemHandle> HostDeviceApi::ExportMemHandle(void* ptr) {
     if (p < it->first + it->second.mapping.size()) {
       return Pack(kMemMagic, it->second.device, it->second.mapping.size(),
                   it->second.segment.name());
+    }
+  }
+  for (const auto& [base, a] : shareable_) {
+    if (p >= base && p < base + a.mapping.bytes()) {
+      return FailedPrecondition(
+          "this device allocation has no IPC handle (it was made to be exported as a file "
+          "descriptor, as cuMemCreate memory is)");
     }
   }
   return InvalidArgument("pointer is not in a device allocation of this process");
@@ -221,7 +230,7 @@ Status HostDeviceApi::CloseMemHandle(int, void* base) {
 
 int HostDeviceApi::open_imports() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int>(imports_.size());
+  return static_cast<int>(imports_.size() + shareable_imports_.size());
 }
 
 StatusOr<DeviceStream> HostDeviceApi::CreateStream(int device) {

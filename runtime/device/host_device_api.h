@@ -4,7 +4,9 @@
 // interprocess event a shared page whose state the recording stream sets. The contract mirrors
 // CUDA's where tests rely on it: a handle opens once per process (a second open is refused, as
 // CUDA refuses it), a freed allocation cannot be opened, an event is ready only once the work
-// enqueued before its record has run.
+// enqueued before its record has run. Allocations made with MallocShareable are memfds instead:
+// they have no IPC handle (ExportMemHandle refuses them, as cudaIpcGetMemHandle refuses cuMemCreate
+// memory) and cross as file descriptors (host_device_shareable.cc).
 #pragma once
 
 #include <atomic>
@@ -37,6 +39,8 @@ class HostDeviceApi final : public DeviceApi {
 
   StatusOr<void*> OpenMemHandle(int device, const IpcMemHandle& handle) override;
   Status CloseMemHandle(int device, void* base) override;
+  StatusOr<void*> ImportShareable(int device, std::span<const ShareableChunk> chunks) override;
+  Status CloseShareable(int device, void* base) override;
   StatusOr<DeviceEvent> OpenEventHandle(int device, const IpcEventHandle& handle) override;
   Status QueryEvent(DeviceEvent event) override;
   void DestroyEvent(DeviceEvent event) override;
@@ -49,13 +53,18 @@ class HostDeviceApi final : public DeviceApi {
   Status QueryStream(DeviceStream stream) override;
 
   StatusOr<IpcMemHandle> ExportMemHandle(void* base) override;
+  StatusOr<void*> MallocShareable(int device, size_t bytes) override;
+  StatusOr<ShareableExport> ExportShareable(void* ptr) override;
   StatusOr<IpcEventHandle> RecordIpcEvent(int device, DeviceStream stream,
                                           DeviceEvent* event) override;
 
   // Host only: runs `work` on `stream` after what is already enqueued (a test's "kernel").
   Status Enqueue(DeviceStream stream, std::function<void()> work);
-  // Allocations imported and not yet closed (what a handle cache holds open).
+  // Allocations imported (by handle or by descriptor) and not yet closed (what a handle cache
+  // holds open).
   int open_imports() const;
+  // The size of every piece MallocShareable makes is a multiple of this (CUDA's granularity).
+  static size_t ShareableGranularity();
 
  private:
   class Stream;
@@ -70,6 +79,27 @@ class HostDeviceApi final : public DeviceApi {
     ShmMapping mapping;
   };
   struct Event;
+  // A range of this process's address space mapped with mmap: unmapped when it goes.
+  class Mapped {
+   public:
+    Mapped(std::byte* base, size_t bytes) : base_(base), bytes_(bytes) {}
+    ~Mapped();
+    Mapped(Mapped&& o) noexcept;
+    Mapped(const Mapped&) = delete;
+    Mapped& operator=(const Mapped&) = delete;
+    Mapped& operator=(Mapped&&) = delete;
+    std::byte* base() const { return base_; }
+    size_t bytes() const { return bytes_; }
+
+   private:
+    std::byte* base_;
+    size_t bytes_;
+  };
+  struct ShareableAllocation {
+    int device;
+    Fd memfd;
+    Mapped mapping;
+  };
 
   Status CheckDevice(int device) const;
   template <typename T>
@@ -82,8 +112,10 @@ class HostDeviceApi final : public DeviceApi {
   const std::string prefix_;
   mutable std::mutex mu_;
   uint64_t next_id_ = 0;
-  std::map<const std::byte*, Allocation> allocations_;  // by base
-  std::map<const std::byte*, Import> imports_;          // by base in this process
+  std::map<const std::byte*, Allocation> allocations_;         // by base
+  std::map<const std::byte*, Import> imports_;                 // by base in this process
+  std::map<const std::byte*, ShareableAllocation> shareable_;  // by base
+  std::map<const std::byte*, Mapped> shareable_imports_;       // by base in this process
   std::map<Event*, std::unique_ptr<Event>> events_;
   std::map<Stream*, std::unique_ptr<Stream>> streams_;  // last: destroyed (joined) first
 };

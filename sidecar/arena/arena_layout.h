@@ -22,7 +22,7 @@
 namespace korovod::sidecar {
 
 inline constexpr uint64_t kArenaMagic = 0x314e524156524b4bull;  // "KKRVARN1" little-endian
-inline constexpr uint32_t kProtocolVersion = 2;  // 2: sidecar_heartbeat
+inline constexpr uint32_t kProtocolVersion = 2;                 // 2: sidecar_heartbeat
 inline constexpr size_t kArenaPageBytes = 4096;  // header page; regions start on page boundaries
 inline constexpr size_t kCacheLineBytes = 64;
 
@@ -141,17 +141,27 @@ static_assert(offsetof(SubmissionRecord, dims) % 8 == 0 &&
               offsetof(SubmissionRecord, splits) ==
                   sizeof(SubmissionRecord) - 8 * kMaxInlineSplits);
 
+// DeviceBufferRecord::handle_kind: what mem_handle holds.
+// The allocation's legacy IPC handle (cudaIpcGetMemHandle).
+inline constexpr uint32_t kDeviceHandleIpc = 0;
+// Memory without a legacy IPC handle (cuMemCreate: PyTorch's expandable segments), whose pieces
+// the trainer sent as file descriptors on the memory channel (memory_fd_message.h) under an export
+// id: mem_handle's first 8 bytes are that id (little-endian), the other 56 are zero.
+inline constexpr uint32_t kDeviceHandleExported = 1;
+
 // One device buffer of a DeviceTensorDescriptor: the allocation it lies in, as its owner exported
-// it (cudaIpcGetMemHandle of the allocation; PyTorch's caching allocator hands out blocks of
-// larger allocations), and the tensor's offset from the allocation's base. The sidecar opens each
-// allocation once and keeps it open, keyed by (device, allocation_base): a base that comes back
-// with another handle is a new allocation, and the old mapping is closed.
+// it (cudaIpcGetMemHandle of the allocation, or an export id: handle_kind; PyTorch's caching
+// allocator hands out blocks of larger allocations), and the tensor's offset from the allocation's
+// base. The sidecar opens each allocation once and keeps it open, keyed by (device,
+// allocation_base): a base that comes back with another handle is a new allocation, and the old
+// mapping is closed.
 struct DeviceBufferRecord {
   uint8_t mem_handle[64];
   uint64_t allocation_base;   // the base address in the trainer's process
   uint64_t allocation_bytes;  // > 0
   uint64_t offset;            // offset + tensor bytes <= allocation_bytes
-  uint64_t reserved;          // zero
+  uint32_t handle_kind;       // kDeviceHandle*
+  uint32_t reserved;          // zero
 };
 static_assert(sizeof(DeviceBufferRecord) == 96);
 

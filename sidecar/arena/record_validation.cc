@@ -295,6 +295,14 @@ Status Validator::CheckDeviceBuffer(const char* which, const DeviceBufferRecord&
   const std::string f = std::string("device ") + which;
   if (b.allocation_bytes == 0) return Bad(f + " allocation_bytes is 0");
   if (b.reserved != 0) return Bad(f + " reserved is " + std::to_string(b.reserved) + ", must be 0");
+  if (b.handle_kind != kDeviceHandleIpc && b.handle_kind != kDeviceHandleExported) {
+    return Bad(f + " handle_kind " + std::to_string(b.handle_kind) + " is unknown");
+  }
+  if (b.handle_kind == kDeviceHandleExported) {
+    for (size_t i = 8; i < sizeof b.mem_handle; ++i) {
+      if (b.mem_handle[i] != 0) return Bad(f + " exported handle has bytes after its export id");
+    }
+  }
   if (b.offset > b.allocation_bytes || bytes > b.allocation_bytes - b.offset) {
     return Bad(f + " tensor of " + std::to_string(bytes) + " bytes at offset " +
                std::to_string(b.offset) + " lies outside its allocation of " +

@@ -22,6 +22,7 @@
 #include "sidecar/arena/op_queue.h"
 #include "sidecar/arena/record_mapping.h"
 #include "sidecar/arena/record_validation.h"
+#include "sidecar/client/memory_channel_client.h"
 #include "sidecar/control/grpc_status.h"
 #include "sidecar/control/protocol_version.h"
 
@@ -340,6 +341,8 @@ struct Client::Impl {
   std::atomic<int64_t> allocation_timeout_ms{kDefaultAllocationTimeout.count()};
   mutable std::mutex sets_mu;
   std::map<int, std::vector<int>> sets;  // process sets this client added: id -> ranks
+  std::once_flag memory_once;
+  std::unique_ptr<MemoryChannelClient> memory;  // SendDeviceMemory's, made on first use
 
   void RunCompletions();
   // Waits for heap space up to the allocation timeout (Client::Allocate).
@@ -568,6 +571,16 @@ const std::string& Client::session_id() const { return impl_->hello.session_id()
 uint32_t Client::epoch() const { return impl_->hello.epoch(); }
 const std::string& Client::device_backend() const { return impl_->hello.device_backend(); }
 int Client::nccl_version() const { return impl_->hello.nccl_version(); }
+
+Status Client::SendDeviceMemory(const std::vector<MemoryExport>& exports,
+                                std::span<const int> fds) {
+  std::call_once(impl_->memory_once, [this] {
+    impl_->memory = std::make_unique<MemoryChannelClient>(impl_->hello.memory_socket(),
+                                                          impl_->hello.memory_token());
+  });
+  const uint32_t ms = impl_->hello.op_timeout_ms() != 0 ? impl_->hello.op_timeout_ms() : 60000;
+  return impl_->memory->Send(exports, fds, Deadline::After(std::chrono::milliseconds(ms)));
+}
 
 void Client::set_allocation_timeout(std::chrono::milliseconds timeout) {
   impl_->allocation_timeout_ms.store(timeout.count());
@@ -858,6 +871,7 @@ DeviceBufferRecord DeviceBuffer(const DeviceTensorRef& t) {
   b.allocation_base = t.allocation_base;
   b.allocation_bytes = t.allocation_bytes;
   b.offset = t.offset;
+  b.handle_kind = t.handle_kind;
   return b;
 }
 

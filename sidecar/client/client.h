@@ -23,6 +23,7 @@
 #include "common/reduce_op.h"
 #include "common/status.h"
 #include "common/tensor_shape.h"
+#include "sidecar/arena/memory_fd_message.h"
 
 namespace korovod::sidecar {
 
@@ -114,9 +115,13 @@ struct GroupTensor {
 // lies in (cudaIpcGetMemHandle; PyTorch's storage._share_cuda_() gives the same), that
 // allocation's base address and size in this process, and the tensor's offset from the base.
 // The sidecar maps the allocation once and reads and writes the tensor there: no host copy.
+// Memory without a legacy IPC handle (cuMemCreate: PyTorch's expandable segments) is named by an
+// export id instead (handle_kind kDeviceHandleExported; mem_handle's first 8 bytes), whose pieces
+// went to the sidecar with SendDeviceMemory first.
 struct DeviceTensorRef {
   std::array<uint8_t, 16> device_uuid{};  // the device's UUID (ordinals differ per process)
   std::array<std::byte, 64> mem_handle{};
+  uint32_t handle_kind = 0;  // kDeviceHandleIpc or kDeviceHandleExported (arena_layout.h)
   uint64_t allocation_base = 0;
   uint64_t allocation_bytes = 0;
   uint64_t offset = 0;
@@ -197,6 +202,10 @@ class Client {
   StatusOr<std::vector<ClientHandle>> GroupedAllreduce(const std::vector<GroupTensor>& tensors,
                                                        DataType dtype,
                                                        const OpOptions& options = {});
+  // Device memory without an IPC handle: each export's pieces as file descriptors (borrowed, one
+  // per piece, in order), on the memory channel; OK once the sidecar holds them for this session.
+  // Send an allocation once, before the first op that names its export id.
+  Status SendDeviceMemory(const std::vector<MemoryExport>& exports, std::span<const int> fds);
   // Device tensors (the sidecar needs a device backend: KOROVOD_DEVICE_BACKEND). `output` may be
   // `input` (in place); both on one device. Completion means the result is in device memory: the
   // sidecar's stream has finished, so any later work of the trainer sees it.
@@ -238,7 +247,8 @@ class Client {
   // Collective like AddProcessSet; false when no set has that id (or it is 0, the world).
   StatusOr<bool> RemoveProcessSet(int id);
   // This process's rank in process set `id` and the set's size, for sets this client added (and
-  // the world, 0); InvalidArgument otherwise. Device ops size their outputs with it (reducescatter).
+  // the world, 0); InvalidArgument otherwise. Device ops size their outputs with it
+  // (reducescatter).
   struct SetPosition {
     int rank = 0;
     int size = 0;

@@ -35,6 +35,7 @@
 #include "sidecar/arena/arena.h"
 #include "sidecar/daemon/device_backend_choice.h"
 #include "sidecar/daemon/engine_metrics.h"
+#include "sidecar/daemon/memory_channel.h"
 #include "sidecar/daemon/op_loop.h"
 #include "sidecar/daemon/rank_epochs.h"
 #include "sidecar/daemon/sidecar_config.h"
@@ -274,6 +275,7 @@ struct RankContext {
   SidecarDevice& device;
   Arena& arena;
   EngineMetrics* metrics;
+  MemoryInbox* memory;  // the memory channel's, for every epoch's op loop
 };
 
 // The world as configured, with the engine's connection settings and the arena to share.
@@ -302,7 +304,7 @@ Status StartEpoch(const RankContext& rc, ConnectedWorld connected, const WorldOp
   e.engine = std::move(engine).value();
   e.loop = std::make_unique<OpLoop>(
       *e.engine, rc.arena, rc.metrics, rc.device.api.get(),
-      std::chrono::duration_cast<std::chrono::milliseconds>(world.op_timeout));
+      std::chrono::duration_cast<std::chrono::milliseconds>(world.op_timeout), rc.memory);
   e.loop->Start();
   return OkStatus();
 }
@@ -415,7 +417,8 @@ int ServeRank(const SidecarConfig& cfg, SidecarDevice& device, const std::atomic
   http::MetricsRegistry registry;
   auto metrics = EngineMetrics::Create(registry);
   if (!metrics.ok()) return Fail(metrics.status());
-  const RankContext rc{cfg, *engine_config, device, **arena, metrics->get()};
+  MemoryInbox memory_inbox;  // outlives the epochs' op loops and the channel
+  const RankContext rc{cfg, *engine_config, device, **arena, metrics->get(), &memory_inbox};
 
   std::unique_ptr<RankEpochs> epochs;
   std::atomic<uint64_t> fence{0};  // outlives `epochs`, whose watch reads it
@@ -455,6 +458,18 @@ int ServeRank(const SidecarConfig& cfg, SidecarDevice& device, const std::atomic
                            shutdown_requested.store(true);
                          });
   service.set_device_backend(device.kind, device.nccl_version);
+  // Device memory without an IPC handle crosses as descriptors, on a socket beside the gRPC one;
+  // made first, so the gRPC socket (the readiness signal) still means everything is up.
+  std::unique_ptr<MemoryChannel> memory_channel;
+  if (device.api != nullptr) {
+    auto channel = MemoryChannel::Start(MemoryChannel::PathFor(cfg.socket_path), memory_inbox);
+    if (!channel.ok()) {
+      epochs->EndCurrent();
+      return Fail(channel.status());
+    }
+    memory_channel = std::move(channel).value();
+    service.set_memory_channel(MemoryChannel::PathFor(cfg.socket_path), &memory_inbox);
+  }
   std::unique_ptr<grpc::Server> server = ServeTrainers(cfg.socket_path, service);
   if (server == nullptr) {
     epochs->EndCurrent();
@@ -486,6 +501,7 @@ int ServeRank(const SidecarConfig& cfg, SidecarDevice& device, const std::atomic
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   if (auto e = epochs->current()) LogEndOfRun(e->rank, *e->engine);
   epochs->EndCurrent();
+  memory_channel.reset();
   ::unlink(cfg.socket_path.c_str());
   if (*health) (*health)->Stop();
   return 0;

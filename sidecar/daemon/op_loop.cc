@@ -18,14 +18,14 @@
 namespace korovod::sidecar {
 
 struct OpLoop::Session {
-  Session(Arena& arena, DeviceApi* device, EngineMetrics* metrics)
+  Session(Arena& arena, DeviceApi* device, MemoryInbox* inbox, EngineMetrics* metrics)
       : metrics(metrics),
         submissions(arena),
         completions(arena),
         results(arena.layout().result_heap.bytes, "result heap of arena " + arena.name(),
                 [&arena](uint64_t end) { return arena.Reserve(ArenaHeap::kResult, end); }),
         result_base(arena.result_heap().data()) {
-    if (device != nullptr) device_handles = std::make_unique<DeviceHandleCache>(*device);
+    if (device != nullptr) device_handles = std::make_unique<DeviceHandleCache>(*device, inbox);
   }
   // The last reference goes with the session's last op: only then are its client's device
   // allocations closed (an op in flight may still be reading them).
@@ -88,13 +88,14 @@ struct PendingOp {
 }  // namespace
 
 OpLoop::OpLoop(Engine& engine, Arena& arena, EngineMetrics* metrics, DeviceApi* device,
-               std::chrono::milliseconds ready_timeout)
+               std::chrono::milliseconds ready_timeout, MemoryInbox* inbox)
     : engine_(engine),
       arena_(arena),
       metrics_(metrics),
       device_(device),
-      ready_timeout_(ready_timeout) {
-  session_ = std::make_shared<Session>(arena_, device_, metrics_);
+      ready_timeout_(ready_timeout),
+      inbox_(inbox) {
+  session_ = std::make_shared<Session>(arena_, device_, inbox_, metrics_);
 }
 
 OpLoop::~OpLoop() { Stop(); }
@@ -221,7 +222,7 @@ void OpLoop::EndSession(const char* why) {
   ResetQueue(h.completion);
   h.client_pid.value.store(0, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mu_);
-  session_ = std::make_shared<Session>(arena_, device_, metrics_);
+  session_ = std::make_shared<Session>(arena_, device_, inbox_, metrics_);
   client_seen_ = false;
   client_pid_visible_ = false;
   arena_.ReleaseClient();

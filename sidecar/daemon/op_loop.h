@@ -31,9 +31,11 @@ class OpLoop {
  public:
   // `engine`, `arena`, `metrics` (may be null) and `device` must outlive the loop. `device` (null:
   // device tensors are refused) maps the trainer's device allocations; a device op's ready event
-  // is waited for up to `ready_timeout` before the op reaches the engine.
+  // is waited for up to `ready_timeout` before the op reaches the engine. `inbox` (may be null)
+  // holds the descriptors of device memory without an IPC handle the trainer sent.
   OpLoop(Engine& engine, Arena& arena, EngineMetrics* metrics, DeviceApi* device = nullptr,
-         std::chrono::milliseconds ready_timeout = std::chrono::seconds(60));
+         std::chrono::milliseconds ready_timeout = std::chrono::seconds(60),
+         MemoryInbox* inbox = nullptr);
   ~OpLoop();  // Stop()
   OpLoop(const OpLoop&) = delete;
   OpLoop& operator=(const OpLoop&) = delete;
@@ -83,6 +85,7 @@ class OpLoop {
   EngineMetrics* metrics_;
   DeviceApi* device_;
   std::chrono::milliseconds ready_timeout_;
+  MemoryInbox* inbox_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 

@@ -60,6 +60,11 @@ grpc::Status SidecarService::Hello(grpc::ServerContext* ctx, const v1::HelloRequ
   reply->set_nccl_version(nccl_version_);
   reply->set_op_timeout_ms(static_cast<uint32_t>(
       std::chrono::duration_cast<std::chrono::milliseconds>(config_.op_timeout).count()));
+  if (memory_inbox_ != nullptr) {
+    const MemoryToken token = memory_inbox_->StartSession();
+    reply->set_memory_socket(memory_socket_);
+    reply->set_memory_token(std::string(reinterpret_cast<const char*>(token.data()), token.size()));
+  }
   reply->set_session_id("rank" + std::to_string(e.rank) + "-session" +
                         std::to_string(sessions.fetch_add(1) + 1));
   return grpc::Status::OK;

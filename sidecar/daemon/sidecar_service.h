@@ -6,6 +6,7 @@
 #include <string>
 
 #include "korovod/sidecar/v1/sidecar.grpc.pb.h"
+#include "sidecar/daemon/memory_inbox.h"
 #include "sidecar/daemon/rank_epochs.h"
 #include "sidecar/daemon/sidecar_config.h"
 
@@ -22,6 +23,12 @@ class SidecarService final : public v1::Sidecar::WithCallbackMethod_Shutdown<v1:
                  uint64_t arena_bytes, std::function<void(const std::string&)> on_shutdown);
 
   // What Hello tells trainers about device tensors (hvd.nccl_built(), hvd.cuda_built()).
+  // The memory channel's socket and inbox (inbox outlives the service): each Hello starts the
+  // inbox's session and gives the trainer its token.
+  void set_memory_channel(std::string path, MemoryInbox* inbox) {
+    memory_socket_ = std::move(path);
+    memory_inbox_ = inbox;
+  }
   void set_device_backend(std::string kind, int nccl_version) {
     device_backend_ = std::move(kind);
     nccl_version_ = nccl_version;
@@ -55,6 +62,8 @@ class SidecarService final : public v1::Sidecar::WithCallbackMethod_Shutdown<v1:
   uint64_t arena_bytes_;
   std::string device_backend_ = "none";
   int nccl_version_ = 0;
+  std::string memory_socket_;
+  MemoryInbox* memory_inbox_ = nullptr;
   std::function<void(const std::string&)> on_shutdown_;
 };
 

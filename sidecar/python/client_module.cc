@@ -58,9 +58,10 @@ auto Unlocked(F&& submit) {
   return Take(std::move(result));
 }
 
-// A device buffer as korovod.torch.cuda_ipc.buffer_ref gives it: (IPC handle bytes, allocation
-// base, allocation size, offset).
-using DeviceBufferTuple = std::tuple<py::bytes, uint64_t, uint64_t, uint64_t>;
+// A device buffer as korovod.torch.cuda_ipc.buffer_ref gives it: (handle bytes, allocation base,
+// allocation size, offset[, handle kind]); the kind (kDeviceHandleIpc when absent) says whether
+// the handle is a CUDA IPC handle or an export id sent with send_device_memory.
+using DeviceBufferTuple = py::tuple;
 
 template <size_t N>
 std::array<std::byte, N> Bytes(const py::bytes& b, const char* what) {
@@ -78,10 +79,15 @@ DeviceTensorRef DeviceRef(const py::bytes& uuid, const DeviceBufferTuple& t) {
   DeviceTensorRef r;
   const auto u = Bytes<16>(uuid, "device_uuid");
   std::memcpy(r.device_uuid.data(), u.data(), u.size());
-  r.mem_handle = Bytes<64>(std::get<0>(t), "IPC memory handle");
-  r.allocation_base = std::get<1>(t);
-  r.allocation_bytes = std::get<2>(t);
-  r.offset = std::get<3>(t);
+  if (t.size() != 4 && t.size() != 5) {
+    throw std::invalid_argument("a device buffer is (handle, base, bytes, offset[, kind]), got " +
+                                std::to_string(t.size()) + " items");
+  }
+  r.mem_handle = Bytes<64>(t[0].cast<py::bytes>(), "device memory handle");
+  r.allocation_base = t[1].cast<uint64_t>();
+  r.allocation_bytes = t[2].cast<uint64_t>();
+  r.offset = t[3].cast<uint64_t>();
+  if (t.size() == 5) r.handle_kind = t[4].cast<uint32_t>();
   return r;
 }
 
@@ -234,6 +240,21 @@ void BindClient(py::module_& m) {
           py::arg("input"), py::arg("output"), py::arg("dtype"), py::arg("shape"),
           py::arg("name") = "", py::arg("op") = 0, py::arg("prescale") = 1.0,
           py::arg("postscale") = 1.0, py::arg("process_set") = 0)
+      .def(
+          "send_device_memory",
+          [](Client& c, const std::vector<std::pair<uint64_t, std::vector<uint64_t>>>& exports,
+             const std::vector<int>& fds) {
+            std::vector<MemoryExport> es;
+            for (const auto& [id, pieces] : exports) es.push_back(MemoryExport{id, pieces});
+            Status s = [&] {
+              py::gil_scoped_release release;
+              return c.SendDeviceMemory(es, fds);
+            }();
+            Check(s);
+          },
+          "Sends device memory without a CUDA IPC handle: [(export_id, [piece bytes])] and one "
+          "file descriptor per piece, in order (borrowed: the caller closes them).",
+          py::arg("exports"), py::arg("fds"))
       .def(
           "device_allreduce",
           [](Client& c, const py::bytes& uuid, const DeviceBufferTuple& in,

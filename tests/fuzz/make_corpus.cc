@@ -11,6 +11,7 @@
 #include "runtime/core/negotiation_messages.h"
 #include "runtime/transport/handshake.h"
 #include "sidecar/arena/arena_layout.h"
+#include "sidecar/arena/memory_fd_message.h"
 
 using namespace korovod;
 using namespace korovod::sidecar;
@@ -153,7 +154,8 @@ void Elastic() {
           "worker=h0/0 epoch=1\nrank=0 host=h0 port=29500 addr=eth0/10.0.0.1 node=h0");
   Put("elastic_frames", "query", std::string("\x01since=2", 8));
   Put("elastic_frames", "assignment",
-      "\x02" "epoch=2 rank=1 size=2 version=5\n"
+      "\x02"
+      "epoch=2 rank=1 size=2 version=5\n"
       "rank=0 host=h0 port=29500 addr=eth0/10.0.0.1 node=h0\n"
       "rank=1 host=h1 port=29500 addr=10.0.0.2 node=h1\n");
   Put("elastic_frames", "version", "\x03version=5 epoch=2 update=1\nh1/0\n");
@@ -183,7 +185,10 @@ void GrpcControl() {
   Put("grpc_control", "hello", std::string("\x00\x08\x01\x10\x7b", 5));
   Put("grpc_control", "add_set", std::string("\x0b\x0a\x03\x00\x01\x02", 6));
   Put("grpc_control", "timeline", std::string("\x13\x0a\x13/tmp/tl.{rank}.json\x10\x01", 24));
-  Put("grpc_control", "shutdown", std::string("\x20\x0a\x04" "done", 7));
+  Put("grpc_control", "shutdown",
+      std::string("\x20\x0a\x04"
+                  "done",
+                  7));
 }
 
 void Timeline() {
@@ -204,6 +209,19 @@ void Timeline() {
 
 }  // namespace
 
+// Memory channel messages: the first byte is the number of descriptors attached.
+void MemoryFdMessages() {
+  MemoryFdMessage m;
+  m.exports.push_back(MemoryExport{1, {2 << 20}});
+  m.exports.push_back(MemoryExport{2, {20 << 20, 20 << 20, 20 << 20}});
+  auto bytes = EncodeMemoryFdMessage(m);
+  Put("memory_fd_message", "two_exports",
+      std::string(1, '\4') +
+          std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
+  const MemoryFdReply reply = EncodeMemoryFdReply(InvalidArgument("bad magic"));
+  Put("memory_fd_message", "reply", std::string(1, '\0') + Bytes(reply));
+}
+
 int main(int argc, char** argv) {
   g_root = argc > 1 ? argv[1] : "tests/fuzz/corpus";
   ::mkdir(g_root.c_str(), 0755);
@@ -217,5 +235,6 @@ int main(int argc, char** argv) {
   PeerMeshControl();
   GrpcControl();
   Timeline();
+  MemoryFdMessages();
   return 0;
 }

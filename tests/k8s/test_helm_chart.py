@@ -660,7 +660,11 @@ def test_installed_chart_runs_jobs_and_owns_its_webhook_certificate(crd, ns, tmp
         # delete-and-recreate does) is repaired by the running operator.
         crd.kubectl("replace", "-f", "-", input=json.dumps(webhook_doc[0]))
         crd.wait_for(lambda: _ca_bundles(crd, full) == bundles, "the caBundle restored", 30)
-        assert "was changed or removed: restored" in operator.log(), operator.log()[-3000:]
+        # Which words depend on how long this replica has served (past 2 periods its restore also
+        # retires other CAs); either says the removed caBundle was put back.
+        assert ("was changed or removed: restored" in operator.log()
+                or "(other CAs retired, or it had been removed)" in operator.log()), \
+            operator.log()[-3000:]
     finally:
         assert operator.stop() == 0, operator.log()[-3000:]
         crd.kubectl("delete", "-f", str(manifest), "--ignore-not-found", "--wait=false")

@@ -202,6 +202,33 @@ TEST_F(KorovodrunTest, EnvLayoutUnevenHosts) {
   ExpectCleanedUp();
 }
 
+const char* kPrintTorchrunVars =
+    "echo T $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK $MASTER_ADDR $MASTER_PORT";
+
+// torchrun's variables (init_process_group's env://): ranks as korovod's, GROUP_RANK the host's
+// index, rank 0's store on loopback at one free port for the whole job.
+TEST_F(KorovodrunTest, TorchrunVariablesGiveTheLayout) {
+  auto r = Run({"-np", "3", "-H", "localhost:2,127.0.0.2:1", "/bin/sh", "-c", kPrintTorchrunVars});
+  ASSERT_TRUE(r.status.success()) << r.status.Describe() << "\n" << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(\[0\] T 0 3 0 2 0 127\.0\.0\.1 (\d+)\n)")))
+      << r.out;
+  const std::string port = m[1];
+  EXPECT_GT(std::stoi(port), 0);
+  EXPECT_TRUE(Contains(r.out, "[1] T 1 3 1 2 0 127.0.0.1 " + port + "\n")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "[2] T 2 3 0 1 1 127.0.0.1 " + port + "\n")) << r.out;
+  ExpectCleanedUp();
+}
+
+TEST_F(KorovodrunTest, TorchrunVariablesTheUserSetAreKept) {
+  auto r = Run({"-np", "2", "/bin/sh", "-c", kPrintTorchrunVars},
+               {{"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "29999"}});
+  ASSERT_TRUE(r.status.success()) << r.status.Describe() << "\n" << r.err;
+  EXPECT_TRUE(Contains(r.out, "[0] T 0 2 0 2 0 10.1.2.3 29999\n")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "[1] T 1 2 1 2 0 10.1.2.3 29999\n")) << r.out;
+  ExpectCleanedUp();
+}
+
 TEST_F(KorovodrunTest, TimelineIsPassedToSidecars) {
   auto r = Run({"-np", "2", "--timeline", "/somewhere/tl-{rank}.json", "/bin/true"});
   ASSERT_TRUE(r.status.success()) << r.err;

@@ -33,6 +33,14 @@ for h in handles:
     hvd.synchronize(h)
 assert torch.allclose(grads[160], torch.full_like(grads[160], (n - 1) / 2))
 
+# A tensor larger than an expandable segment's 20 MiB pieces (PYTORCH_CUDA_ALLOC_CONF=
+# expandable_segments:True): it spans several pieces, exported as file descriptors, mapped back to
+# back by the sidecar; again with its pieces cached.
+big = torch.full((12 << 20,), float(r), device=dev)  # 48 MiB
+for _ in range(2):
+    out = hvd.allreduce(big, op=hvd.Sum, name="big")
+    assert torch.equal(out, torch.full_like(big, n * (n - 1) / 2))
+
 w = torch.full((10, 10), float(r), device=dev)
 hvd.broadcast_(w, root_rank=n - 1)
 assert torch.equal(w, torch.full_like(w, float(n - 1)))

@@ -130,10 +130,27 @@ def _gpus():
 
 
 @pytest.mark.skipif(_gpus() == 0, reason="needs a CUDA GPU (torch.cuda.is_available())")
-def test_cuda_tensors_stay_on_the_gpu_through_the_sidecar():
+@pytest.mark.parametrize("alloc_conf", ["", "expandable_segments:True"])
+def test_cuda_tensors_stay_on_the_gpu_through_the_sidecar(alloc_conf):
+    """Legacy IPC handles (the default allocator) and file descriptors of cuMemCreate pieces
+    (expandable segments: no legacy IPC handle)."""
     np_ = min(2, _gpus())  # one GPU per rank, as NCCL requires
-    out = run(np_, os.path.join(HERE, "cuda_worker.py"), env={"KOROVOD_DEVICE_BACKEND": "nccl"})
+    out = run(np_, os.path.join(HERE, "cuda_worker.py"),
+              env={"KOROVOD_DEVICE_BACKEND": "nccl", "PYTORCH_CUDA_ALLOC_CONF": alloc_conf})
     assert_each_rank(out, np_, "cuda ok")
+
+
+@pytest.mark.skipif(_gpus() == 0, reason="needs a CUDA GPU (torch.cuda.is_available())")
+def test_cuda_malloc_async_tensors_are_refused_naming_the_allocator_setting():
+    """cudaMallocAsync's default pool is not exportable: the op fails naming the setting."""
+    np_ = min(2, _gpus())
+    cmd = [KOROVODRUN, "-np", str(np_), PYTHON, os.path.join(HERE, "cuda_worker.py")]
+    env = dict(_env(), KOROVOD_DEVICE_BACKEND="nccl",
+               PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0, p.stdout
+    assert "cudaMallocAsync memory pool" in p.stderr, p.stderr[-4000:]
+    assert "backend:native" in p.stderr, p.stderr[-4000:]
 
 
 @pytest.mark.parametrize("np_", [2, 3])
@@ -305,3 +322,11 @@ def test_straggler_is_named_with_its_cause(mode, tmp_path):
     assert ("%s-bound" % mode) in lines[0], lines[0]
     assert "OTHERS_WAIT_FOR_ME" in _lane(str(tmp_path / "tl-2.json"), "waits")
     assert "WAIT_FOR_OTHERS" in _lane(str(tmp_path / "tl-0.json"), "waits")
+
+
+def test_exported_device_memory_on_the_host_device():
+    """Memory without a CUDA IPC handle (expandable segments) sent as file descriptors, through
+    the Python client and real sidecars, on the host device (no GPU)."""
+    out = run(2, os.path.join(HERE, "exported_memory_worker.py"),
+              env={"KOROVOD_DEVICE_BACKEND": "host"})
+    assert_each_rank(out, 2, "OK")

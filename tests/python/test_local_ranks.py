@@ -50,6 +50,30 @@ def test_each_local_rank_gets_its_rank_local_rank_and_socket():
         "KOROVOD_SOCKET=/run/k/sidecar-1.sock"], p.stdout
 
 
+def test_each_local_rank_gets_torchruns_variables():
+    """init_process_group's env:// finds the job: RANK/LOCAL_RANK per local rank, the world, the
+    pod's index, and rank 0's pod (the coordinator's host) as MASTER_ADDR; what the pod sets
+    itself is kept."""
+    show = ("import os; print(' '.join('%s=%s' % (k, os.environ[k]) for k in ['RANK', "
+            "'WORLD_SIZE', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE', 'GROUP_RANK', 'MASTER_ADDR', "
+            "'MASTER_PORT']))")
+    p = local_ranks(PYTHON, "-c", show, KOROVOD_COORDINATOR="job-0.job.ns.svc:28500", **POD)
+    assert p.returncode == 0, p.stderr
+    assert sorted(p.stdout.splitlines()) == [
+        "[4] RANK=4 WORLD_SIZE=8 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 GROUP_RANK=2 "
+        "MASTER_ADDR=job-0.job.ns.svc MASTER_PORT=29500",
+        "[5] RANK=5 WORLD_SIZE=8 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 GROUP_RANK=2 "
+        "MASTER_ADDR=job-0.job.ns.svc MASTER_PORT=29500"], p.stdout
+    p = local_ranks(PYTHON, "-c", show, MASTER_ADDR="10.0.0.9", MASTER_PORT="1234", RANK="0",
+                    **POD)
+    assert p.returncode == 0, p.stderr
+    assert sorted(p.stdout.splitlines()) == [
+        "[4] RANK=4 WORLD_SIZE=8 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 GROUP_RANK=2 "
+        "MASTER_ADDR=10.0.0.9 MASTER_PORT=1234",
+        "[5] RANK=5 WORLD_SIZE=8 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 GROUP_RANK=2 "
+        "MASTER_ADDR=10.0.0.9 MASTER_PORT=1234"], p.stdout
+
+
 def test_a_failing_local_rank_stops_the_others_and_names_itself():
     script = ("import os, sys, time\n"
               "if os.environ['KOROVOD_LOCAL_RANK'] == '1': sys.exit(3)\n"

@@ -8,6 +8,9 @@ in the trainer container: KOROVOD_RANK (the pod's first rank), KOROVOD_SIZE, KOR
 (ranks in this pod), KOROVOD_CROSS_RANK, KOROVOD_CROSS_SIZE and KOROVOD_SOCKET (containing
 "{local_rank}"). Local rank i runs with KOROVOD_RANK = first + i, KOROVOD_LOCAL_RANK = i, its own
 socket, and the HOROVOD_* copies of every rank variable; each output line is prefixed "[rank] ".
+torchrun's variables too (init_process_group's env://): RANK and LOCAL_RANK per local rank;
+WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK (the pod's index, KOROVOD_CROSS_RANK), MASTER_ADDR (the
+host of KOROVOD_COORDINATOR, rank 0's pod) and MASTER_PORT (29500) unless the pod sets them.
 Every GPU of the pod stays visible, as Horovod scripts expect
 (torch.cuda.set_device(hvd.local_rank())).
 
@@ -43,6 +46,18 @@ def _int(env, name, lo):
     return n
 
 
+def _torchrun_vars(e, rank, size, local_rank, local_size, node):
+    """torchrun's variables for one local rank: its own rank always (a pod-wide value cannot be
+    right for several ranks), the rest unless the pod has them."""
+    e["RANK"], e["LOCAL_RANK"] = str(rank), str(local_rank)
+    coordinator = e.get("KOROVOD_COORDINATOR", "")
+    defaults = {"WORLD_SIZE": size, "LOCAL_WORLD_SIZE": local_size, "GROUP_RANK": node,
+                "MASTER_ADDR": coordinator.rsplit(":", 1)[0] if coordinator else "127.0.0.1",
+                "MASTER_PORT": 29500}
+    for name, value in defaults.items():
+        e.setdefault(name, str(value))
+
+
 def rank_environments(env):
     """One environment per local rank, from the pod's. Raises UsageError."""
     first = _int(env, "KOROVOD_RANK", 0)
@@ -65,6 +80,7 @@ def rank_environments(env):
         for name in _VARS:
             e["KOROVOD_" + name] = e["HOROVOD_" + name] = str(values[name])
         e["KOROVOD_SOCKET"] = socket.replace("{local_rank}", str(i))
+        _torchrun_vars(e, first + i, size, i, local_size, cross_rank)
         out.append(e)
     return out
 

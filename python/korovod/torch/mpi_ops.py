@@ -319,7 +319,7 @@ def _device_ref(tensor, keep):
     if tensor.numel() == 0:
         tensor = torch.empty(1, dtype=tensor.dtype, device=tensor.device)
         keep.append(tensor)
-    return cuda_ipc.buffer_ref(tensor)
+    return cuda_ipc.buffer_ref(tensor, _c())
 
 
 def _one_device(kind, tensors):
@@ -463,9 +463,10 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
 
     if src.is_cuda or buf.is_cuda:  # reduced where it lies on the GPU (NCCL in the sidecar)
         events, submit = _device_submit("allreduce", [src, buf], lambda uuid, ev: (
-            _c().device_allreduce(uuid, cuda_ipc.buffer_ref(src), cuda_ipc.buffer_ref(buf), dtype,
-                                  list(src.shape), ev, name, op, float(prescale_factor),
-                                  float(postscale_factor), psid)))
+            _c().device_allreduce(uuid, cuda_ipc.buffer_ref(src, _c()),
+                                  cuda_ipc.buffer_ref(buf, _c()), dtype, list(src.shape), ev,
+                                  name, op, float(prescale_factor), float(postscale_factor),
+                                  psid)))
 
     def finish(_h, src=src, events=events):
         return _copy_back(output, buf)
@@ -558,9 +559,10 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
             def submit_one():
                 events.append(cuda_ipc.ready_event(srcs[i]))
                 return _c().device_allreduce(
-                    uuid, cuda_ipc.buffer_ref(srcs[i]), cuda_ipc.buffer_ref(bufs[i]), dtypes[i],
-                    list(srcs[i].shape), events[-1].ipc_handle(), names[i], op,
-                    float(prescale_factor), float(postscale_factor), psid)
+                    uuid, cuda_ipc.buffer_ref(srcs[i], _c()),
+                    cuda_ipc.buffer_ref(bufs[i], _c()), dtypes[i], list(srcs[i].shape),
+                    events[-1].ipc_handle(), names[i], op, float(prescale_factor),
+                    float(postscale_factor), psid)
             return submit_one
 
         return _start(names, process_set,
@@ -855,8 +857,8 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 
     if buf.is_cuda:  # broadcast where it lies on the GPU
         events, submit = _device_submit("broadcast", [buf], lambda uuid, ev: (
-            _c().device_broadcast(uuid, cuda_ipc.buffer_ref(buf), dtype, list(buf.shape), root, ev,
-                                  name, psid)))
+            _c().device_broadcast(uuid, cuda_ipc.buffer_ref(buf, _c()), dtype, list(buf.shape),
+                                  root, ev, name, psid)))
 
     return _start([name], process_set, submit,
                   lambda h, events=events: _copy_back(tensor, buf))

@@ -408,6 +408,14 @@ TEST_F(ValidationTest, DeviceTensorsNeedASoundDescriptor) {
       {"reserved", [](auto&, auto& d) { d.reserved1[2] = 1; }, "reserved bytes must be 0"},
       {"empty allocation", [](auto&, auto& d) { d.input.allocation_bytes = 0; },
        "device input allocation_bytes is 0"},
+      {"handle kind", [](auto&, auto& d) { d.output.handle_kind = 2; },
+       "device output handle_kind 2 is unknown"},
+      {"export id and more",
+       [](auto&, auto& d) {
+         d.input.handle_kind = kDeviceHandleExported;
+         d.input.mem_handle[8] = 1;
+       },
+       "device input exported handle has bytes after its export id"},
       {"past the end", [](auto&, auto& d) { d.output.offset = (1 << 20) - 64; },
        "device output tensor of 128 bytes at offset 1048512 lies outside its allocation"},
       {"offset overflow", [](auto&, auto& d) { d.input.offset = ~uint64_t{0}; },
