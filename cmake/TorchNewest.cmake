@@ -4,10 +4,10 @@
 #
 # KOROVOD_TORCH_NEWEST_PYTHON: a Python interpreter with the newest torch. Given with -D, it is
 # used (it must import torch, numpy and pytest; OFF or an empty value turns the second run off);
-# else <repo>/.deps/torch-venv/bin/python (scripts/install-deps.sh --torch-newest) when it
-# imports them; else it stays undefined and the *_torch_newest tests are not registered (said
-# here). korovod's extension is pybind11 over the client, not torch's C++ ABI: the one build
-# serves both interpreters (both Python 3.11).
+# else $KOROVOD_DEPS_DIR/torch-venv/bin/python, by default <repo>/.deps/torch-venv/bin/python
+# (scripts/install-deps.sh --torch-newest), when it imports them; else it stays undefined and
+# the *_torch_newest tests are not registered (said here). korovod's extension is pybind11 over
+# the client, not torch's C++ ABI: the one build serves both interpreters (both Python 3.11).
 #
 # korovod_add_torch_test(NAME <name> COMMAND <args...> [LABELS ...] [TIMEOUT s]
 #                        [ENVIRONMENT VAR=value...] [SKIP_REGULAR_EXPRESSION re]
@@ -35,6 +35,9 @@ if(DEFINED CACHE{KOROVOD_TORCH_NEWEST_PYTHON})
   set(_korovod_torch_newest_given TRUE)
 else()
   set(_korovod_torch_newest "${PROJECT_SOURCE_DIR}/.deps/torch-venv/bin/python")
+  if(DEFINED ENV{KOROVOD_DEPS_DIR})  # where install-deps.sh put it
+    set(_korovod_torch_newest "$ENV{KOROVOD_DEPS_DIR}/torch-venv/bin/python")
+  endif()
   set(_korovod_torch_newest_given FALSE)
 endif()
 set(KOROVOD_TORCH_NEWEST_VERSION "")
@@ -55,6 +58,8 @@ if(KOROVOD_TORCH_NEWEST_VERSION)
   set(KOROVOD_TORCH_NEWEST_PYTHON "${_korovod_torch_newest}")
   message(STATUS "torch ${KOROVOD_TORCH_NEWEST_VERSION} (${KOROVOD_TORCH_NEWEST_PYTHON}): the "
                  "torch tests are registered again as *_torch_newest")
+elseif(_korovod_torch_newest_given AND NOT _korovod_torch_newest)
+  message(STATUS "KOROVOD_TORCH_NEWEST_PYTHON=${_korovod_torch_newest}: no *_torch_newest tests")
 else()
   message(STATUS "The newest torch not found: no *_torch_newest tests "
                  "(scripts/install-deps.sh --torch-newest, or -DKOROVOD_TORCH_NEWEST_PYTHON)")
