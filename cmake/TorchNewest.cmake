@@ -10,12 +10,13 @@
 # the client, not torch's C++ ABI: the one build serves both interpreters (both Python 3.11).
 #
 # korovod_add_torch_test(NAME <name> COMMAND <args...> [LABELS ...] [TIMEOUT s]
-#                        [ENVIRONMENT VAR=value...] [SKIP_REGULAR_EXPRESSION re]
-#                        [SKIP_RETURN_CODE code] [ONCE])
+#                        [ENVIRONMENT VAR=value...] [NEWEST_ENVIRONMENT VAR=value...]
+#                        [SKIP_REGULAR_EXPRESSION re] [SKIP_RETURN_CODE code] [ONCE])
 #   registers <name> for ${KOROVOD_TEST_PYTHON} (the caller's) and, when the newest torch was
 #   found, <name>_torch_newest for it, labelled torch_newest too. @PYTHON@ in COMMAND and
-#   ENVIRONMENT stands for the interpreter. ONCE registers <name> alone: for a test of nothing
-#   that depends on torch's version (say why beside it).
+#   ENVIRONMENT stands for the interpreter; NEWEST_ENVIRONMENT is added for the newest alone.
+#   ONCE registers <name> alone: for a test of nothing that depends on torch's version (say why
+#   beside it).
 include_guard(GLOBAL)
 
 # The first interpreter: Debian's, with torch 1.13.
@@ -67,7 +68,7 @@ endif()
 
 function(korovod_add_torch_test)
   cmake_parse_arguments(T "ONCE" "NAME;TIMEOUT;SKIP_REGULAR_EXPRESSION;SKIP_RETURN_CODE"
-                        "COMMAND;LABELS;ENVIRONMENT" ${ARGN})
+                        "COMMAND;LABELS;ENVIRONMENT;NEWEST_ENVIRONMENT" ${ARGN})
   if(NOT T_NAME OR NOT T_COMMAND OR NOT T_TIMEOUT OR NOT T_LABELS)
     message(FATAL_ERROR "korovod_add_torch_test needs NAME, COMMAND, LABELS and TIMEOUT")
   endif()
@@ -81,7 +82,11 @@ function(korovod_add_torch_test)
     list(GET parts 1 python)
     list(GET parts 2 extra_label)
     string(REPLACE "@PYTHON@" "${python}" command "${T_COMMAND}")
-    string(REPLACE "@PYTHON@" "${python}" environment "${T_ENVIRONMENT}")
+    set(environment ${T_ENVIRONMENT})
+    if(extra_label)
+      list(APPEND environment ${T_NEWEST_ENVIRONMENT})
+    endif()
+    string(REPLACE "@PYTHON@" "${python}" environment "${environment}")
     add_test(NAME ${name} COMMAND ${command})
     set(labels ${T_LABELS} ${extra_label})
     set_tests_properties(${name} PROPERTIES LABELS "${labels}" TIMEOUT ${T_TIMEOUT})
