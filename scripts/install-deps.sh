@@ -113,6 +113,23 @@ else
   DEPS="$(cd "$REPO/.deps" && pwd -P)"
 fi
 
+# ---- PyTorch's own distributed test base (tests/torch_upstream) ----------------------------------
+# torch.testing._internal imports expecttest, which neither torch ships. Pure Python, one version
+# for every interpreter: installed into its own folder that only tests/torch_upstream puts on
+# PYTHONPATH, so no interpreter's site packages change.
+TORCH_UPSTREAM_SET="expecttest==0.3.0"
+install_torch_upstream() {
+  local dir="$DEPS/torch-upstream"
+  if [ -f "$dir/.korovod-stamp" ] && [ "$(cat "$dir/.korovod-stamp")" = "$TORCH_UPSTREAM_SET" ]; then
+    return
+  fi
+  rm -rf "$dir"
+  /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$dir" \
+    $TORCH_UPSTREAM_SET
+  echo "$TORCH_UPSTREAM_SET" >"$dir/.korovod-stamp"
+}
+install_torch_upstream
+
 # ---- Horovod itself, the peer of bench/horovod_peer ---------------------------------------------
 # In its own virtualenv (with Debian's site packages, for torch) so that its `horovod` package never
 # shadows korovod's on the system path. Built once; the stamp names the version.
