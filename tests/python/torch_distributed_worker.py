@@ -19,11 +19,16 @@ out_file = sys.argv[3] if len(sys.argv) > 3 else None
 if mode != "ddp_unmodified":
     import korovod.torch.distributed  # noqa: F401  (registers "korovod")
 
-dist.init_process_group(backend)
+if mode == "timeout":
+    import datetime
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=3))
+else:
+    dist.init_process_group(backend)
 rank, size = dist.get_rank(), dist.get_world_size()
 KOROVOD = backend == "korovod"
 results = {}
 R = dist.ReduceOp
+_OP_NAMES = {R.SUM: "sum", R.MAX: "max", R.MIN: "min", R.PRODUCT: "product"}
 
 
 def record(key, value):
@@ -67,7 +72,7 @@ def collectives(group, ranks, tag):
                          (R.PRODUCT, torch.stack(all_).double().prod(0))]:
             t = contrib(rank, dtype=dt)
             if not gloo_lacks(lambda: dist.all_reduce(t, op=op, group=group)):
-                expect("%s.allreduce.%s" % (key, op), t, want)
+                expect("%s.allreduce.%s" % (key, _OP_NAMES[op]), t, want)
         t = contrib(rank, dtype=dt)
         dist.broadcast(t, ranks[-1], group=group)
         expect(key + ".broadcast", t, all_[-1])
@@ -123,7 +128,8 @@ def collectives(group, ranks, tag):
     # Non-contiguous tensors are written back where they lie.
     t = contrib(rank, 12).reshape(3, 4).t()
     dist.all_reduce(t, group=group)
-    expect(tag + ".allreduce.noncontiguous", t, sum(contrib(r, 12) for r in ranks).reshape(3, 4).t())
+    expect(tag + ".allreduce.noncontiguous", t,
+           sum(contrib(r, 12) for r in ranks).reshape(3, 4).t())
     dist.barrier(group=group)
 
 
@@ -207,7 +213,198 @@ def run_collectives():
         expect("world.after_group_destroyed", t, sum(contrib(r) for r in world))
 
 
-if mode == "collectives":
+def run_ddp(hook):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    ddp = DDP(model, bucket_cap_mb=0.001)  # several buckets
+    if hook == "allreduce":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        ddp.register_comm_hook(None, default_hooks.allreduce_hook)
+    elif hook == "fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    data = torch.Generator().manual_seed(1000 + rank)
+    for _ in range(4):
+        x = torch.randn(8, 16, generator=data)
+        loss = ddp(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    for i, p in enumerate(model.parameters()):
+        results["param%d" % i] = p.detach().clone()
+
+
+def refused(fn, *words):
+    """fn raises torch's backend error (RuntimeError on 1.13) whose message has every word."""
+    want = getattr(dist, "DistBackendError", RuntimeError)
+    try:
+        fn()
+    except want as e:
+        for w in words:
+            assert w in str(e), "%r not in %s" % (w, e)
+        return str(e)
+    raise AssertionError("no error for %s" % (words,))
+
+
+def run_errors():
+    t = torch.ones(2)
+    refused(lambda: dist.send(t, (rank + 1) % size), "rank %d" % rank, "send",
+            "no point-to-point")
+    refused(lambda: dist.recv(t, (rank + 1) % size), "recv", "no point-to-point")
+    refused(lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32), op=R.BAND),
+            "rank %d" % rank, "allreduce", "BAND", "ptd.")
+    if hasattr(torch, "float8_e4m3fn"):
+        refused(lambda: dist.all_reduce(torch.ones(2).to(torch.float8_e4m3fn)),
+                "allreduce", "float8_e4m3fn")
+    t = torch.ones(2)
+    dist.all_reduce(t)  # the group still works after refusals
+    assert t.tolist() == [float(size)] * 2, t
+    print("rank %d errors OK" % rank)
+
+
+def _my_sidecar():
+    """The pid of this rank's korovod-sidecar (the process serving KOROVOD_SOCKET)."""
+    mine = ("KOROVOD_SOCKET=" + os.environ["KOROVOD_SOCKET"]).encode()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                if b"korovod-sidecar" not in f.read().split(b"\0")[0]:
+                    continue
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                if mine in f.read().split(b"\0"):
+                    return int(pid)
+        except OSError:
+            continue
+    raise AssertionError("no sidecar serves " + os.environ["KOROVOD_SOCKET"])
+
+
+def run_peer_dies():
+    """The last rank's sidecar is killed mid-job: every other rank's wait() raises torch's
+    backend error with the engine's text naming the rank. SIGTERM (korovodrun stopping the job
+    once a sidecar died) is ignored until then."""
+    import signal
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    if rank == size - 1:
+        os.kill(_my_sidecar(), signal.SIGKILL)
+        os._exit(3)
+    msg = refused(lambda: dist.all_reduce(torch.ones(1 << 16)), "rank %d" % rank, "allreduce",
+                  "rank %d" % (size - 1))
+    print("rank %d saw the peer die: %s" % (rank, msg.replace("\n", " ")[:600]))
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def run_timeout():
+    """The last rank never joins an op: the others' wait() raises torch's DistError (a timeout)
+    naming the rank, the op and the tensor, after the group's timeout."""
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    if rank != size - 1:
+        want = getattr(dist, "DistError", RuntimeError)
+        try:
+            dist.all_reduce(torch.ones(3))
+            raise AssertionError("no timeout")
+        except want as e:
+            assert "rank %d" % rank in str(e) and "allreduce" in str(e) and "float32[3]" in str(e) \
+                and "did not complete within 3.0 s" in str(e), e
+            print("rank %d timed out: %s" % (rank, e))
+    sys.stdout.flush()
+    os._exit(0)  # the op stays in flight: no orderly shutdown
+
+
+def fsdp2_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
+                               torch.nn.ReLU(), torch.nn.Linear(64, 1))
+
+
+def fsdp2_batches(steps=5, per_rank=8):
+    g = torch.Generator().manual_seed(7)
+    return [(torch.randn(per_rank * size, 16, generator=g),
+             torch.randn(per_rank * size, 1, generator=g)) for _ in range(steps)]
+
+
+def run_fsdp2():
+    """fully_shard over every layer and the model, its buffers from allocate_tensor (arena
+    blocks): the loss curve of the global batch, and what the client staged meanwhile."""
+    from torch.distributed.fsdp import fully_shard
+    import korovod.torch as hvd
+    model = fsdp2_model()
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+    for m in model.modules():  # each fully_shard'ed module has its own buffers
+        if hasattr(m, "set_allocate_memory_from_process_group_for_comm"):
+            m.set_allocate_memory_from_process_group_for_comm(True)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses = []
+    before = hvd._staged_bytes()
+    for x, y in fsdp2_batches():
+        xs, ys = x.chunk(size)[rank], y.chunk(size)[rank]
+        loss = torch.nn.functional.mse_loss(model(xs), ys)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        full = loss.detach().clone()
+        dist.all_reduce(full, op=R.AVG)
+        losses.append(float(full))
+    after = hvd._staged_bytes()
+    staged = after["staged_in_bytes"] - before["staged_in_bytes"]
+    print("rank %d fsdp2 losses %s staged_in %d arena_tensors %d" % (
+        rank, losses, staged, after["arena_tensors"] - before["arena_tensors"]))
+
+
+def run_reference():
+    """The same model, data and optimizer in one process."""
+    model = fsdp2_model()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses = []
+    for x, y in fsdp2_batches():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    print("reference losses %s" % losses)
+
+
+def run_compiled():
+    """dist.all_reduce inside a torch.compile'd function: the result is the sum, on every rank
+    (traced as a functional collective where dynamo does, else a graph break)."""
+    @torch.compile(backend="eager")
+    def step(x):
+        y = x * 2
+        dist.all_reduce(y)
+        return y + 1
+
+    got = step(torch.ones(4) * (rank + 1))
+    want = torch.ones(4) * 2 * sum(range(1, size + 1)) + 1
+    assert torch.equal(got, want), (got, want)
+    print("rank %d compiled OK" % rank)
+
+
+if mode == "fsdp2":
+    run_fsdp2()
+    if rank == 0:
+        run_reference()
+elif mode == "compile":
+    run_compiled()
+elif mode in ("ddp", "ddp_unmodified"):
+    run_ddp(sys.argv[4] if len(sys.argv) > 4 else "none")
+    torch.save(results, "%s.%d" % (out_file, rank))
+    print("rank %d ddp OK on %s" % (rank, backend))
+elif mode == "errors":
+    run_errors()
+elif mode == "peer_dies":
+    run_peer_dies()
+elif mode == "timeout":
+    run_timeout()
+elif mode == "collectives":
     run_collectives()
     torch.save(results, "%s.%d" % (out_file, rank))
     print("rank %d collectives OK on %s (%d checked)" % (rank, backend, len(results)))

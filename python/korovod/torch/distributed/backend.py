@@ -3,6 +3,8 @@ builds the ProcessGroup around it), on torch 1.13 a subclass of ProcessGroup. Bo
 op to one Collectives; the method names are torch's, old and new (torch renamed
 _allgather_base -> all_gather_single and friends), so one class serves every torch from 2.0 on.
 allocate_tensor hands out arena blocks so that FSDP2's buffers are never staged."""
+import sys
+
 import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as _c10d
@@ -14,9 +16,14 @@ _Base = _c10d.Backend if NEW_API else dist.ProcessGroup
 
 
 def _torch_work(work):
-    """torch 1.13 calls a Python Work's wait() from C++ as its base class's (which never
-    completes): there the op goes back as a work over its future, which C++ waits on."""
-    return work if NEW_API else _c10d._create_work_from_future(work.get_future())
+    """torch 1.13 has no trampoline for a Python Work: C++ (DDP's checks and reducer) calls its
+    wait() as the base class's, which never completes. So there an op called from C++ goes back
+    as a C++ work over its future; one called by torch.distributed's Python functions
+    (distributed_c10d.py) keeps the Python Work, whose wait() raises the op's error (a C++ wait on
+    a future swallows it)."""
+    if NEW_API or sys._getframe(2).f_code.co_filename.endswith("distributed_c10d.py"):
+        return work
+    return _c10d._create_work_from_future(work.get_future())
 
 
 def _opts(opts, cls):
@@ -33,6 +40,12 @@ class KorovodBackend(_Base):
 
     def getBackendName(self):
         return "korovod"
+
+    def shutdown(self):
+        """torch >= 2 calls it when the group is destroyed; the world's ends what it opened."""
+        if self._ops.world:
+            from korovod.torch.distributed import creator
+            creator.world_destroyed()
 
     def __repr__(self):
         return "KorovodBackend(group %s, rank %d of %d, process set %d)" % (

@@ -32,6 +32,7 @@ class Collectives:
         self.client, self.psid, self.group = client, psid, group
         self.rank, self.size = rank, size
         self.timeout_s = timeout_s
+        self.world = False  # the world group (creator sets it): its end ends the session
         self._seq = 0
         self._orphans = []  # ops started by a call that then failed: their tensors stay alive
 

@@ -48,6 +48,7 @@ def create(store, group_rank, group_size, timeout, group_name, global_ranks):
                                              ranks.index(client.rank)))
         psid = groups.lookup(ranks)
     ops = Collectives(client, psid, str(group_name), group_rank, group_size, _seconds(timeout))
+    ops.world = not global_ranks
     return KorovodBackend(ops)
 
 

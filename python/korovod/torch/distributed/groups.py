@@ -6,6 +6,7 @@ group. A group of the world's ranks is the engine's world set (0); groups of equ
 one set. Sets are removed (collectively again) when the world group is destroyed."""
 import functools
 import inspect
+import sys
 import threading
 
 from torch.distributed import distributed_c10d as _c10d
@@ -91,6 +92,11 @@ def _wrap_group_helper():
         bound = signature.bind_partial(*args, **kwargs).arguments
         ranks = bound.get("global_ranks_in_group") or []
         if ranks and _uses_korovod(bound.get("backend")) and _session.is_initialized():
+            caller = sys._getframe(1).f_locals  # torch's _new_group_with_tag
+            if caller.get("use_local_synchronization"):
+                raise ValueError("korovod: new_group(use_local_synchronization=True) is not "
+                                 "supported: the engine registers a group's process set on "
+                                 "every rank, so every rank calls new_group()")
             register(ranks)
         return helper(*args, **kwargs)
 
