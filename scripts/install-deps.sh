@@ -10,6 +10,13 @@
 #                                      Python package index into $KOROVOD_DEPS_DIR/tf-venv, a
 #                                      virtualenv that also sees Debian's torch (korovod.tensorflow
 #                                      is built against it; ~600 MB, once)
+#   scripts/install-deps.sh --torch-newest  also the newest torch from the Python package index
+#                                      (pinned: TORCH_NEWEST_SET below) with numpy 2, pytest and
+#                                      scikit-learn in $KOROVOD_DEPS_DIR/torch-venv, a virtualenv
+#                                      isolated from Debian's site packages: the project's torch
+#                                      tests and Horovod's suite run on it too (ctest's
+#                                      *_torch_newest entries; ~5.4 GB with torch's CUDA wheels,
+#                                      1.5 to 12 min by the network, once)
 #   scripts/install-deps.sh --k8s      also etcd and libfaketime, for the operator's API-server
 #                                      tests (the API server and kubectl come from
 #                                      scripts/build-testinfra.sh),
@@ -38,6 +45,7 @@ WITH_CUDA=0
 WITH_K8S=0
 WITH_IMAGES=0
 WITH_TENSORFLOW=0
+WITH_TORCH_NEWEST=0
 for a in "$@"; do
   case "$a" in
     --bench) WITH_BENCH=1 ;;
@@ -45,6 +53,7 @@ for a in "$@"; do
     --k8s) WITH_K8S=1 ;;
     --images) WITH_IMAGES=1 ;;
     --tensorflow) WITH_TENSORFLOW=1 ;;
+    --torch-newest) WITH_TORCH_NEWEST=1 ;;
     *) echo "install-deps.sh: unknown flag $a" >&2; exit 2 ;;
   esac
 done
@@ -177,6 +186,36 @@ install_tensorflow() {
   echo "$TENSORFLOW_SET" >"$venv/.korovod-stamp"
 }
 if [ "$WITH_TENSORFLOW" = 1 ]; then install_tensorflow; fi
+
+# ---- the newest torch, for the *_torch_newest tests ------------------------------------------------
+# Debian's torch is 1.13; users run the newest from the package index. Its own virtualenv, without
+# Debian's site packages (whose numpy 1.x and torch would shadow or clash with numpy 2 and torch 2).
+# torch's pin lives here only (the tests ask the interpreter for its version); bump the set
+# together. mock, cloudpickle and packaging: Horovod's test_torch.py imports them. The stamp names
+# the set. A venv without the stamp (made by hand) is kept and completed in place rather than
+# deleted under whoever uses it; pip's own cache is skipped (it would keep another 5 GB).
+TORCH_NEWEST_SET="torch==2.15.0 numpy==2.4.6 scikit-learn==1.9.1 pytest==9.2.0 cloudpickle==3.1.3 mock==5.2.0 packaging==26.4"
+install_torch_newest() {
+  local venv="$DEPS/torch-venv"
+  if [ -f "$venv/.korovod-stamp" ] && [ "$(cat "$venv/.korovod-stamp")" = "$TORCH_NEWEST_SET" ]; then
+    echo "install-deps.sh: the newest torch already in $venv ($TORCH_NEWEST_SET)"
+    return 0
+  fi
+  if ! grep -qs '^include-system-site-packages = false' "$venv/pyvenv.cfg" ||
+     ! "$venv/bin/python" -c 'import sys' 2>/dev/null; then
+    rm -rf "$venv"
+    /usr/bin/python3 -m venv "$venv"
+  fi
+  local t0; t0=$(date +%s)
+  echo "install-deps.sh: installing $TORCH_NEWEST_SET into $venv"
+  # shellcheck disable=SC2086  # the set is a list of requirements
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --no-cache-dir $TORCH_NEWEST_SET
+  "$venv/bin/python" -c 'import torch, numpy, sklearn, pytest, cloudpickle, mock, packaging
+assert numpy.__version__.startswith("2."), numpy.__version__'
+  echo "$TORCH_NEWEST_SET" >"$venv/.korovod-stamp"
+  echo "install-deps.sh: the newest torch installed in $(( $(date +%s) - t0 )) s"
+}
+if [ "$WITH_TORCH_NEWEST" = 1 ]; then install_torch_newest; fi
 
 [ "$WITH_CUDA" = 1 ] || exit 0
 

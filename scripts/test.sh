@@ -2,7 +2,8 @@
 # Installs what is needed, builds, and runs every test once; the README's test command and what
 # .ci/run calls. tests/README.md#ci-time has the stages' cold and warm times.
 #
-#   1. install-deps.sh (apt; the TensorFlow venv and CUDA wheels, reused by their pinned sets)
+#   1. install-deps.sh (apt; the TensorFlow venv, the newest torch's venv and the CUDA wheels,
+#      reused by their pinned sets)
 #   2. the Go test infrastructure (kube-apiserver, kubelet, helm, Kueue, ...: build-testinfra.sh)
 #      in the background at the lowest CPU priority: it takes the CPU the builds and tests leave
 #      idle, and the k8s tests, last, wait for it. Cached per machine by its pinned versions.
@@ -63,7 +64,7 @@ stage() {
   CURRENT_STAGE=""
 }
 
-stage "install-deps.sh" bash scripts/install-deps.sh --cuda --k8s --images --tensorflow
+stage "install-deps.sh" bash scripts/install-deps.sh --cuda --k8s --images --tensorflow --torch-newest
 
 # The Go builds write their log beside the clone's build trees; stamped and cached, a warm run
 # only links the binaries.
@@ -101,13 +102,14 @@ stage "build (Release: product and system tests)" release_build
 # as archives in .testinfra/images that the real-node tests import into the node's containerd.
 stage "container images (scripts/build-images.sh)" bash scripts/build-images.sh build
 
-# Horovod's own PyTorch suite runs as ctest horovod_torch_suite_2ranks from ../shared/horovod-tests
-# (or KOROVOD_HOROVOD_TESTS); without it that test is reported skipped, and said so here.
+# Horovod's own PyTorch suite runs as ctest horovod_torch_suite_2ranks (and *_torch_newest) from
+# ../shared/horovod-tests (or KOROVOD_HOROVOD_TESTS); without it those tests are reported skipped,
+# and said so here.
 HOROVOD_TESTS="${KOROVOD_HOROVOD_TESTS:-$(cd .. && pwd)/shared/horovod-tests}"
 if [ -f "$HOROVOD_TESTS/parallel/test_torch.py" ]; then
-  echo "Horovod's test_torch.py: $HOROVOD_TESTS (ctest horovod_torch_suite_2ranks)"
+  echo "Horovod's test_torch.py: $HOROVOD_TESTS (ctest horovod_torch_suite_2ranks, and _torch_newest)"
 else
-  echo "Horovod's test_torch.py NOT FOUND at $HOROVOD_TESTS: horovod_torch_suite_2ranks is SKIPPED"
+  echo "Horovod's test_torch.py NOT FOUND at $HOROVOD_TESTS: horovod_torch_suite_2ranks(_torch_newest) SKIPPED"
 fi
 seed_costs build
 stage "tests (Release, all but k8s)" \

@@ -10,6 +10,7 @@
 #include "operator/controller/extended_resource.h"
 #include "operator/controller/pod_group.h"
 #include "operator/controller/sidecar_container.h"
+#include "operator/controller/torch_env.h"
 #include "operator/controller/worker_env.h"
 
 namespace korovod::k8s_operator {
@@ -164,6 +165,8 @@ void ConfigureWorkerPodSpec(json& pod_spec, int trainer_index, const HorovodJobS
       }
     }
     MergeTrainerEnv(trainer, env);
+    // After the template's own env: a variable the user set there stays theirs.
+    AddTorchDistributedEnv(trainer, id);
     AddMountUnlessPathTaken(trainer, kSocketVolume, settings.socket_dir);
     AddMountUnlessPathTaken(trainer, kShmVolume, std::string(kShmMountPath));
     if (spec.worker.gpus > 0) {
@@ -255,7 +258,8 @@ json BuildWorkerPod(const HorovodJob& job, int64_t index, int64_t epoch,
   if (!annotations.empty()) metadata["annotations"] = std::move(annotations);
 
   ConfigureWorkerPodSpec(pod_spec, TrainerContainerIndex(spec), spec,
-                         HorovodJobWorker(job, index, epoch, settings, elastic_rendezvous), settings);
+                         HorovodJobWorker(job, index, epoch, settings, elastic_rendezvous),
+                         settings);
 
   return json{{"apiVersion", "v1"},
               {"kind", "Pod"},

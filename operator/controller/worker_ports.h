@@ -10,7 +10,9 @@
 // i's metrics at base + 1 + i (wrapping inside the range). The pod builder declares them as
 // containerPorts, which hostNetwork turns into hostPorts, so the scheduler never puts two pods
 // wanting one port on a node: a hash collision between two jobs costs placement freedom, never
-// a failed bind.
+// a failed bind. torch.distributed's store (torch_env.h) is rank 0's trainer's: in the pod's
+// network torchrun's 29500; under hostNetwork the port below the block's base (the block grows
+// upward).
 #pragma once
 
 #include <cstdint>
@@ -20,9 +22,13 @@
 
 namespace korovod::k8s_operator {
 
+// torchrun's default MASTER_PORT: where rank 0's trainer serves torch.distributed's TCPStore.
+inline constexpr int kTorchStorePort = 29500;
+
 struct WorkerPorts {
   int coordinator = 0;  // rank 0 listens here; every rank dials it
   int metrics = 0;      // this worker's /metrics, /healthz, /readyz
+  int torch_store = 0;  // MASTER_PORT: rank 0's trainer serves torch.distributed's store here
 };
 
 // `world_id` names the world uniquely and stably (a HorovodJob's uid, an injected workload's

@@ -236,6 +236,8 @@ InjectionPlan PlanInjection(json pod, const std::string& ns, const OperatorSetti
   WorkerIdentity id;
   id.rank = placement->rank;
   id.size = *size;
+  id.index = placement->rank;  // one rank per pod: torchrun's GROUP_RANK
+  id.workers = *size;
   id.host_network = host_network;
   const std::string world_id = ns + "/" + placement->kind + "/" + placement->workload;
   id.ports = PortsFor(world_id, id.rank, id.host_network, settings);

@@ -217,7 +217,9 @@ void HandshakeListener::Handshake(Fd fd, std::string source, std::string ip) {
       why = "presented a wrong job key";
       break;
     case AcceptOutcome::kHungUp:
-      why = "hung up on this rank's proof of the job key (it holds another key)";
+      why =
+          "hung up on this rank's proof of the job key (it holds another key, or its own "
+          "deadline for the handshake had passed: a loaded or stopped host)";
       break;
     case AcceptOutcome::kOtherEpoch:
       why = "belongs to another membership epoch (this one is " + std::to_string(options_.epoch) +

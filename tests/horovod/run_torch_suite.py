@@ -12,6 +12,9 @@ test of a batch that did not pass (or skip) on every rank, and every test of a b
 then run alone in its own job, and that run is its result: a test that breaks the ones after it
 still gets its own verdict, and so do they.
 
+Where the suite itself cannot run on the interpreter's torch (the newest's torch.optim.Muon), an
+adapted copy runs instead, each change listed in its header (suite_adaptations.py).
+
 A few of Horovod's tests assert wall-clock times between ranks (WALL_CLOCK_TESTS, each with the
 reason). Under CI's load they can fail without any fault in the engine; one of them that fails is
 run again up to RERUNS more times, and its result line and the summary say that it passed only on
@@ -43,6 +46,9 @@ WALL_CLOCK_TESTS = {
         "millisecond on 2 busy cores), rank 1 measures just under 5 s",
 }
 RERUNS = 2
+
+sys.path.insert(0, HERE)
+import suite_adaptations  # noqa: E402
 
 
 def parse_args():
@@ -79,7 +85,8 @@ def suite_env(args):
 
 def collect(args, env, parallel_dir):
     p = subprocess.run([args.python, "-m", "pytest", "--collect-only", "-q", "-p",
-                        "no:cacheprovider", args.file], cwd=parallel_dir, env=env,
+                        "no:cacheprovider", "--rootdir", parallel_dir, args.file],
+                       cwd=parallel_dir, env=env,
                        capture_output=True, text=True, timeout=300)
     ids = [line.strip() for line in p.stdout.splitlines() if "::" in line]
     if not ids:
@@ -158,7 +165,10 @@ def run_attempt(args, env, parallel_dir, test_ids, timeout=None):
     timeout = timeout or args.timeout
     ids = [test_ids] if isinstance(test_ids, str) else list(test_ids)
     cmd = [os.path.join(args.build, "bin", "korovodrun"), "-np", str(args.np), args.python, "-m",
-           "pytest", "-v" if len(ids) > 1 else "-q", "-p", "no:cacheprovider", "-rs"] + ids
+           "pytest", "-v" if len(ids) > 1 else "-q", "-p", "no:cacheprovider", "-rs",
+           # Test ids relative to the suite's folder, also for the adapted copy in the build
+           # tree (whose ancestors hold the project's pyproject.toml).
+           "--rootdir", parallel_dir] + ids
     start = time.monotonic()
     # Its own session, so a hung job is ended whole: korovodrun, its sidecars and trainers.
     p = subprocess.Popen(cmd, cwd=parallel_dir, env=env, stdout=subprocess.PIPE,
@@ -186,6 +196,15 @@ def main():
               "NOT RUN" % parallel_dir, flush=True)
         return SKIP_CODE
     env = suite_env(args)
+    adaptations, version = suite_adaptations.applicable(args.python, env, args.file)
+    if adaptations:
+        # A copy where the suite itself cannot run on this torch (suite_adaptations.py).
+        parallel_dir = suite_adaptations.write_adapted(
+            parallel_dir, args.file, os.path.join(args.build, "horovod-suite", "torch-" + version,
+                                                  "parallel"), version, adaptations)
+        print("Horovod's %s adapted for torch %s (%s): %s" % (
+            args.file, version, ", ".join(a["name"] for a in adaptations),
+            os.path.join(parallel_dir, args.file)), flush=True)
     ids = collect(args, env, parallel_dir)
     if args.only:
         ids = [i for i in ids if args.only in i]
@@ -214,6 +233,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"np": args.np, "seconds": round(elapsed, 1), "counts": counts,
+                       "torch": version, "adaptations": [a["name"] for a in adaptations],
                        "tests": results}, f, indent=1)
     skipped = [r["id"] for r in results if r["result"] == "skipped"]
     if skipped:
@@ -222,6 +242,9 @@ def main():
               if r["attempts"] > 1 and r["result"] == "passed"]
     if reruns:
         print("passed only on a rerun (wall-clock tests): " + ", ".join(reruns))
+    if adaptations:
+        print("run adapted for torch %s: %s (tests/horovod/suite_adaptations.py)" % (
+            version, ", ".join(a["name"] for a in adaptations)))
     print("Horovod %s at %d ranks: %.0f s" % (args.file, args.np, elapsed))
     print("%d passed, %d failed, %d skipped" % (
         counts["passed"], counts["failed"] + counts["hung"], counts["skipped"]), flush=True)

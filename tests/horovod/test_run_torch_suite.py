@@ -103,3 +103,52 @@ def test_a_hung_batch_runs_every_test_alone(monkeypatch):
     done = run_torch_suite.run_batch(Args(), {}, ".", [A, B])
     assert calls == [[A, B], A, B]
     assert [d[1] for d in done] == ["passed", "passed"]
+
+
+# --- the adapted copy (suite_adaptations.py) -------------------------------------------------
+
+import suite_adaptations  # noqa: E402
+
+SUITE = os.environ.get("KOROVOD_HOROVOD_TESTS", os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "..", "shared",
+    "horovod-tests"))
+SUITE_FILE = os.path.join(SUITE, "parallel", "test_torch.py")
+
+
+@pytest.mark.skipif(not os.path.isfile(SUITE_FILE), reason="Horovod's suite is not at " + SUITE)
+def test_each_adaptation_matches_the_suite_exactly():
+    with open(SUITE_FILE) as f:
+        text = f.read()
+    for a in suite_adaptations.ADAPTATIONS:
+        assert text.count(a["old"]) == a["count"], a["name"]
+    adapted = suite_adaptations.adapt(text, suite_adaptations.ADAPTATIONS)
+    assert adapted.count("subclass.__name__ != 'Muon'") == 3
+    compile(adapted, SUITE_FILE, "exec")  # still Python
+    # Nothing else changed: removing the added text gives the suite back.
+    for a in suite_adaptations.ADAPTATIONS:
+        adapted = adapted.replace(a["new"], a["old"])
+    assert adapted == text
+
+
+def test_an_adaptation_whose_text_moved_fails_loudly():
+    a = dict(suite_adaptations.ADAPTATIONS[0])
+    with pytest.raises(ValueError, match="expects its text 3 times in the suite, found 1"):
+        suite_adaptations.adapt("x\n" + a["old"], [a])
+
+
+def test_adaptations_apply_only_where_their_torch_needs_them(tmp_path):
+    """Asked of the interpreter itself: none on Debian's 1.13 (no Muon), 'muon' on the newest."""
+    import torch
+    chosen, version = suite_adaptations.applicable(sys.executable, dict(os.environ),
+                                                   "test_torch.py")
+    assert version == torch.__version__
+    assert [a["name"] for a in chosen] == (["muon"] if hasattr(torch.optim, "Muon") else [])
+    assert suite_adaptations.applicable(sys.executable, {}, "test_tensorflow.py") == ([], None)
+    src = tmp_path / "suite"
+    src.mkdir()
+    (src / "test_torch.py").write_text("a\n" + suite_adaptations.ADAPTATIONS[0]["old"] * 3)
+    out = suite_adaptations.write_adapted(str(src), "test_torch.py", str(tmp_path / "out"), "9.9",
+                                          suite_adaptations.ADAPTATIONS)
+    text = open(os.path.join(out, "test_torch.py")).read()
+    assert text.startswith("# Adapted at test time") and "for torch 9.9" in text
+    assert "#   muon (3 places): torch >= 2.9 has torch.optim.Muon" in text

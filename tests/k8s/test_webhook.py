@@ -185,6 +185,11 @@ def test_statefulset_pods_are_injected_and_train(crd, webhook, tmp_path):
             env = _env(pod["spec"]["containers"][0])
             assert env["KOROVOD_RANK"] == str(i) and env["KOROVOD_SIZE"] == "2", env
             assert env["KOROVOD_COORDINATOR"].startswith("bert-0.bert.%s.svc." % ns), env
+            # torchrun's variables (init_process_group("korovod") with env://), as stored.
+            assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"], env["GROUP_RANK"]) == \
+                (str(i), "2", "0", str(i)), env
+            assert env["MASTER_ADDR"] + ":28500" == env["KOROVOD_COORDINATOR"], env
+            assert env["MASTER_PORT"] == "29500", env
             assert "KOROVOD_JOB_KEY" not in env
             assert {v["name"] for v in pod["spec"]["volumes"]} >= {"korovod-socket", "dshm"}
             # The workload's own service-account token (mounted before the webhook ran) stays.

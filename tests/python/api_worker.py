@@ -218,5 +218,41 @@ if r in (0, 1):
         raise AssertionError("a root outside the set went through")
     except ValueError:
         pass
+
+# FP8 (torch >= 2.1; none on 1.13): allgather, broadcast and alltoall move the bytes and return
+# the tensor's dtype; a reduction is refused naming the dtype and the tensor. Built from bytes and
+# compared as bytes: exact in every one-byte format (e8m0 has no zero, float4 no casts).
+from korovod.torch.dtypes import BYTE_DTYPES  # noqa: E402
+
+
+def fp8(d, rank):
+    return (torch.arange(6, dtype=torch.uint8) + 16 * rank).view(d).reshape(3, 2)
+
+
+for d in sorted(BYTE_DTYPES, key=str):
+    g = hvd.allgather(fp8(d, r), name="fp8.allgather.%s" % d)
+    assert g.dtype == d and g.shape == (3 * n, 2), (d, g.shape)
+    assert torch.equal(g.view(torch.uint8), torch.cat([fp8(d, i).view(torch.uint8)
+                                                       for i in range(n)])), d
+    got = hvd.broadcast(fp8(d, r), root_rank=n - 1, name="fp8.broadcast.%s" % d)
+    assert got.dtype == d and torch.equal(got.view(torch.uint8), fp8(d, n - 1).view(torch.uint8))
+    sent = (torch.arange(n, dtype=torch.uint8) + 16 * r).view(d)  # row j goes to rank j
+    recv, rsplits = hvd.alltoall(sent, torch.ones(n, dtype=torch.int32),
+                                 name="fp8.alltoall.%s" % d)
+    assert recv.dtype == d and rsplits.tolist() == [1] * n
+    assert recv.view(torch.uint8).tolist() == [16 * i + r for i in range(n)], (d, recv)
+    for what, reduce_ in (("allreduce", lambda t: hvd.allreduce(t, name="fp8.sum", op=hvd.Sum)),
+                          ("grouped allreduce", lambda t: hvd.grouped_allreduce(
+                              [t], name="fp8.group", op=hvd.Sum)),
+                          ("reducescatter", lambda t: hvd.reducescatter(t, name="fp8.rs"))):
+        try:
+            reduce_(fp8(d, r))
+            raise AssertionError("%s of %s went through" % (what, d))
+        except ValueError as e:
+            assert str(d) in str(e) and what in str(e) and "fp8." in str(e), e
+print("rank %d torch %s moved FP8 as bytes: %s" % (
+    r, torch.__version__, ", ".join(sorted(str(d).replace("torch.", "") for d in BYTE_DTYPES))),
+    flush=True)
+
 hvd.barrier()
 print("rank %d api OK" % r, flush=True)

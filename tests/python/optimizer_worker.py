@@ -15,8 +15,11 @@ model = nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.05 * n, momentum=0.9)
 hvd.broadcast_parameters(model.state_dict(), root_rank=0)
 hvd.broadcast_optimizer_state(opt, root_rank=0)
-opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
-                               backward_passes_per_step=passes, compression=compression)
+# Wrapped under no_grad(), as a model's set-up code may do: the hooks still reach every gradient.
+with torch.no_grad():
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                                   backward_passes_per_step=passes, compression=compression)
+print("rank %d torch %s gradient hooks: %s" % (r, torch.__version__, opt.hook_kind), flush=True)
 gen = torch.Generator().manual_seed(99 + r)  # different data per rank
 for step in range(10):
     opt.zero_grad()

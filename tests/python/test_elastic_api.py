@@ -413,6 +413,41 @@ def test_torch_state_lr_scheduler_is_restored(world):
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05)
 
 
+@pytest.mark.parametrize("make,losses", [
+    (lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5), [None, None]),
+    # No improvement after the first loss: each later step halves lr.
+    (lambda opt: torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.5, patience=0),
+     [1.0, 2.0, 3.0]),
+], ids=["StepLR", "ReduceLROnPlateau"])
+def test_torch_state_restores_the_users_scheduler_in_place(world, make, losses):
+    """Issue 32's repro: commit, two scheduler steps, restore. On torch >= 2.0 StepLR no longer
+    derives from _LRScheduler; taken for a plain object, it was restored as a deep copy, the
+    user's scheduler left detached at 0.25. Here the user's object itself goes back, lr with it."""
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    scheduler = make(optimizer)
+    state = TorchState(model, optimizer, scheduler=scheduler)
+    assert type(state._handlers["scheduler"]).__name__ == "LRSchedulerStateHandler"
+
+    def step(loss):
+        optimizer.step()
+        scheduler.step() if loss is None else scheduler.step(loss)
+
+    state.commit()
+    for loss in losses:
+        step(loss)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.25)
+    assert scheduler.last_epoch == len(losses)
+    state.restore()
+    assert state.scheduler is scheduler and state.optimizer is optimizer
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(1.0)
+    assert scheduler.last_epoch == 0
+    # The restored scheduler still steers the user's optimizer, from where it was committed.
+    for loss in losses[:2]:
+        step(loss)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.5 if losses[0] else 0.25)
+
+
 def test_torch_state_reset_repartitions_sampler(world):
     sampler = ElasticSampler(list(range(12)), shuffle=False)
     state = TorchState(sampler=sampler)

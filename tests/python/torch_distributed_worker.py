@@ -128,7 +128,8 @@ def collectives(group, ranks, tag):
     # Non-contiguous tensors are written back where they lie.
     t = contrib(rank, 12).reshape(3, 4).t()
     dist.all_reduce(t, group=group)
-    expect(tag + ".allreduce.noncontiguous", t, sum(contrib(r, 12) for r in ranks).reshape(3, 4).t())
+    expect(tag + ".allreduce.noncontiguous", t,
+           sum(contrib(r, 12) for r in ranks).reshape(3, 4).t())
     dist.barrier(group=group)
 
 

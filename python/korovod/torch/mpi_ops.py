@@ -22,34 +22,14 @@ from korovod.session import (  # noqa: F401
 from korovod.exceptions import HorovodInternalError
 from korovod.torch import cuda_ipc
 from korovod.torch.compression import Compression
-
-_DTYPES = {
-    torch.uint8: _client.DataType.uint8,
-    torch.int8: _client.DataType.int8,
-    torch.int32: _client.DataType.int32,
-    torch.int64: _client.DataType.int64,
-    torch.float16: _client.DataType.float16,
-    torch.bfloat16: _client.DataType.bfloat16,
-    torch.float32: _client.DataType.float32,
-    torch.float64: _client.DataType.float64,
-    torch.int16: _client.DataType.int16,
-    torch.bool: _client.DataType.bool,
-}
-if hasattr(torch, "uint16"):  # torch >= 2.3
-    _DTYPES[torch.uint16] = _client.DataType.uint16
+# _dtype: a dtype the engine reduces; _moved_dtype: also FP8, as bytes (allgather, broadcast,
+# alltoall).
+from korovod.torch.dtypes import DTYPES as _DTYPES
+from korovod.torch.dtypes import engine_dtype as _dtype
+from korovod.torch.dtypes import moved_dtype as _moved_dtype
 
 _handles = {}  # int -> _Pending (None while being submitted); see poll/synchronize
 _next_handle = 0
-
-
-def _dtype(tensor):
-    if tensor.device.type not in ("cpu", "cuda"):
-        raise ValueError("korovod: tensors on %s are not supported (CPU and CUDA tensors are)" %
-                         tensor.device)
-    try:
-        return _DTYPES[tensor.dtype]
-    except KeyError:
-        raise ValueError("korovod: unsupported dtype %s" % tensor.dtype) from None
 
 
 # ---- the arena ----
@@ -469,7 +449,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     _check_op(op)
     if op == Adasum:
         return _adasum_async(tensor, output, name, prescale_factor, postscale_factor, process_set)
-    dtype = _dtype(tensor)
+    dtype = _dtype(tensor, "allreduce", name)
     src = _contiguous(tensor)
     buf = _contiguous(output) if output.is_contiguous() else torch.empty_like(
         output.detach(), memory_format=torch.contiguous_format)
@@ -561,7 +541,7 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
     if op == Adasum:
         raise NotImplementedError("korovod: grouped allreduce with op=Adasum is not built; "
                                   "allreduce each tensor with op=Adasum")
-    dtypes = [_dtype(t) for t in tensors]
+    dtypes = [_dtype(t, "grouped allreduce", n) for t, n in zip(tensors, names)]
     srcs = [_contiguous(t) for t in tensors]
     bufs = [_contiguous(o) if o.is_contiguous() else
             torch.empty_like(o.detach(), memory_format=torch.contiguous_format) for o in outputs]
@@ -698,6 +678,11 @@ class _SyncAll:
         return self._result
 
 
+# The peers' indices are checked (torch >= 2.0 warns unless told whether to; 1.13 cannot check).
+_SPARSE_CHECKS = ({"check_invariants": True}
+                  if hasattr(torch.sparse, "check_sparse_tensor_invariants") else {})
+
+
 class _SparseHandle:
     """sparse_allreduce_async's handle. Callable, as Horovod's (a function giving the result);
     poll() and synchronize() take it too."""
@@ -719,7 +704,7 @@ class _SparseHandle:
                 values = values / _set_size(self._process_set)
             # Duplicate indices (one per contributing rank) stay: they sum when coalesced.
             self._result = torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size(),
-                                                   dtype=values.dtype)
+                                                   dtype=values.dtype, **_SPARSE_CHECKS)
         return self._result
 
 
@@ -731,6 +716,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     if op not in (Sum, Average):
         raise ValueError("korovod: sparse allreduce supports Sum and Average only")
     t = tensor
+    _dtype(t._values(), "sparse allreduce", name)  # summed here: FP8 refused as by allreduce
     name = _name(name, "sparse_allreduce", process_set)
     # Allgather concatenates along dimension 0: indices go as (nnz, ndim) and back.
     indices_handle = allgather_async(t._indices().transpose(0, 1).contiguous(),
@@ -755,7 +741,7 @@ def _allgather_submit(src, dtype, name, psid):
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts concatenating every rank's `tensor` along dimension 0 (first dimensions may
     differ); synchronize() returns the result."""
-    dtype = _dtype(tensor)
+    dtype = _moved_dtype(tensor, "allgather", name)
     name = _name(name, "allgather", process_set)
     if tensor.is_cuda:
         return _device_allgather_async(tensor, dtype, name, process_set)
@@ -813,7 +799,7 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     list of results."""
     tensors = list(tensors)
     names = _group_names(name, "grouped_allgather", process_set, len(tensors))
-    dtypes = [_dtype(t) for t in tensors]
+    dtypes = [_moved_dtype(t, "grouped allgather", n) for t, n in zip(tensors, names)]
     if any(t.is_cuda for t in tensors):
         # Each gathered on its device (own handle), waited for together.
         hids = [_device_allgather_async(t, dt, n, process_set)
@@ -858,7 +844,7 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts broadcasting root_rank's `tensor` into `tensor` on every rank of process_set
     (root_rank: a global rank); synchronize() returns `tensor`."""
-    dtype = _dtype(tensor)
+    dtype = _moved_dtype(tensor, "broadcast", name)
     root = _set_root(root_rank, process_set)
     buf = _contiguous(tensor)
     name = _name(name, "broadcast", process_set)
@@ -945,7 +931,7 @@ def _alltoall_splits(src, splits, set_size):
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts an alltoall: slices of dimension 0 (`splits` rows, or equal parts) go to the ranks
     of process_set in order; synchronize() returns (received tensor, received splits)."""
-    dtype = _dtype(tensor)
+    dtype = _moved_dtype(tensor, "alltoall", name)
     split_list = _alltoall_splits(tensor, splits, _set_size(process_set))
     name = _name(name, "alltoall", process_set)
     psid = _psid(process_set)
@@ -1021,7 +1007,7 @@ def _reducescatter_submit(tensor, name, op, process_set, prescale_factor, postsc
     _check_op(op)
     if op == Adasum:  # as in Horovod: Adasum is an allreduce
         raise NotImplementedError("korovod: reducescatter does not support op=Adasum")
-    dtype = _dtype(tensor)
+    dtype = _dtype(tensor, "reducescatter", name)
     if tensor.dim() == 0:
         raise ValueError("korovod: reducescatter does not support scalar inputs")
     psid = _psid(process_set)

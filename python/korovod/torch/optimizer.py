@@ -134,10 +134,26 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             for p in param_group["params"]:
                 if p.requires_grad:
                     self._requires_update.add(p)
-                    p_tmp = p.expand_as(p)
-                    grad_acc = p_tmp.grad_fn.next_functions[0][0]
-                    grad_acc.register_hook(self._make_hook(p))
-                    self._grad_accs.append(grad_acc)
+                    self._grad_accs.append(self._hook_gradient(p))
+
+    # "post_accumulate_grad_hook" on torch >= 2.1, else "grad_accumulator" (see _hook_gradient).
+    hook_kind = ("post_accumulate_grad_hook"
+                 if hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
+                 else "grad_accumulator")
+
+    def _hook_gradient(self, p):
+        """Runs this optimizer's hook for `p` each time backward has accumulated p.grad; returns
+        what must live as long as the hook. torch >= 2.1 has a hook for exactly that
+        (register_post_accumulate_grad_hook, which torch.compile's compiled autograd also
+        knows); before it, as Horovod, a hook on p's gradient accumulator node, which torch
+        keeps only while something holds it."""
+        hook = self._make_hook(p)
+        if self.hook_kind == "post_accumulate_grad_hook":
+            return p.register_post_accumulate_grad_hook(lambda _p: hook())
+        with torch.enable_grad():  # under no_grad() the expansion would have no grad_fn
+            grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
+        grad_acc.register_hook(hook)
+        return grad_acc
 
     def _scale_factors(self):
         if self.op == mpi_ops.Average:

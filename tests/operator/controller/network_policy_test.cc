@@ -52,8 +52,9 @@ TEST(WorkerNetworkPolicy, AdmitsOnlyTheJobsWorkersAndTheOperatorsPods) {
       R"({"matchLabels": {"korovod.dev/job-name": "j", "korovod.dev/role": "worker"}})");
   EXPECT_EQ(p["spec"]["podSelector"], workers);
   EXPECT_EQ(p["spec"]["policyTypes"], json::array({"Ingress"}));  // egress untouched
-  // One rule, no port list (the data port is ephemeral): from the job's workers, or from the
-  // operator's pods in its namespace (both selectors in one peer: an AND, not an OR).
+  // One rule, no port list (the data port is ephemeral; torch's store, MASTER_PORT, is open to
+  // the job's workers too): from the job's workers, or from the operator's pods in its namespace
+  // (both selectors in one peer: an AND, not an OR).
   ASSERT_EQ(p["spec"]["ingress"].size(), 1u);
   EXPECT_FALSE(p["spec"]["ingress"][0].contains("ports"));
   EXPECT_EQ(p["spec"]["ingress"][0]["from"], json::parse(R"([

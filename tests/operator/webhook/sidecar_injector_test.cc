@@ -96,6 +96,25 @@ TEST(SidecarInjector, StatefulSetPodIsWiredLikeAHorovodJobWorker) {
   EXPECT_NE(Named(pod["spec"]["volumes"], "dshm"), nullptr);
 }
 
+// An injected pod gets torchrun's variables too, so a torch.distributed script with
+// init_process_group("korovod") runs in a StatefulSet as in a HorovodJob; the user's own stay.
+TEST(SidecarInjector, TrainerGetsTorchrunsVariables) {
+  json original = StatefulSetPod(2);
+  original["spec"]["containers"][0]["env"].push_back({{"name", "MASTER_PORT"}, {"value", "1234"}});
+  const InjectionPlan plan = PlanInjection(original, "ml", OperatorSettings{});
+  ASSERT_TRUE(plan.denial.empty()) << plan.denial;
+  const json pod = Apply(original, plan.patch);
+  const json& trainer = pod["spec"]["containers"][0];
+  EXPECT_EQ(EnvValue(trainer, "RANK"), "2");
+  EXPECT_EQ(EnvValue(trainer, "WORLD_SIZE"), "4");
+  EXPECT_EQ(EnvValue(trainer, "LOCAL_RANK"), "0");
+  EXPECT_EQ(EnvValue(trainer, "LOCAL_WORLD_SIZE"), "1");
+  EXPECT_EQ(EnvValue(trainer, "GROUP_RANK"), "2");
+  EXPECT_EQ(EnvValue(trainer, "MASTER_ADDR"), "bert-0.bert-workers.ml.svc.cluster.local");
+  EXPECT_EQ(EnvValue(trainer, "MASTER_PORT"), "1234");
+  EXPECT_EQ(EnvValue(pod["spec"]["initContainers"][0], "RANK"), "<unset>");
+}
+
 TEST(SidecarInjector, InjectionIsIdempotent) {
   OperatorSettings settings;
   const json once =

@@ -127,10 +127,17 @@ class SamplerStateHandler(_StateDictHandler):
         self.value.reset()
 
 
+# torch >= 2.0's schedulers derive from LRScheduler (StepLR no longer from _LRScheduler, which
+# 2.x keeps only as a deprecated subclass of it); 1.13 has _LRScheduler alone, and its
+# ReduceLROnPlateau derives from neither.
+_LR_SCHEDULERS = (getattr(torch.optim.lr_scheduler, "LRScheduler",
+                          torch.optim.lr_scheduler._LRScheduler),
+                  torch.optim.lr_scheduler.ReduceLROnPlateau)
+
 _handler_registry = [
     (torch.nn.Module, ModelStateHandler),
     (torch.optim.Optimizer, OptimizerStateHandler),
-    (torch.optim.lr_scheduler._LRScheduler, LRSchedulerStateHandler),
+    (_LR_SCHEDULERS, LRSchedulerStateHandler),
     (ElasticSampler, SamplerStateHandler),
 ]
 
