@@ -181,7 +181,9 @@ def render(rows, out=sys.stdout):
 
     def ratio(k, side, field):
         mine, gloo = values(k, side, field), values(k, "gloo", field)
-        return "%.2f" % (statistics.median(mine) / statistics.median(gloo)) if mine and gloo else "—"
+        if not (mine and gloo):
+            return "—"
+        return "%.2f" % (statistics.median(mine) / statistics.median(gloo))
 
     if steps:
         out.write("| bench | ranks | " + " | ".join("%s ms" % s for s in sides) + " | " +

@@ -1,4 +1,4 @@
-"""PyTorch's FSDP2 tutorial program (`fully_shard` on a small transformer) on any backend, torch >= 2.6:
+"""PyTorch's FSDP2 tutorial program (`fully_shard`, a small transformer), any backend, torch >= 2.6:
 
     korovodrun -np 2 python3 fsdp2_tutorial.py                    # backend korovod
     python3 -m torch.distributed.run --nproc-per-node 2 fsdp2_tutorial.py
@@ -49,7 +49,8 @@ def model_args():
 
 
 def tokens(step):
-    return torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(1000 + step))
+    seeded = torch.Generator().manual_seed(1000 + step)
+    return torch.randint(0, VOCAB, (BATCH, SEQ), generator=seeded)
 
 
 def train(model, steps, report):

@@ -67,7 +67,8 @@ def differences(runs):
             for (outcome, was, why), names in sorted(grouped.items(),
                                                      key=lambda kv: (-len(kv[1]), kv[0])):
                 out.append("- **%s** (gloo: %s), %d: %s — `%s`" % (
-                    outcome, was, len(names), why or "(no reason given)", "`, `".join(sorted(names))))
+                    outcome, was, len(names), why or "(no reason given)",
+                    "`, `".join(sorted(names))))
             out.append("")
     return "\n".join(out)
 
