@@ -79,6 +79,13 @@ def collectives(group, ranks, tag):
         outs = [torch.empty(6, dtype=dt) for _ in ranks]
         dist.all_gather(outs, contrib(rank, dtype=dt), group=group)
         expect(key + ".all_gather", torch.stack(outs), torch.stack(all_))
+        # all_gather_coalesced: two inputs of different shapes, one list of outputs per rank.
+        pair = [contrib(rank, dtype=dt), contrib(rank, dtype=dt)[:3].reshape(3, 1)]
+        got = [[torch.empty_like(p) for p in pair] for _ in ranks]
+        if not gloo_lacks(lambda: dist.all_gather_coalesced(got, pair, group=group)):
+            expect(key + ".all_gather_coalesced", torch.cat([torch.cat([g[0], g[1].flatten()])
+                                                             for g in got]),
+                   torch.cat([torch.cat([a, a[:3]]) for a in all_]))
         o = torch.empty(6 * n, dtype=dt)
         if not gloo_lacks(lambda: dist.all_gather_into_tensor(o, contrib(rank, dtype=dt),
                                                               group=group)):

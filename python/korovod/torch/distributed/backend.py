@@ -88,6 +88,10 @@ class KorovodBackend(_Base):
         return _torch_work(self._ops.allgather(output_lists, inputs,
                                                _opts(opts, "AllgatherOptions")))
 
+    def allgather_coalesced(self, output_lists, inputs, opts=None):
+        return _torch_work(self._ops.allgather_coalesced(output_lists, inputs,
+                                                         _opts(opts, "AllgatherOptions")))
+
     def _allgather_base(self, output, inp, opts=None):
         return _torch_work(self._ops.allgather_into_tensor([output], [inp],
                                                            _opts(opts, "AllgatherOptions")))

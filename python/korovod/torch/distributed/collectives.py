@@ -257,6 +257,31 @@ class Collectives:
 
         return KorovodWork(desc, handles, finish, self._timeout(opts), keep)
 
+    def allgather_coalesced(self, output_lists, inputs, opts):
+        """dist.all_gather_coalesced: output_lists[r][i] gets rank r's inputs[i]; one engine
+        allgather per input, submitted together."""
+        name, desc = self._begin("allgather_coalesced", inputs[0] if len(inputs) == 1 else None)
+        inputs = self._check(desc, inputs)
+        if len(output_lists) != self.size or any(len(o) != len(inputs) for o in output_lists):
+            raise errors.failed(desc, "needs %d output lists of %d tensors" %
+                                (self.size, len(inputs)))
+        steps = []
+        for i, inp in enumerate(inputs):
+            outs = self._check(desc, [row[i] for row in output_lists])
+            if any(o.numel() != inp.numel() for o in outs):
+                raise errors.failed(desc, "output %d needs %d elements per rank" %
+                                    (i, inp.numel()))
+            src, _ = wire.movable(_flat(inp))
+            submit, read, keep = self._allgather_rows(desc, "%s.%d" % (name, i), src)
+
+            def step(h, read=read, outs=outs):
+                res = read(h)
+                for r, o in enumerate(outs):
+                    o.copy_(_unwire(res[r], o))
+
+            steps.append((submit, step, keep))
+        return self._finish_steps(desc, steps, output_lists, opts)
+
     def allgather_into_tensor(self, outputs, inputs, opts, kind="all_gather_into_tensor"):
         """outputs[i] (size * n elements) gets every rank's inputs[i] (n elements) in rank order:
         torch's _allgather_base / all_gather_into_tensor and its coalesced form."""
