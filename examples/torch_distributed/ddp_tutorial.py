@@ -9,7 +9,7 @@ backend. Run it as the tutorial runs it, or under korovodrun:
 Source: pytorch/tutorials, intermediate_source/ddp_tutorial.rst, section "Initialize DDP with
 torch.distributed.run/torchrun". Written here to the same structure; what differs, and why:
   1. The backend is a variable (DDP_BACKEND or --backend, default "korovod") where the tutorial
-     hard-codes "nccl"; `import korovod.torch.distributed` registers the name when korovod is not
+     hard-codes "nccl"; `import korovod.torch.distributed` registers the name (for any backend string naming korovod) when korovod is not
      pip-installed (an installed korovod registers it through torch's backend entry point).
   2. CPU: no `.to(device_id)` / `device_ids` (the tutorial needs a GPU per rank).
   3. --steps steps (default 20) on data drawn once from a fixed seed, where the tutorial takes one
@@ -59,7 +59,7 @@ def ranks_agree(model):
 
 
 def demo_basic(args):
-    if args.backend == "korovod":
+    if "korovod" in args.backend:  # also "cpu:korovod,cuda:korovod"
         import korovod.torch.distributed  # noqa: F401 - registers the name "korovod"
     dist.init_process_group(args.backend)
     rank = dist.get_rank()

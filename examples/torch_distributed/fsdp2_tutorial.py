@@ -85,7 +85,7 @@ def full_state_dict(model):
 
 def run_fsdp(args):
     from torch.distributed.fsdp import fully_shard
-    if args.backend == "korovod":
+    if "korovod" in args.backend:  # also "cpu:korovod,cuda:korovod"
         import korovod.torch.distributed  # noqa: F401 - registers the name "korovod"
     dist.init_process_group(backend=args.backend)
     torch.manual_seed(0)

@@ -373,7 +373,49 @@ def test_workers_of_two_ranks_train_hierarchically(node, operator):
 
 
 DDP_TUTORIAL = "/examples/torch_distributed/ddp_tutorial.py"
+FSDP2_TUTORIAL = "/examples/torch_distributed/fsdp2_tutorial.py"
 STEP_LOSS = re.compile(r"^step (\d+) loss (-?[0-9.]+)$", re.M)
+# The newest torch's virtualenv (scripts/install-deps.sh --torch-newest), mounted read-only into
+# the trainer: the image carries Debian's torch 1.13, and a second image of 5 GB is not worth it.
+TORCH_NEWEST = os.environ.get("KOROVOD_TORCH_NEWEST_PYTHON", "")
+TORCH_NEWEST_VENV = os.path.dirname(os.path.dirname(TORCH_NEWEST)) if TORCH_NEWEST else ""
+
+
+def _torch_job(node, name, command, volumes=None):
+    """A 2-worker HorovodJob whose trainer runs `command` (after printing torchrun's variables
+    as the operator set them) to Succeeded; returns (namespace, both trainers' logs)."""
+    ns = _namespace(node)
+    show = "echo torchrun env: RANK=$RANK WORLD_SIZE=$WORLD_SIZE LOCAL_RANK=$LOCAL_RANK " \
+           "LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE GROUP_RANK=$GROUP_RANK MASTER_ADDR=$MASTER_ADDR " \
+           "MASTER_PORT=$MASTER_PORT; "
+    trainer = {"name": "trainer", "image": TRAINER, "command": ["sh", "-c", show + command]}
+    pod = {"containers": [trainer]}
+    if volumes:
+        trainer["volumeMounts"] = [{"name": n, "mountPath": path, "readOnly": True}
+                                   for n, (_, path) in volumes.items()]
+        pod["volumes"] = [{"name": n, "hostPath": {"path": host, "type": "Directory"}}
+                          for n, (host, _) in volumes.items()]
+    job = {"apiVersion": "korovod.dev/v1alpha1", "kind": "HorovodJob",
+           "metadata": {"name": name, "namespace": ns},
+           "spec": {"replicas": 2, "sidecar": {"image": SIDECAR},
+                    "runPolicy": {"backoffLimit": 0, "cleanPodPolicy": "None"},
+                    "template": {"spec": pod}}}
+    node.kubectl("apply", "-f", "-", input=json.dumps(job))
+    try:
+        node.wait_for(lambda: (_job(node, ns, name) or {}).get("status", {}).get("phase")
+                      in ("Succeeded", "Failed"), "job %s finished" % name, 300)
+    except AssertionError as e:
+        raise AssertionError("%s\n%s" % (e, _diagnose(node, ns))) from None
+    status = _job(node, ns, name)["status"]
+    logs = [node.kubectl("-n", ns, "logs", "%s-worker-%d" % (name, r), "-c", "trainer",
+                         check=False).stdout for r in range(2)]
+    assert status["phase"] == "Succeeded", "%s\n%s\ntrainers' logs:\n%s" % (
+        status.get("conditions"), _diagnose(node, ns), "\n".join(l[-3000:] for l in logs))
+    master = "%s-worker-0.%s.%s.svc.cluster.local" % (name, name, ns)
+    for r, log in enumerate(logs):
+        assert ("torchrun env: RANK=%d WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=%d "
+                "MASTER_ADDR=%s MASTER_PORT=29500" % (r, r, master)) in log, log[-3000:]
+    return ns, logs
 
 
 def test_ddp_script_trains_on_korovod(node, operator):
@@ -382,42 +424,46 @@ def test_ddp_script_trains_on_korovod(node, operator):
     variables the operator sets (rank 0's pod serves torch's store), DDP's allreduces and the
     script's all_gather go through the sidecars, and the job Succeeds with the loss falling and
     both ranks holding the same parameters. (Torch 1.13 in the image has no "cpu:korovod,..."
-    syntax; tests/torch_upstream runs it on the newest torch.)"""
-    ns = _namespace(node)
-    name = "ddp"
-    show = "echo torchrun env: RANK=$RANK WORLD_SIZE=$WORLD_SIZE LOCAL_RANK=$LOCAL_RANK " \
-           "LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE GROUP_RANK=$GROUP_RANK MASTER_ADDR=$MASTER_ADDR " \
-           "MASTER_PORT=$MASTER_PORT; "
-    job = {"apiVersion": "korovod.dev/v1alpha1", "kind": "HorovodJob",
-           "metadata": {"name": name, "namespace": ns},
-           "spec": {"replicas": 2, "sidecar": {"image": SIDECAR},
-                    "runPolicy": {"backoffLimit": 0, "cleanPodPolicy": "None"},
-                    "template": {"spec": {"containers": [{
-                        "name": "trainer", "image": TRAINER,
-                        "command": ["sh", "-c", show + "exec python3 " + DDP_TUTORIAL +
-                                    " --backend korovod --steps 8"]}]}}}}
-    node.kubectl("apply", "-f", "-", input=json.dumps(job))
-    try:
-        node.wait_for(lambda: (_job(node, ns, name) or {}).get("status", {}).get("phase")
-                      in ("Succeeded", "Failed"), "job %s finished" % name, 300)
-    except AssertionError as e:
-        raise AssertionError("%s\n%s" % (e, _diagnose(node, ns))) from None
-    status = _job(node, ns, name)["status"]
-    assert status["phase"] == "Succeeded", (status, _diagnose(node, ns))
-    master = "%s-worker-0.%s.%s.svc.cluster.local" % (name, name, ns)
-    logs = [node.kubectl("-n", ns, "logs", "%s-worker-%d" % (name, r), "-c", "trainer").stdout
-            for r in range(2)]
+    syntax; the next test runs the newest torch.)"""
+    ns, logs = _torch_job(node, "ddp", "exec python3 " + DDP_TUTORIAL +
+                          " --backend korovod --steps 8")
     for r, log in enumerate(logs):
-        assert ("torchrun env: RANK=%d WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=%d "
-                "MASTER_ADDR=%s MASTER_PORT=29500" % (r, r, master)) in log, log[-3000:]
         # The tutorial's own check: an all_gather of every rank's parameter checksums.
         assert "rank %d: ranks agree True" % r in log, log[-3000:]
     losses = [float(v) for _, v in STEP_LOSS.findall(logs[0])]
     assert len(losses) == 8 and losses[-1] < losses[0], logs[0][-3000:]
     print("\nDDP on korovod in a HorovodJob: loss %.6f -> %.6f over 8 steps" % (losses[0],
                                                                                 losses[-1]))
-    sidecar0 = node.kubectl("-n", ns, "logs", name + "-worker-0", "-c", "korovod-sidecar").stdout
+    sidecar0 = node.kubectl("-n", ns, "logs", "ddp-worker-0", "-c", "korovod-sidecar").stdout
     assert "rank 0/2" in sidecar0, sidecar0[-3000:]
+
+
+@pytest.mark.skipif(not TORCH_NEWEST_VENV or not os.path.isdir(TORCH_NEWEST_VENV),
+                    reason="no newest-torch virtualenv (scripts/install-deps.sh --torch-newest)")
+def test_fsdp2_and_ddp_on_the_newest_torch(node, operator):
+    """The newest torch in HorovodJobs, the torch-venv mounted into the trainer: PyTorch's FSDP2
+    tutorial (fully_shard on a transformer), whose loss curve must equal one process's replay of
+    the same initial state and tokens (run by rank 0 in its container afterwards), and its DDP
+    tutorial with backend "cpu:korovod,cuda:korovod", both unchanged."""
+    py = "/opt/torch-venv/bin/python"
+    venv = {"torch-venv": (TORCH_NEWEST_VENV, "/opt/torch-venv")}
+    version = "%s -c 'import torch; print(\"torch\", torch.__version__)' && " % py
+    _, logs = _torch_job(node, "fsdp2", (
+        "cd /tmp && " + version + "%s %s --steps 4 --save-init /tmp/init.pt && "
+        "if [ \"$RANK\" = 0 ]; then echo REFERENCE; %s %s --steps 4 --reference /tmp/init.pt; fi"
+        % (py, FSDP2_TUTORIAL, py, FSDP2_TUTORIAL)), venv)
+    fsdp, reference = logs[0].split("REFERENCE", 1)
+    got = [float(v) for _, v in STEP_LOSS.findall(fsdp)]
+    want = [float(v) for _, v in STEP_LOSS.findall(reference)]
+    assert "torch 2." in fsdp and "trained 65984 parameters on 2 ranks" in fsdp, fsdp[-3000:]
+    assert len(got) == len(want) == 4 and got[-1] < got[0], logs[0][-3000:]
+    for g, w in zip(got, want):
+        assert abs(g - w) <= 1e-5 * max(1.0, abs(w)), (got, want)
+    print("\nFSDP2 on the newest torch in a HorovodJob: loss %s, one process %s" % (got, want))
+    _, logs = _torch_job(node, "ddp-newest", version + "%s %s --backend cpu:korovod,cuda:korovod "
+                         "--steps 4" % (py, DDP_TUTORIAL), venv)
+    for r, log in enumerate(logs):
+        assert "torch 2." in log and "rank %d: ranks agree True" % r in log, log[-3000:]
 
 
 def _trainer(cmd_tail=""):
