@@ -190,7 +190,9 @@ def run_attempt(args, env, parallel_dir, test_ids, timeout=None):
 
 def main():
     args = parse_args()
-    parallel_dir = os.path.join(args.suite, "parallel")
+    # Resolved: pytest names tests relative to --rootdir after resolving the file's symlinks, so
+    # a suite reached through a symlink (a clone's ../shared) would get ids with no file part.
+    parallel_dir = os.path.realpath(os.path.join(args.suite, "parallel"))
     if not os.path.isfile(os.path.join(parallel_dir, args.file)):
         print("Horovod's PyTorch suite is not at %s (set KOROVOD_HOROVOD_TESTS or --suite): "
               "NOT RUN" % parallel_dir, flush=True)
@@ -199,9 +201,9 @@ def main():
     adaptations, version = suite_adaptations.applicable(args.python, env, args.file)
     if adaptations:
         # A copy where the suite itself cannot run on this torch (suite_adaptations.py).
-        parallel_dir = suite_adaptations.write_adapted(
+        parallel_dir = os.path.realpath(suite_adaptations.write_adapted(
             parallel_dir, args.file, os.path.join(args.build, "horovod-suite", "torch-" + version,
-                                                  "parallel"), version, adaptations)
+                                                  "parallel"), version, adaptations))
         print("Horovod's %s adapted for torch %s (%s): %s" % (
             args.file, version, ", ".join(a["name"] for a in adaptations),
             os.path.join(parallel_dir, args.file)), flush=True)
