@@ -415,4 +415,10 @@ elif mode == "collectives":
     run_collectives()
     torch.save(results, "%s.%d" % (out_file, rank))
     print("rank %d collectives OK on %s (%d checked)" % (rank, backend, len(results)))
+if not KOROVOD:
+    # The gloo reference's results are saved: its teardown is not under test, and torch 2.15's
+    # gloo sometimes aborts in it ("terminate called without an active exception", 2 of 4 DDP
+    # runs in one CI run, after every rank printed OK).
+    sys.stdout.flush()
+    os._exit(0)
 dist.destroy_process_group()
