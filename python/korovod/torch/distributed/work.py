@@ -3,6 +3,7 @@ tensors the sidecar may still write, and a finish step (the results copied where
 them). wait() blocks in the client (GIL released) up to a deadline; get_future() hands the Work to
 one completion thread that completes torch futures in submission order, so DDP comm hooks and
 `.then` chains run without anyone polling."""
+import atexit
 import collections
 import threading
 import time
@@ -10,6 +11,7 @@ import time
 import torch
 from torch._C import _distributed_c10d as _c10d
 
+import korovod.session  # noqa: F401 - its atexit (closing the session) must run after ours
 from korovod.torch.distributed import errors
 
 _WorkBase = _c10d.Work
@@ -129,6 +131,7 @@ class _Completer:
         self._queue = collections.deque()
         self._cv = threading.Condition()
         self._thread = None
+        self._closing = False
 
     def add(self, work):
         with self._cv:
@@ -139,11 +142,25 @@ class _Completer:
                 self._thread.start()
             self._cv.notify()
 
+    def close(self, timeout_s=30.0):
+        """At exit, before the session closes: the thread finishes what it was given and ends.
+        A daemon thread still inside the client when the interpreter finalizes is ended by
+        pthread_exit through pybind11's frames, which aborts the process ("terminate called
+        without an active exception", seen at the exit of DDP runs with comm hooks)."""
+        with self._cv:
+            self._closing = True
+            thread = self._thread
+            self._cv.notify()
+        if thread is not None:
+            thread.join(timeout_s)
+
     def _run(self):
         while True:
             with self._cv:
-                while not self._queue:
+                while not self._queue and not self._closing:
                     self._cv.wait()
+                if not self._queue:
+                    return
                 work = self._queue.popleft()
             try:
                 result = work._complete()
@@ -154,3 +171,5 @@ class _Completer:
 
 
 _completer = _Completer()
+# Registered after korovod.session's (imported above), so it runs before the session closes.
+atexit.register(_completer.close)
