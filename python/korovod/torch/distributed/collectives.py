@@ -236,6 +236,18 @@ class Collectives:
     def _dtype_of(w):
         return wire.movable(w)[1]
 
+    def _gather_rows_into(self, desc, name, inp, outs):
+        """(submit, step, keep): one engine allgather of `inp` whose row r goes into outs[r]."""
+        src, _ = wire.movable(_flat(inp))
+        submit, read, keep = self._allgather_rows(desc, name, src)
+
+        def step(h):
+            res = read(h)
+            for r, o in enumerate(outs):
+                o.copy_(_unwire(res[r], o))
+
+        return submit, step, keep
+
     def allgather(self, output_lists, inputs, opts):
         """List form: output_lists[0][r] gets rank r's inputs[0]."""
         outs, inp = output_lists[0], inputs[0]
@@ -245,17 +257,8 @@ class Collectives:
         if len(outs) != self.size or any(o.numel() != inp.numel() for o in outs):
             raise errors.failed(desc, "needs %d output tensors of %d elements" %
                                 (self.size, inp.numel()))
-        src, _ = wire.movable(_flat(inp))
-        submit, read, keep = self._allgather_rows(desc, name, src)
-        handles = self._submit_all(desc, [submit], keep)
-
-        def finish():
-            res = read(handles[0])
-            for r, o in enumerate(outs):
-                o.copy_(_unwire(res[r], o))
-            return [list(output_lists[0])]
-
-        return KorovodWork(desc, handles, finish, self._timeout(opts), keep)
+        return self._finish_steps(desc, [self._gather_rows_into(desc, name, inp, outs)],
+                                  [list(output_lists[0])], opts)
 
     def allgather_coalesced(self, output_lists, inputs, opts):
         """dist.all_gather_coalesced: output_lists[r][i] gets rank r's inputs[i]; one engine
@@ -271,15 +274,7 @@ class Collectives:
             if any(o.numel() != inp.numel() for o in outs):
                 raise errors.failed(desc, "output %d needs %d elements per rank" %
                                     (i, inp.numel()))
-            src, _ = wire.movable(_flat(inp))
-            submit, read, keep = self._allgather_rows(desc, "%s.%d" % (name, i), src)
-
-            def step(h, read=read, outs=outs):
-                res = read(h)
-                for r, o in enumerate(outs):
-                    o.copy_(_unwire(res[r], o))
-
-            steps.append((submit, step, keep))
+            steps.append(self._gather_rows_into(desc, "%s.%d" % (name, i), inp, outs))
         return self._finish_steps(desc, steps, output_lists, opts)
 
     def allgather_into_tensor(self, outputs, inputs, opts, kind="all_gather_into_tensor"):
